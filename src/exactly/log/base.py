@@ -1,0 +1,316 @@
+"""The partitioned, append-only, durable log every stage of `exactly` reads and writes.
+
+A log holds topics; a topic holds ``partitions`` numbered from 0; a partition is a sequence of
+records numbered by offset from 0, in the order they were appended. The contract every backend keeps:
+
+* **Durable on return.** When :meth:`Log.append` returns, its records survive a crash of the
+  appending process and of the machine (fsync, or acks from all in-sync replicas).
+* **Offsets are dense and stable.** The records of one append get consecutive offsets, in order.
+* **Producer idempotency** (Pulsar's design, DESIGN.md boundary 2). An append may carry a producer
+  name and one sequence id per record. A record whose sequence id is not above the last one stored
+  for that producer on that partition is dropped and reported as a duplicate, and
+  :meth:`Log.last_sequence` survives restarts, so a producer that crashed can resume where its
+  durable appends ended. One producer name has one writer at a time per partition.
+
+Backends implement the ``_``-prefixed methods; validation lives here once, so every backend rejects
+the same bad input with the same error.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+
+from exactly.errors import (
+    InvalidRecord,
+    InvalidTopicName,
+    PartitionOutOfRange,
+    RecordTooLarge,
+)
+
+Header = tuple[str, bytes]
+
+DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
+MAX_PARTITIONS = 4096
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A record to append. ``timestamp`` is milliseconds since the epoch; None means now."""
+
+    value: bytes
+    key: bytes | None = None
+    headers: tuple[Header, ...] = ()
+    timestamp: int | None = None
+
+    @property
+    def size(self) -> int:
+        """Bytes counted against the record size limit: key, value and headers."""
+        return (
+            len(self.value)
+            + (len(self.key) if self.key is not None else 0)
+            + sum(len(name) + len(value) for name, value in self.headers)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """A record as stored: where it is (partition, offset) and what it holds."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    headers: tuple[Header, ...]
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    partitions: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """What an append did: one entry per input record, its offset or None if it was a duplicate."""
+
+    offsets: list[int | None] = field(default_factory=list)
+
+    @property
+    def appended(self) -> int:
+        return sum(1 for offset in self.offsets if offset is not None)
+
+    @property
+    def duplicates(self) -> int:
+        return sum(1 for offset in self.offsets if offset is None)
+
+
+def accept_sequences(last: int | None, sequences: Sequence[int]) -> tuple[list[bool], int | None]:
+    """Which records of an append pass the producer-sequence check, and the new last sequence.
+
+    A record passes when its sequence id is above every sequence id stored before it, including
+    earlier records of the same append. Pure, so both backends decide identically.
+    """
+    accepted: list[bool] = []
+    for sequence in sequences:
+        fresh = last is None or sequence > last
+        accepted.append(fresh)
+        if fresh:
+            last = sequence
+    return accepted, last
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Log(ABC):
+    """A partitioned, append-only, durable log (see the module docstring for the contract)."""
+
+    url: str
+
+    def __init__(self, *, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> None:
+        self.max_record_bytes = max_record_bytes
+
+    # -- topics ---------------------------------------------------------------------------------
+
+    def create_topic(self, topic: str, partitions: int, *, exist_ok: bool = False) -> TopicInfo:
+        """Create ``topic`` with ``partitions`` partitions.
+
+        With ``exist_ok``, an existing topic with the same partition count is returned as is; a
+        different count raises :class:`~exactly.errors.TopicExists` either way.
+        """
+        check_topic_name(topic)
+        if not 1 <= partitions <= MAX_PARTITIONS:
+            raise InvalidRecord(
+                f"a topic needs 1 to {MAX_PARTITIONS} partitions, not {partitions}"
+            )
+        return self._create_topic(topic, partitions, exist_ok=exist_ok)
+
+    def describe(self, topic: str) -> TopicInfo:
+        """The topic's name and partition count; :class:`~exactly.errors.UnknownTopic` if absent."""
+        check_topic_name(topic)
+        return self._describe(topic)
+
+    def topics(self) -> list[str]:
+        """Names of every topic, sorted."""
+        return sorted(self._topics())
+
+    # -- records --------------------------------------------------------------------------------
+
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[Record],
+        *,
+        producer: str | None = None,
+        sequences: Sequence[int] | None = None,
+    ) -> AppendResult:
+        """Append ``records`` to one partition; durable when this returns.
+
+        With ``producer`` and ``sequences`` (one non-negative id per record), records whose
+        sequence id is not above the last stored for (producer, partition) are dropped and
+        reported as None in the result's offsets.
+        """
+        self._check_partition(topic, partition)
+        self._check_records(records)
+        if (producer is None) != (sequences is None):
+            raise InvalidRecord("an append carries both a producer name and sequence ids, or neither")
+        if producer is not None and sequences is not None:
+            if not producer or len(producer) > 200:
+                raise InvalidRecord("a producer name is 1 to 200 characters")
+            if len(sequences) != len(records):
+                raise InvalidRecord(
+                    f"{len(records)} records need {len(records)} sequence ids, got {len(sequences)}"
+                )
+            if any(not isinstance(s, int) or s < 0 for s in sequences):
+                raise InvalidRecord("sequence ids are non-negative integers")
+        if not records:
+            return AppendResult([])
+        return self._append(topic, partition, records, producer, sequences)
+
+    def read(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int = 1000,
+        max_bytes: int = 4 * 1024 * 1024,
+    ) -> list[LogRecord]:
+        """Records of one partition from ``offset`` on, in order, at most ``max_records``.
+
+        Stops after the record that makes the batch reach ``max_bytes`` (so one large record is
+        still returned). Empty when ``offset`` is at or past the end.
+        """
+        self._check_partition(topic, partition)
+        if offset < 0:
+            raise InvalidRecord(f"offsets start at 0, not {offset}")
+        if max_records < 1 or max_bytes < 1:
+            raise InvalidRecord("max_records and max_bytes must be positive")
+        return self._read(topic, partition, offset, max_records, max_bytes)
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        """For each partition, the offset the next appended record will get."""
+        self.describe(topic)
+        return self._end_offsets(topic)
+
+    # -- consumer groups ------------------------------------------------------------------------
+
+    def commit_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+        """Store, durably, the next offset ``group`` will read in each given partition."""
+        check_group_name(group)
+        for partition, offset in offsets.items():
+            self._check_partition(topic, partition)
+            if offset < 0:
+                raise InvalidRecord(f"offsets start at 0, not {offset}")
+        if offsets:
+            self._commit_offsets(group, topic, dict(offsets))
+
+    def committed_offsets(self, group: str, topic: str) -> dict[int, int]:
+        """The offsets ``group`` committed for ``topic``; partitions never committed are absent."""
+        check_group_name(group)
+        self.describe(topic)
+        return self._committed_offsets(group, topic)
+
+    # -- producer idempotency -------------------------------------------------------------------
+
+    def last_sequence(self, topic: str, partition: int, producer: str) -> int | None:
+        """The highest sequence id stored for ``producer`` on this partition, None if none."""
+        self._check_partition(topic, partition)
+        return self._last_sequence(topic, partition, producer)
+
+    # -- life cycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:  # noqa: B027 - backends without resources need nothing here
+        """Release connections and threads; the log object is unusable afterwards."""
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- shared validation ----------------------------------------------------------------------
+
+    def _check_partition(self, topic: str, partition: int) -> None:
+        info = self.describe(topic)
+        if not isinstance(partition, int) or not 0 <= partition < info.partitions:
+            raise PartitionOutOfRange(
+                f"topic {topic!r} has partitions 0 to {info.partitions - 1}; "
+                f"there is no partition {partition}"
+            )
+
+    def _check_records(self, records: Iterable[Record]) -> None:
+        for index, record in enumerate(records):
+            if not isinstance(record.value, bytes | bytearray | memoryview):
+                raise InvalidRecord(f"record {index}: the value must be bytes")
+            if record.key is not None and not isinstance(record.key, bytes | bytearray):
+                raise InvalidRecord(f"record {index}: the key must be bytes or None")
+            if record.size > self.max_record_bytes:
+                raise RecordTooLarge(
+                    f"record {index} is {record.size} bytes; this log accepts at most "
+                    f"{self.max_record_bytes} (set log.max_record_bytes to raise the limit)"
+                )
+
+    # -- what a backend implements --------------------------------------------------------------
+
+    @abstractmethod
+    def _create_topic(self, topic: str, partitions: int, *, exist_ok: bool) -> TopicInfo: ...
+
+    @abstractmethod
+    def _describe(self, topic: str) -> TopicInfo: ...
+
+    @abstractmethod
+    def _topics(self) -> list[str]: ...
+
+    @abstractmethod
+    def _append(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[Record],
+        producer: str | None,
+        sequences: Sequence[int] | None,
+    ) -> AppendResult: ...
+
+    @abstractmethod
+    def _read(
+        self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
+    ) -> list[LogRecord]: ...
+
+    @abstractmethod
+    def _end_offsets(self, topic: str) -> dict[int, int]: ...
+
+    @abstractmethod
+    def _commit_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None: ...
+
+    @abstractmethod
+    def _committed_offsets(self, group: str, topic: str) -> dict[int, int]: ...
+
+    @abstractmethod
+    def _last_sequence(self, topic: str, partition: int, producer: str) -> int | None: ...
+
+
+def check_topic_name(topic: str) -> None:
+    if not isinstance(topic, str) or not _TOPIC_NAME.match(topic) or topic in {".", ".."}:
+        raise InvalidTopicName(
+            f"topic name {topic!r} is not allowed: use 1 to 200 letters, digits, '.', '_' or '-'"
+        )
+
+
+def check_group_name(group: str) -> None:
+    if not isinstance(group, str) or not group or len(group) > 200:
+        raise InvalidRecord("a consumer group name is 1 to 200 characters")

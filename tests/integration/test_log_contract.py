@@ -1,0 +1,268 @@
+"""The log contract: the same assertions on every backend (sqlite and Kafka via Tansu)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from exactly.errors import (
+    InvalidLogURL,
+    InvalidRecord,
+    InvalidTopicName,
+    PartitionOutOfRange,
+    RecordTooLarge,
+    TopicExists,
+    UnknownTopic,
+)
+from exactly.log import Log, Record, TopicInfo, open_log
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def values(records: list[Record] | list) -> list[bytes]:  # type: ignore[type-arg]
+    return [record.value for record in records]
+
+
+def read_all(log: Log, topic: str, partition: int, offset: int = 0) -> list:  # type: ignore[type-arg]
+    out = []
+    while batch := log.read(topic, partition, offset, max_records=500):
+        out += batch
+        offset = batch[-1].offset + 1
+    return out
+
+
+# -- topics -------------------------------------------------------------------------------------
+
+
+def test_create_and_describe(log: Log, topic: str) -> None:
+    assert log.create_topic(topic, 3) == TopicInfo(topic, 3)
+    assert log.describe(topic) == TopicInfo(topic, 3)
+    assert topic in log.topics()
+    assert log.end_offsets(topic) == {0: 0, 1: 0, 2: 0}
+
+
+def test_create_existing(log: Log, topic: str) -> None:
+    log.create_topic(topic, 2)
+    assert log.create_topic(topic, 2, exist_ok=True) == TopicInfo(topic, 2)
+    with pytest.raises(TopicExists):
+        log.create_topic(topic, 2)
+    with pytest.raises(TopicExists, match="2 partitions"):
+        log.create_topic(topic, 5, exist_ok=True)
+
+
+@pytest.mark.parametrize("name", ["", "a b", "../x", "x/y", "é", "a" * 201])
+def test_bad_topic_names(log: Log, name: str) -> None:
+    with pytest.raises(InvalidTopicName):
+        log.create_topic(name, 1)
+
+
+def test_bad_partition_count(log: Log, topic: str) -> None:
+    with pytest.raises(InvalidRecord):
+        log.create_topic(topic, 0)
+
+
+# -- append and read ----------------------------------------------------------------------------
+
+
+def test_offsets_dense_and_ordered_per_partition(log: Log, topic: str) -> None:
+    log.create_topic(topic, 2)
+    first = log.append(topic, 0, [Record(b"a"), Record(b"b")])
+    second = log.append(topic, 0, [Record(b"c")])
+    other = log.append(topic, 1, [Record(b"x")])
+    assert first.offsets == [0, 1]
+    assert second.offsets == [2]
+    assert other.offsets == [0]
+    assert values(read_all(log, topic, 0)) == [b"a", b"b", b"c"]
+    assert values(read_all(log, topic, 1)) == [b"x"]
+    assert log.end_offsets(topic) == {0: 3, 1: 1}
+
+
+def test_record_fields_round_trip(log: Log, topic: str) -> None:
+    log.create_topic(topic, 1)
+    log.append(
+        topic,
+        0,
+        [
+            Record(b"v1", key=b"k1", headers=(("a", b"1"), ("b", b"")), timestamp=1_700_000_000_123),
+            Record(b"", key=None),
+        ],
+    )
+    first, second = read_all(log, topic, 0)
+    assert (first.partition, first.offset, first.key, first.value) == (0, 0, b"k1", b"v1")
+    assert first.headers == (("a", b"1"), ("b", b""))
+    assert first.timestamp == 1_700_000_000_123
+    assert second.key is None and second.value == b"" and second.headers == ()
+    assert second.timestamp > 1_700_000_000_123  # "now"
+
+
+def test_bounded_batches(log: Log, topic: str) -> None:
+    log.create_topic(topic, 1)
+    log.append(topic, 0, [Record(b"%03d" % i + b"x" * 97) for i in range(250)])
+    assert len(log.read(topic, 0, 0, max_records=100)) == 100
+    middle = log.read(topic, 0, 120, max_records=10)
+    assert [r.offset for r in middle] == list(range(120, 130))
+    assert middle[0].value.startswith(b"120")
+    by_bytes = log.read(topic, 0, 0, max_records=1000, max_bytes=1000)
+    assert 1 <= len(by_bytes) <= 10
+    assert log.read(topic, 0, 250) == []
+    assert log.read(topic, 0, 10_000) == []
+    assert len(read_all(log, topic, 0)) == 250
+
+
+def test_large_record_alone_still_read(log: Log, topic: str) -> None:
+    log.create_topic(topic, 1)
+    log.append(topic, 0, [Record(b"x" * 100_000)])
+    assert len(log.read(topic, 0, 0, max_bytes=10)) == 1
+
+
+def test_empty_append(log: Log, topic: str) -> None:
+    log.create_topic(topic, 1)
+    assert log.append(topic, 0, []).offsets == []
+    assert log.end_offsets(topic) == {0: 0}
+
+
+# -- consumer groups ----------------------------------------------------------------------------
+
+
+def test_group_offsets(log: Log, topic: str) -> None:
+    log.create_topic(topic, 3)
+    assert log.committed_offsets("g1", topic) == {}
+    log.commit_offsets("g1", topic, {0: 5, 2: 7})
+    log.commit_offsets("g1", topic, {0: 6})
+    log.commit_offsets("g2", topic, {1: 1})
+    assert log.committed_offsets("g1", topic) == {0: 6, 2: 7}
+    assert log.committed_offsets("g2", topic) == {1: 1}
+
+
+def test_group_offsets_survive_reopen(log_url: str, topic: str) -> None:
+    with open_log(log_url) as log:
+        log.create_topic(topic, 1)
+        log.commit_offsets("g", topic, {0: 3})
+    with open_log(log_url) as log:
+        assert log.committed_offsets("g", topic) == {0: 3}
+
+
+# -- producer idempotency -----------------------------------------------------------------------
+
+
+def test_sequences_drop_duplicates(log: Log, topic: str) -> None:
+    log.create_topic(topic, 2)
+    assert log.last_sequence(topic, 0, "imp") is None
+    first = log.append(topic, 0, [Record(b"a"), Record(b"b")], producer="imp", sequences=[10, 20])
+    assert first.offsets == [0, 1]
+    again = log.append(
+        topic, 0, [Record(b"b"), Record(b"c"), Record(b"c2")], producer="imp", sequences=[20, 30, 30]
+    )
+    assert again.offsets == [None, 2, None]
+    assert (again.appended, again.duplicates) == (1, 2)
+    assert log.last_sequence(topic, 0, "imp") == 30
+    # per partition and per producer
+    assert log.last_sequence(topic, 1, "imp") is None
+    assert log.append(topic, 1, [Record(b"z")], producer="imp", sequences=[1]).offsets == [0]
+    assert log.append(topic, 0, [Record(b"o")], producer="other", sequences=[1]).offsets == [3]
+    assert values(read_all(log, topic, 0)) == [b"a", b"b", b"c", b"o"]
+
+
+def test_sequences_survive_reopen(log_url: str, topic: str) -> None:
+    with open_log(log_url) as log:
+        log.create_topic(topic, 1)
+        log.append(topic, 0, [Record(b"a"), Record(b"b")], producer="imp", sequences=[1, 2])
+        log.append(topic, 0, [Record(b"plain")])
+    with open_log(log_url) as log:
+        assert log.last_sequence(topic, 0, "imp") == 2
+        result = log.append(topic, 0, [Record(b"b"), Record(b"c")], producer="imp", sequences=[2, 3])
+        assert result.offsets == [None, 3]
+        assert values(read_all(log, topic, 0)) == [b"a", b"b", b"plain", b"c"]
+
+
+def test_sequence_arguments_checked(log: Log, topic: str) -> None:
+    log.create_topic(topic, 1)
+    with pytest.raises(InvalidRecord):
+        log.append(topic, 0, [Record(b"a")], producer="p")
+    with pytest.raises(InvalidRecord):
+        log.append(topic, 0, [Record(b"a")], producer="p", sequences=[1, 2])
+    with pytest.raises(InvalidRecord):
+        log.append(topic, 0, [Record(b"a")], producer="p", sequences=[-1])
+
+
+# -- bad input ----------------------------------------------------------------------------------
+
+
+def test_unknown_topic(log: Log, topic: str) -> None:
+    with pytest.raises(UnknownTopic, match="exactly log create"):
+        log.append(topic, 0, [Record(b"a")])
+    with pytest.raises(UnknownTopic):
+        log.read(topic, 0, 0)
+    with pytest.raises(UnknownTopic):
+        log.end_offsets(topic)
+    with pytest.raises(UnknownTopic):
+        log.describe(topic)
+
+
+def test_partition_out_of_range(log: Log, topic: str) -> None:
+    log.create_topic(topic, 2)
+    for partition in (2, -1):
+        with pytest.raises(PartitionOutOfRange, match="partitions 0 to 1"):
+            log.append(topic, partition, [Record(b"a")])
+        with pytest.raises(PartitionOutOfRange):
+            log.read(topic, partition, 0)
+    with pytest.raises(InvalidRecord):
+        log.read(topic, 0, -5)
+
+
+def test_oversize_record(log_url: str, topic: str) -> None:
+    with open_log(log_url, max_record_bytes=1000) as log:
+        log.create_topic(topic, 1)
+        with pytest.raises(RecordTooLarge, match="max_record_bytes"):
+            log.append(topic, 0, [Record(b"ok"), Record(b"x" * 1001)])
+        assert log.end_offsets(topic) == {0: 0}  # nothing of the refused append was stored
+
+
+@pytest.mark.parametrize("url", ["", "nonsense", "ftp://x", "sqlite://", "kafka://"])
+def test_malformed_urls(url: str) -> None:
+    with pytest.raises(InvalidLogURL):
+        open_log(url)
+
+
+# -- several processes --------------------------------------------------------------------------
+
+_APPENDER = """
+import sys
+from exactly.log import Record, open_log
+url, topic, name, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+with open_log(url) as log:
+    for i in range(count):
+        part = i % 2
+        log.append(topic, part, [Record(f"{name}:{i}".encode()), Record(f"{name}:{i}b".encode())],
+                   producer=name, sequences=[2 * i, 2 * i + 1])
+"""
+
+
+def test_several_appending_processes(log_url: str, log: Log, topic: str) -> None:
+    log.create_topic(topic, 2)
+    count = 60
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _APPENDER, log_url, topic, f"w{n}", str(count)], cwd=ROOT
+        )
+        for n in range(4)
+    ]
+    readers_saw = 0
+    while any(proc.poll() is None for proc in procs):
+        readers_saw = max(readers_saw, sum(log.end_offsets(topic).values()))
+    assert [proc.wait() for proc in procs] == [0, 0, 0, 0]
+    everything = read_all(log, topic, 0) + read_all(log, topic, 1)
+    assert len(everything) == 4 * count * 2
+    assert len({r.value for r in everything}) == len(everything)
+    for partition in (0, 1):
+        records = read_all(log, topic, partition)
+        assert [r.offset for r in records] == list(range(len(records)))
+        for n in range(4):
+            mine = [r.value.decode() for r in records if r.value.startswith(f"w{n}:".encode())]
+            expected = [
+                f"w{n}:{i}{suffix}" for i in range(partition, count, 2) for suffix in ("", "b")
+            ]
+            assert mine == expected  # each writer's order kept within the partition
