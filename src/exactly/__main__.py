@@ -1,0 +1,5 @@
+"""``python -m exactly`` runs the CLI."""
+
+from exactly.cli import main
+
+main()

@@ -1,0 +1,92 @@
+"""The ``exactly`` command line: global options, sub-command groups, one-line errors."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from exactly.cli.context import Context
+from exactly.errors import ExactlyError
+
+app = typer.Typer(
+    name="exactly",
+    help="An effectively-once analytics event pipeline on Apache Spark.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+GLOBAL_OPTIONS = ("--config", "--data-dir", "--log")
+
+
+@app.callback()
+def global_options(
+    ctx: typer.Context,
+    config: Annotated[
+        Path | None,
+        typer.Option(help="TOML config file (default ./exactly.toml).", envvar="EXACTLY_CONFIG"),
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(help="Where embedded defaults live (default ./.exactly).", envvar="EXACTLY_DATA_DIR"),
+    ] = None,
+    log: Annotated[
+        str | None,
+        typer.Option(
+            help="Log URL: sqlite://DIR or kafka://HOST:PORT (default: sqlite log in the data dir).",
+            envvar="EXACTLY_LOG__URL",
+        ),
+    ] = None,
+) -> None:
+    """Global options; they may also be given after the sub-command."""
+    ctx.obj = Context(config=config, data_dir=data_dir, log_url=log)
+
+
+def hoist_global_options(args: list[str]) -> list[str]:
+    """Move global options given after a sub-command to the front, where click expects them."""
+    front: list[str] = []
+    rest: list[str] = []
+    at = 0
+    while at < len(args):
+        arg = args[at]
+        if arg == "--":
+            rest += args[at:]
+            break
+        name = arg.split("=", 1)[0]
+        if name in GLOBAL_OPTIONS:
+            if "=" in arg:
+                front.append(arg)
+            else:
+                front += args[at : at + 2]
+                at += 1
+        else:
+            rest.append(arg)
+        at += 1
+    return front + rest
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the CLI; user errors print one line and exit 1."""
+    args = hoist_global_options(sys.argv[1:] if argv is None else argv)
+    try:
+        app(args=args, prog_name="exactly")
+    except ExactlyError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+def _register() -> None:
+    from exactly.cli import demo, doctor, log
+
+    app.add_typer(log.app, name="log")
+    app.command("doctor")(doctor.doctor)
+    app.command("demo")(demo.demo)
+
+
+_register()

@@ -1,0 +1,104 @@
+"""Configuration: one TOML file, environment overrides, one frozen model.
+
+Precedence, highest first: command-line flags, ``EXACTLY_*`` environment variables (nested keys
+joined by ``__``, e.g. ``EXACTLY_LOG__URL``), the TOML file (``./exactly.toml`` or ``--config``),
+defaults. Every embedded default lives under ``data_dir`` (default ``./.exactly``).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from exactly.errors import ConfigError
+
+DEFAULT_CONFIG = Path("exactly.toml")
+
+
+class LogSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str | None = Field(None, description="log URL; default sqlite://DATA_DIR/log")
+    max_record_bytes: int = Field(1024 * 1024, gt=0, description="largest record accepted")
+
+
+class SparkSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    master: str = Field("local[*]", description="Spark master URL")
+
+
+class Settings(BaseSettings):
+    """Everything configurable; build it with :func:`load_settings`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="EXACTLY_", env_nested_delimiter="__", frozen=True, extra="forbid"
+    )
+
+    data_dir: Path = Field(Path(".exactly"), description="where every embedded default lives")
+    log: LogSettings = LogSettings()
+    spark: SparkSettings = SparkSettings()
+
+    @property
+    def log_url(self) -> str:
+        return self.log.url or f"sqlite://{self.data_dir.resolve() / 'log'}"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls)
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except OSError as error:
+        raise ConfigError(f"cannot read config file {path}: {error.strerror}") from error
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"config file {path} is not valid TOML: {error}") from error
+
+
+def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
+    """Settings from ``config`` (or ./exactly.toml if present), the environment and ``overrides``.
+
+    ``overrides`` are the flags given on the command line; None values are ignored. Raises
+    :class:`ConfigError` naming the offending key.
+    """
+    path = config
+    if path is None:
+        env_path = os.environ.get("EXACTLY_CONFIG")
+        path = Path(env_path) if env_path else (DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None)
+    document = read_toml(path) if path is not None else {}
+
+    class FileSettings(Settings):
+        model_config = SettingsConfigDict(toml_file=path)
+
+    given = {key: value for key, value in overrides.items() if value is not None}
+    if "log_url" in given:
+        given["log"] = {**document.get("log", {}), "url": given.pop("log_url")}
+    try:
+        return FileSettings(**given)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "config"
+        origin = f" in {path}" if path is not None else ""
+        raise ConfigError(
+            f"setting {where}{origin}: {first['msg']} (check the file or EXACTLY_* variables)"
+        ) from error

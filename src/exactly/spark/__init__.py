@@ -1,0 +1,1 @@
+"""Spark integration: Java discovery and the project's SparkSession."""
