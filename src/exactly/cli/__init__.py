@@ -31,12 +31,14 @@ def global_options(
     ] = None,
     data_dir: Annotated[
         Path | None,
-        typer.Option(help="Where embedded defaults live (default ./.exactly).", envvar="EXACTLY_DATA_DIR"),
+        typer.Option(
+            help="Where embedded defaults live (default ./.exactly).", envvar="EXACTLY_DATA_DIR"
+        ),
     ] = None,
     log: Annotated[
         str | None,
         typer.Option(
-            help="Log URL: sqlite://DIR or kafka://HOST:PORT (default: sqlite log in the data dir).",
+            help="Log URL: sqlite://DIR or kafka://HOST:PORT (default: sqlite in the data dir).",
             envvar="EXACTLY_LOG__URL",
         ),
     ] = None,

@@ -27,9 +27,7 @@ class Context:
         return self._settings
 
     def open_log(self) -> Log:
-        return open_log(
-            self.settings.log_url, max_record_bytes=self.settings.log.max_record_bytes
-        )
+        return open_log(self.settings.log_url, max_record_bytes=self.settings.log.max_record_bytes)
 
 
 def context(ctx: typer.Context) -> Context:

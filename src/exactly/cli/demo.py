@@ -19,7 +19,7 @@ def demo(
     topic: Annotated[str, typer.Option(help="Topic to write.")] = "demo",
 ) -> None:
     """Append generated events durably through the log, read them back, print counts and rates."""
-    console = Console()
+    console = Console(soft_wrap=True)
     with context(ctx).open_log() as log:
         console.print(f"log {log.url}: appending {events:,} events to topic {topic!r} ...")
         result = run_demo(log, topic, partitions, events)

@@ -133,9 +133,7 @@ def read(
 ) -> None:
     """Print records as JSON lines (text fields as UTF-8, else *_base64)."""
     with context(ctx).open_log() as log:
-        wanted = (
-            [partition] if partition is not None else range(log.describe(topic).partitions)
-        )
+        wanted = [partition] if partition is not None else range(log.describe(topic).partitions)
         left = limit
         for part in wanted:
             offset = from_
@@ -185,21 +183,18 @@ def stat(
     """Partitions and end offsets of TOPIC (or of every topic)."""
     with context(ctx).open_log() as log:
         names = [topic] if topic is not None else log.topics()
-        stats = [
-            {"topic": name, "partitions": log.describe(name).partitions, "end_offsets": ends}
-            for name in names
-            for ends in [log.end_offsets(name)]
-        ]
+        stats = [(name, log.describe(name).partitions, log.end_offsets(name)) for name in names]
     if as_json:
-        payload: Any = stats[0] if topic is not None else stats
-        print(json.dumps(payload))
+        rows = [
+            {"topic": name, "partitions": count, "end_offsets": ends} for name, count, ends in stats
+        ]
+        print(json.dumps(rows[0] if topic is not None else rows))
         return
     table = Table("topic", "partitions", "records", "end offsets")
-    for entry in stats:
-        ends = entry["end_offsets"]
+    for name, count, ends in stats:
         table.add_row(
-            entry["topic"],
-            str(entry["partitions"]),
+            name,
+            str(count),
             str(sum(ends.values())),
             " ".join(f"{p}:{o}" for p, o in ends.items()),
         )

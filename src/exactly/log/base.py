@@ -1,7 +1,8 @@
 """The partitioned, append-only, durable log every stage of `exactly` reads and writes.
 
 A log holds topics; a topic holds ``partitions`` numbered from 0; a partition is a sequence of
-records numbered by offset from 0, in the order they were appended. The contract every backend keeps:
+records numbered by offset from 0, in the order they were appended. Every backend keeps this
+contract:
 
 * **Durable on return.** When :meth:`Log.append` returns, its records survive a crash of the
   appending process and of the machine (fsync, or acks from all in-sync replicas).
@@ -128,9 +129,7 @@ class Log(ABC):
         """
         check_topic_name(topic)
         if not 1 <= partitions <= MAX_PARTITIONS:
-            raise InvalidRecord(
-                f"a topic needs 1 to {MAX_PARTITIONS} partitions, not {partitions}"
-            )
+            raise InvalidRecord(f"a topic needs 1 to {MAX_PARTITIONS} partitions, not {partitions}")
         return self._create_topic(topic, partitions, exist_ok=exist_ok)
 
     def describe(self, topic: str) -> TopicInfo:
@@ -162,7 +161,9 @@ class Log(ABC):
         self._check_partition(topic, partition)
         self._check_records(records)
         if (producer is None) != (sequences is None):
-            raise InvalidRecord("an append carries both a producer name and sequence ids, or neither")
+            raise InvalidRecord(
+                "an append carries both a producer name and sequence ids, or neither"
+            )
         if producer is not None and sequences is not None:
             if not producer or len(producer) > 200:
                 raise InvalidRecord("a producer name is 1 to 200 characters")

