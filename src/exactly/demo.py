@@ -35,7 +35,10 @@ def generate_events(count: int, seed: int = 0) -> Iterator[dict[str, object]]:
             "event": rng.choice(EVENT_NAMES),
             "messageId": message_id,
             "userId": f"user-{rng.randrange(10_000)}",
-            "properties": {"revenue": round(rng.uniform(1, 200), 2), "sku": f"sku-{rng.randrange(500)}"},
+            "properties": {
+                "revenue": round(rng.uniform(1, 200), 2),
+                "sku": f"sku-{rng.randrange(500)}",
+            },
             "context": {"library": {"name": "analytics-python", "version": "2.3.2"}},
             "timestamp": sent,
             "sentAt": sent,

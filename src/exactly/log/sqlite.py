@@ -129,7 +129,9 @@ class _TopicWriter:
         self._conn = _connect(path, readonly=False)
         self._wal_fd: int | None = None
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=f"log-commit-{path.stem}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"log-commit-{path.stem}", daemon=True
+        )
         self._thread.start()
 
     def submit(self, apply: Callable[[sqlite3.Connection], Any]) -> Future[Any]:
@@ -179,7 +181,7 @@ class _TopicWriter:
                         try:
                             results.append((job, job.apply(self._conn), None))
                             self._conn.execute("RELEASE job")
-                        except Exception as error:  # noqa: BLE001 - handed to the appender
+                        except Exception as error:
                             self._conn.execute("ROLLBACK TO job")
                             self._conn.execute("RELEASE job")
                             results.append((job, None, error))
@@ -193,7 +195,7 @@ class _TopicWriter:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             # 4. durable: fsync the WAL outside the lock
             self._sync()
-        except Exception as error:  # noqa: BLE001 - every grouped appender must hear of it
+        except Exception as error:
             failure = LogError(f"the log at {self.path} could not commit: {error}")
             for job in jobs:
                 job.future.set_exception(failure)
