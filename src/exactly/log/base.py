@@ -25,6 +25,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import NamedTuple
 
 from exactly.errors import (
     InvalidRecord,
@@ -59,9 +60,11 @@ class Record:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class LogRecord:
-    """A record as stored: where it is (partition, offset) and what it holds."""
+class LogRecord(NamedTuple):
+    """A record as stored: where it is (partition, offset) and what it holds.
+
+    A named tuple rather than a dataclass: reads build hundreds of thousands per second.
+    """
 
     partition: int
     offset: int
@@ -255,12 +258,15 @@ class Log(ABC):
             )
 
     def _check_records(self, records: Iterable[Record]) -> None:
+        limit = self.max_record_bytes
         for index, record in enumerate(records):
-            if not isinstance(record.value, bytes | bytearray | memoryview):
+            value, key = record.value, record.key
+            if not isinstance(value, bytes):
                 raise InvalidRecord(f"record {index}: the value must be bytes")
-            if record.key is not None and not isinstance(record.key, bytes | bytearray):
+            if key is not None and not isinstance(key, bytes):
                 raise InvalidRecord(f"record {index}: the key must be bytes or None")
-            if record.size > self.max_record_bytes:
+            quick = len(value) + (len(key) if key is not None else 0)
+            if quick > limit or (record.headers and record.size > limit):
                 raise RecordTooLarge(
                     f"record {index} is {record.size} bytes; this log accepts at most "
                     f"{self.max_record_bytes} (set log.max_record_bytes to raise the limit)"

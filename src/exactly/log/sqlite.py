@@ -31,11 +31,12 @@ import queue
 import sqlite3
 import struct
 import threading
+from itertools import accumulate
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from exactly.errors import InvalidLogURL, LogError, TopicExists, UnknownTopic
 from exactly.log.base import (
@@ -112,16 +113,49 @@ def _connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
     return conn
 
 
+class Transaction:
+    """What the grouped writes of one transaction share: next offsets and the rows to insert."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.rows: list[tuple[int, int, bytes | None, bytes, bytes | None]] = []
+        self._next: dict[int, int] = {}
+
+    def take(self, partition: int, count: int) -> int:
+        """Reserve ``count`` offsets in ``partition``; returns the rowid of the first."""
+        low, high = partition_range(partition)
+        first = self._next.get(partition)
+        if first is None:
+            (top,) = self.conn.execute(
+                "SELECT max(id) FROM records WHERE id >= ? AND id < ?", (low, high)
+            ).fetchone()
+            first = low if top is None else top + 1
+        if first + count > high:
+            raise LogError(f"partition {partition} is full")
+        self._next[partition] = first + count
+        return first
+
+    def insert(self) -> None:
+        if self.rows:
+            self.conn.executemany("INSERT INTO records VALUES (?, ?, ?, ?, ?)", self.rows)
+
+
 @dataclass
 class _Job:
     """One write waiting for the committer: ``apply`` runs inside the shared transaction."""
 
-    apply: Callable[[sqlite3.Connection], Any]
+    apply: Callable[[Transaction], Any]
     future: Future[Any]
+    result: Any = None
 
 
 class _TopicWriter:
-    """The committer of one topic in this process: groups queued writes into one transaction."""
+    """The committer and the syncer of one topic in this process.
+
+    The committer groups queued writes into one transaction (steps 1-3 of the module docstring);
+    the syncer fsyncs and answers (steps 4-5), so the next group is written while the previous
+    one is being synced, and one fsync covers every group committed before it.
+    """
 
     def __init__(self, path: Path, lock_path: Path) -> None:
         self.path = path
@@ -129,83 +163,78 @@ class _TopicWriter:
         self._conn = _connect(path, readonly=False)
         self._wal_fd: int | None = None
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(
-            target=self._run, name=f"log-commit-{path.stem}", daemon=True
-        )
-        self._thread.start()
+        self._committed: queue.SimpleQueue[list[_Job] | None] = queue.SimpleQueue()
+        name = path.stem
+        self._committer = threading.Thread(target=self._commit_loop, name=f"log-commit-{name}")
+        self._syncer = threading.Thread(target=self._sync_loop, name=f"log-sync-{name}")
+        self._committer.daemon = self._syncer.daemon = True
+        self._committer.start()
+        self._syncer.start()
 
-    def submit(self, apply: Callable[[sqlite3.Connection], Any]) -> Future[Any]:
+    def submit(self, apply: Callable[[Transaction], Any]) -> Future[Any]:
         job = _Job(apply, Future())
         self._queue.put(job)
         return job.future
 
     def close(self) -> None:
         self._queue.put(None)
-        self._thread.join()
+        self._committer.join()
+        self._syncer.join()
         self._conn.close()
         os.close(self._lock_fd)
         if self._wal_fd is not None:
             os.close(self._wal_fd)
 
-    def _run(self) -> None:
-        while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            jobs = [first]
-            stop = False
-            while len(jobs) < MAX_GROUP:
-                try:
-                    job = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if job is None:
-                    stop = True
-                    break
-                jobs.append(job)
-            self._commit(jobs)
-            if stop:
-                return
-
-    def _commit(self, jobs: list[_Job]) -> None:
-        results: list[tuple[_Job, Any, BaseException | None]] = []
-        try:
-            # 1. the topic's write lock, shared with every process
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+    def _commit_loop(self) -> None:
+        while (jobs := _drain(self._queue, MAX_GROUP)) is not None:
             try:
-                # 2. one transaction for every grouped write, each in its own savepoint
-                self._conn.execute("BEGIN IMMEDIATE")
-                try:
-                    for job in jobs:
-                        self._conn.execute("SAVEPOINT job")
-                        try:
-                            results.append((job, job.apply(self._conn), None))
-                            self._conn.execute("RELEASE job")
-                        except Exception as error:
-                            self._conn.execute("ROLLBACK TO job")
-                            self._conn.execute("RELEASE job")
-                            results.append((job, None, error))
-                    self._conn.execute("COMMIT")
-                except BaseException:
-                    if self._conn.in_transaction:
-                        self._conn.execute("ROLLBACK")
-                    raise
-            finally:
-                # 3. release the lock before syncing
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            # 4. durable: fsync the WAL outside the lock
-            self._sync()
-        except Exception as error:
-            failure = LogError(f"the log at {self.path} could not commit: {error}")
-            for job in jobs:
-                job.future.set_exception(failure)
-            return
-        # 5. only now do the appenders learn their offsets
-        for job, result, job_error in results:
-            if job_error is None:
-                job.future.set_result(result)
+                self._commit(jobs)
+            except Exception as error:  # noqa: BLE001 - every grouped appender must hear of it
+                _fail(jobs, LogError(f"the log at {self.path} could not commit: {error}"))
             else:
-                job.future.set_exception(job_error)
+                self._committed.put(jobs)
+            if jobs[-1] is None:
+                break
+        self._committed.put(None)
+
+    def _commit(self, jobs: list[_Job | None]) -> None:
+        # 1. the topic's write lock, shared with every process
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            # 2. one transaction for every grouped write
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                transaction = Transaction(self._conn)
+                for job in jobs:
+                    if job is not None:
+                        job.result = job.apply(transaction)
+                transaction.insert()
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+        finally:
+            # 3. release the lock before syncing
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def _sync_loop(self) -> None:
+        while True:
+            groups = _drain(self._committed, 1 << 30)
+            if groups is None:
+                return
+            done = [job for group in groups if group is not None for job in group if job]
+            try:
+                # 4. durable: one fsync of the WAL, outside the lock, for every group so far
+                self._sync()
+            except Exception as error:  # noqa: BLE001
+                _fail(done, LogError(f"the log at {self.path} could not fsync: {error}"))
+            else:
+                # 5. only now do the appenders learn their offsets
+                for job in done:
+                    job.future.set_result(job.result)
+            if groups[-1] is None:
+                return
 
     def _sync(self) -> None:
         if self._wal_fd is None:
@@ -213,6 +242,36 @@ class _TopicWriter:
             # connection is open, so the descriptor stays valid for the writer's life.
             self._wal_fd = os.open(f"{self.path}-wal", os.O_RDONLY)
         os.fdatasync(self._wal_fd)
+
+
+T = TypeVar("T")
+
+
+def _drain(source: queue.SimpleQueue[T | None], most: int) -> list[T | None] | None:
+    """Block for one item, then take what else is queued (up to ``most``).
+
+    Returns None on a stop marker with nothing before it; a list ending in None when the stop
+    marker came after some items.
+    """
+    first = source.get()
+    if first is None:
+        return None
+    items: list[T | None] = [first]
+    while len(items) < most:
+        try:
+            item = source.get_nowait()
+        except queue.Empty:
+            break
+        items.append(item)
+        if item is None:
+            break
+    return items
+
+
+def _fail(jobs: Sequence[_Job | None], error: LogError) -> None:
+    for job in jobs:
+        if job is not None:
+            job.future.set_exception(error)
 
 
 class SqliteLog(Log):
@@ -286,7 +345,8 @@ class SqliteLog(Log):
     # -- topics ---------------------------------------------------------------------------------
 
     def _create_topic(self, topic: str, partitions: int, *, exist_ok: bool) -> TopicInfo:
-        def create(conn: sqlite3.Connection) -> tuple[int, bool]:
+        def create(transaction: Transaction) -> tuple[int, bool]:
+            conn = transaction.conn
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     conn.execute(statement)
@@ -355,72 +415,75 @@ class SqliteLog(Log):
         sequences: Sequence[int] | None,
     ) -> AppendResult:
         stamp = now_ms()
-        rows = [
-            (
-                record.timestamp if record.timestamp is not None else stamp,
-                record.key,
-                record.value,
-                encode_headers(record.headers),
-            )
-            for record in records
-        ]
-        low, high = partition_range(partition)
+        low = partition_range(partition)[0]
 
-        def append(conn: sqlite3.Connection) -> AppendResult:
-            keep = [True] * len(rows)
+        def append(transaction: Transaction) -> AppendResult:
+            keep: list[bool] | None = None
             if producer is not None and sequences is not None:
-                row = conn.execute(
-                    "SELECT last_sequence FROM producers WHERE producer = ? AND partition = ?",
-                    (producer, partition),
-                ).fetchone()
-                keep, last = accept_sequences(None if row is None else row[0], sequences)
-                if last is not None:
-                    conn.execute(
-                        "INSERT INTO producers VALUES (?, ?, ?) ON CONFLICT (producer, partition)"
-                        " DO UPDATE SET last_sequence = excluded.last_sequence",
-                        (producer, partition, last),
-                    )
-            (top,) = conn.execute(
-                "SELECT max(id) FROM records WHERE id >= ? AND id < ?", (low, high)
-            ).fetchone()
-            next_id = low if top is None else top + 1
+                keep = self._check_sequences(transaction.conn, partition, producer, sequences)
+            chosen = (
+                records if keep is None else [r for r, k in zip(records, keep, strict=True) if k]
+            )
+            first = transaction.take(partition, len(chosen))
+            transaction.rows += [
+                (
+                    first + index,
+                    stamp if r.timestamp is None else r.timestamp,
+                    r.key,
+                    r.value,
+                    encode_headers(r.headers) if r.headers else None,
+                )
+                for index, r in enumerate(chosen)
+            ]
+            if keep is None:
+                return AppendResult(list(range(first - low, first - low + len(chosen))))
             offsets: list[int | None] = []
-            kept = []
-            for row, fresh in zip(rows, keep, strict=True):
-                if fresh:
-                    kept.append((next_id, *row))
-                    offsets.append(next_id - low)
-                    next_id += 1
-                else:
-                    offsets.append(None)
-            if next_id > high:
-                raise LogError(f"partition {partition} of {topic!r} is full")
-            conn.executemany("INSERT INTO records VALUES (?, ?, ?, ?, ?)", kept)
+            at = first - low
+            for fresh in keep:
+                offsets.append(at if fresh else None)
+                at += fresh
             return AppendResult(offsets)
 
         result: AppendResult = self._writer(topic).submit(append).result()
         return result
 
+    @staticmethod
+    def _check_sequences(
+        conn: sqlite3.Connection, partition: int, producer: str, sequences: Sequence[int]
+    ) -> list[bool]:
+        """Which records pass the producer-sequence check; stores the new last sequence."""
+        row = conn.execute(
+            "SELECT last_sequence FROM producers WHERE producer = ? AND partition = ?",
+            (producer, partition),
+        ).fetchone()
+        keep, last = accept_sequences(None if row is None else row[0], sequences)
+        if last is not None:
+            conn.execute(
+                "INSERT INTO producers VALUES (?, ?, ?) ON CONFLICT (producer, partition)"
+                " DO UPDATE SET last_sequence = excluded.last_sequence",
+                (producer, partition, last),
+            )
+        return keep
+
     def _read(
         self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
     ) -> list[LogRecord]:
         low, high = partition_range(partition)
-        cursor = self._reader(topic).execute(
-            "SELECT id, timestamp, key, value, headers FROM records"
-            " WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
-            (low + offset, high, max_records),
-        )
-        batch: list[LogRecord] = []
-        size = 0
-        for rowid, timestamp, key, value, headers in cursor:
-            batch.append(
-                LogRecord(partition, rowid - low, key, value, decode_headers(headers), timestamp)
+        rows = (
+            self._reader(topic)
+            .execute(
+                "SELECT id, timestamp, key, value, headers FROM records"
+                " WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
+                (low + offset, high, max_records),
             )
-            size += len(value) + (len(key) if key else 0)
-            if size >= max_bytes:
-                break
-        cursor.close()
-        return batch
+            .fetchall()
+        )
+        sizes = accumulate(len(row[3]) + len(row[2] or b"") for row in rows)
+        cut = next((n + 1 for n, size in enumerate(sizes) if size >= max_bytes), len(rows))
+        return [
+            LogRecord(partition, rowid - low, key, value, decode_headers(h) if h else (), ts)
+            for rowid, ts, key, value, h in rows[:cut]
+        ]
 
     def _end_offsets(self, topic: str) -> dict[int, int]:
         conn = self._reader(topic)
@@ -436,8 +499,8 @@ class SqliteLog(Log):
     # -- consumer groups and producers ----------------------------------------------------------
 
     def _commit_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
-        def commit(conn: sqlite3.Connection) -> None:
-            conn.executemany(
+        def commit(transaction: Transaction) -> None:
+            transaction.conn.executemany(
                 "INSERT INTO group_offsets VALUES (?, ?, ?) ON CONFLICT (grp, partition)"
                 " DO UPDATE SET next_offset = excluded.next_offset",
                 [(group, partition, offset) for partition, offset in offsets.items()],
