@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from exactly.log import Record, open_log  # noqa: E402
+from exactly.log import Record, open_log
 
 VALUE = b"x" * 300
 PARTITIONS = 8
@@ -168,9 +168,8 @@ def main() -> None:
             with TansuBroker() as broker:
                 bench_backend("kafka (Tansu)", lambda: broker.url, args.repeat, rows)
     print()
-    print(
-        f"machine: {platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-    )
+    cores, python = os.cpu_count(), platform.python_version()
+    print(f"machine: {platform.platform()}, {cores} cores, Python {python}")
     print("| backend | workload | records/s (median) |")
     print("| --- | --- | --- |")
     for row in rows:

@@ -31,10 +31,10 @@ import queue
 import sqlite3
 import struct
 import threading
-from itertools import accumulate
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -163,7 +163,7 @@ class _TopicWriter:
         self._conn = _connect(path, readonly=False)
         self._wal_fd: int | None = None
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._committed: queue.SimpleQueue[list[_Job] | None] = queue.SimpleQueue()
+        self._committed: queue.SimpleQueue[list[_Job | None] | None] = queue.SimpleQueue()
         name = path.stem
         self._committer = threading.Thread(target=self._commit_loop, name=f"log-commit-{name}")
         self._syncer = threading.Thread(target=self._sync_loop, name=f"log-sync-{name}")
