@@ -83,7 +83,7 @@ def _check_spark(report: Report, settings: Settings, *, start: bool) -> None:
         session = build_session(settings, app_name="exactly-doctor")
         total = session.range(1000).selectExpr("sum(id)").first()[0]  # type: ignore[index]
         session.stop()
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - any failure to start is the finding
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
         report("spark", False, first_line, "check the java line above; set JAVA_HOME to JDK 17/21")
         return
