@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from itertools import accumulate
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -100,6 +101,15 @@ def decode_headers(blob: bytes | None) -> tuple[Header, ...]:
 def partition_range(partition: int) -> tuple[int, int]:
     """The rowids ``[low, high)`` a partition occupies."""
     return partition << OFFSET_BITS, (partition + 1) << OFFSET_BITS
+
+
+def _fitting(rows: list[Any], max_bytes: int) -> int:
+    """How many of ``(key, value, ...)`` rows a batch of ``max_bytes`` takes (at least one)."""
+    keys, values = map(itemgetter(0), rows), map(itemgetter(1), rows)
+    if sum(map(len, values)) + sum(map(len, filter(None, keys))) < max_bytes:
+        return len(rows)
+    sizes = accumulate(len(key or b"") + len(value) for key, value, *_ in rows)
+    return next((n + 1 for n, size in enumerate(sizes) if size >= max_bytes), len(rows))
 
 
 def _connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
@@ -472,17 +482,18 @@ class SqliteLog(Log):
         rows = (
             self._reader(topic)
             .execute(
-                "SELECT id, timestamp, key, value, headers FROM records"
+                "SELECT key, value, headers, timestamp FROM records"
                 " WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
                 (low + offset, high, max_records),
             )
             .fetchall()
         )
-        sizes = accumulate(len(row[3]) + len(row[2] or b"") for row in rows)
-        cut = next((n + 1 for n, size in enumerate(sizes) if size >= max_bytes), len(rows))
+        rows = rows[: _fitting(rows, max_bytes)]
+        new = tuple.__new__  # skips LogRecord's Python-level __new__: reads build many records
+        # offsets are dense, so the n-th row is at offset + n
         return [
-            LogRecord(partition, rowid - low, key, value, decode_headers(h) if h else (), ts)
-            for rowid, ts, key, value, h in rows[:cut]
+            new(LogRecord, (partition, at, key, value, decode_headers(h) if h else (), ts))
+            for at, (key, value, h, ts) in enumerate(rows, offset)
         ]
 
     def _end_offsets(self, topic: str) -> dict[int, int]:
