@@ -274,3 +274,14 @@ def test_several_appending_processes(log_url: str, log: Log, topic: str) -> None
                 f"w{n}:{i}{suffix}" for i in range(partition, count, 2) for suffix in ("", "b")
             ]
             assert mine == expected  # each writer's order kept within the partition
+
+
+def test_append_many(log: Log, topic: str) -> None:
+    log.create_topic(topic, 3)
+    log.append(topic, 1, [Record(b"first")])
+    results = log.append_many(topic, {0: [Record(b"a"), Record(b"b")], 1: [Record(b"c")], 2: []})
+    assert {p: r.offsets for p, r in results.items()} == {0: [0, 1], 1: [1], 2: []}
+    assert values(read_all(log, topic, 1)) == [b"first", b"c"]
+    with pytest.raises(PartitionOutOfRange):
+        log.append_many(topic, {0: [Record(b"x")], 3: [Record(b"y")]})
+    assert log.end_offsets(topic) == {0: 2, 1: 2, 2: 0}  # a refused call stores nothing

@@ -180,6 +180,26 @@ class Log(ABC):
             return AppendResult([])
         return self._append(topic, partition, records, producer, sequences)
 
+    def append_many(
+        self, topic: str, batches: Mapping[int, Sequence[Record]]
+    ) -> dict[int, AppendResult]:
+        """Append to several partitions at once; all durable when this returns.
+
+        The collector's path: one request's events span partitions. Each partition's records are
+        appended in order, as by :meth:`append`; a backend may commit them together (sqlite: one
+        transaction, one fsync), but no atomicity across partitions is promised.
+        """
+        for partition, records in batches.items():
+            self._check_partition(topic, partition)
+            self._check_records(records)
+        wanted = {p: list(records) for p, records in batches.items() if records}
+        results = self._append_many(topic, wanted) if wanted else {}
+        return {p: results.get(p, AppendResult([])) for p in batches}
+
+    def _append_many(self, topic: str, batches: dict[int, list[Record]]) -> dict[int, AppendResult]:
+        """Default: one append per partition; backends that can group them override this."""
+        return {p: self._append(topic, p, records, None, None) for p, records in batches.items()}
+
     def read(
         self,
         topic: str,

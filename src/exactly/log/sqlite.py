@@ -131,7 +131,32 @@ class Transaction:
         self.rows: list[tuple[int, int, bytes | None, bytes, bytes | None]] = []
         self._next: dict[int, int] = {}
 
-    def take(self, partition: int, count: int) -> int:
+    def add(
+        self, partition: int, records: Sequence[Record], keep: list[bool] | None, stamp: int
+    ) -> AppendResult:
+        """Queue ``records`` (those ``keep`` marks, if given) for insertion; return their offsets."""
+        chosen = records if keep is None else [r for r, k in zip(records, keep, strict=True) if k]
+        first = self._take(partition, len(chosen))
+        self.rows += [
+            (
+                first + index,
+                stamp if r.timestamp is None else r.timestamp,
+                r.key,
+                r.value,
+                encode_headers(r.headers) if r.headers else None,
+            )
+            for index, r in enumerate(chosen)
+        ]
+        start = first - partition_range(partition)[0]
+        if keep is None:
+            return AppendResult(list(range(start, start + len(chosen))))
+        offsets: list[int | None] = []
+        for fresh in keep:
+            offsets.append(start if fresh else None)
+            start += fresh
+        return AppendResult(offsets)
+
+    def _take(self, partition: int, count: int) -> int:
         """Reserve ``count`` offsets in ``partition``; returns the rowid of the first."""
         low, high = partition_range(partition)
         first = self._next.get(partition)
@@ -424,38 +449,22 @@ class SqliteLog(Log):
         producer: str | None,
         sequences: Sequence[int] | None,
     ) -> AppendResult:
-        stamp = now_ms()
-        low = partition_range(partition)[0]
-
         def append(transaction: Transaction) -> AppendResult:
             keep: list[bool] | None = None
             if producer is not None and sequences is not None:
                 keep = self._check_sequences(transaction.conn, partition, producer, sequences)
-            chosen = (
-                records if keep is None else [r for r, k in zip(records, keep, strict=True) if k]
-            )
-            first = transaction.take(partition, len(chosen))
-            transaction.rows += [
-                (
-                    first + index,
-                    stamp if r.timestamp is None else r.timestamp,
-                    r.key,
-                    r.value,
-                    encode_headers(r.headers) if r.headers else None,
-                )
-                for index, r in enumerate(chosen)
-            ]
-            if keep is None:
-                return AppendResult(list(range(first - low, first - low + len(chosen))))
-            offsets: list[int | None] = []
-            at = first - low
-            for fresh in keep:
-                offsets.append(at if fresh else None)
-                at += fresh
-            return AppendResult(offsets)
+            return transaction.add(partition, records, keep, now_ms())
 
         result: AppendResult = self._writer(topic).submit(append).result()
         return result
+
+    def _append_many(self, topic: str, batches: dict[int, list[Record]]) -> dict[int, AppendResult]:
+        def append(transaction: Transaction) -> dict[int, AppendResult]:
+            stamp = now_ms()
+            return {p: transaction.add(p, records, None, stamp) for p, records in batches.items()}
+
+        results: dict[int, AppendResult] = self._writer(topic).submit(append).result()
+        return results
 
     @staticmethod
     def _check_sequences(
