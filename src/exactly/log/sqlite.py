@@ -134,7 +134,7 @@ class Transaction:
     def add(
         self, partition: int, records: Sequence[Record], keep: list[bool] | None, stamp: int
     ) -> AppendResult:
-        """Queue ``records`` (those ``keep`` marks, if given) for insertion; return their offsets."""
+        """Queue ``records`` (those ``keep`` marks, if given) for insertion; return offsets."""
         chosen = records if keep is None else [r for r, k in zip(records, keep, strict=True) if k]
         first = self._take(partition, len(chosen))
         self.rows += [
