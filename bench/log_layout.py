@@ -112,10 +112,13 @@ def main() -> None:
     print("| workload | per topic (records/s) | per partition (records/s) | ratio |")
     print("| --- | --- | --- | --- |")
     for name, run in (
-        ("spread: 1 writer, 100-record requests over 8 partitions", lambda d, l: spread(d, l, 300)),
+        (
+            "spread: 1 writer, 100-record requests over 8 partitions",
+            lambda d, layout: spread(d, layout, 300),
+        ),
         (
             "owned: 4 processes, batches of 100 to their own partitions",
-            lambda d, l: owned(d, l, 150),
+            lambda d, layout: owned(d, layout, 150),
         ),
     ):
         rates = {}
