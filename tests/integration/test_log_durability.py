@@ -32,14 +32,28 @@ def run_and_kill(
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)  # type: ignore[arg-type]
+    first_ack = threading.Event()
+
+    def collect() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            first_ack.set()
+
+    reader = threading.Thread(target=collect, daemon=True)
     reader.start()
-    time.sleep(rng.uniform(0.02, 0.6))
+    if rng.random() < 0.25:
+        time.sleep(rng.uniform(0.0, 0.3))  # early: during start-up, tail scan or the first append
+    else:
+        first_ack.wait(timeout=30)  # a Kafka producer needs up to a second for its producer id
+        time.sleep(rng.uniform(0.02, 0.5))
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     reader.join()
     acked = []
     for line in lines:
+        if not line.endswith("\n"):
+            continue  # cut by the kill: this append was not reported as acknowledged
         partition, first, last = map(int, line.split())
         acked.append((partition, first, last))
     return acked

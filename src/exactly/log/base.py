@@ -37,6 +37,7 @@ from exactly.errors import (
 Header = tuple[str, bytes]
 
 DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
+RESERVED_HEADERS = frozenset({"exactly.producer", "exactly.seq"})  # producer sequences on Kafka
 MAX_PARTITIONS = 4096
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
@@ -285,6 +286,10 @@ class Log(ABC):
                 raise InvalidRecord(f"record {index}: the value must be bytes")
             if key is not None and not isinstance(key, bytes):
                 raise InvalidRecord(f"record {index}: the key must be bytes or None")
+            if record.headers and any(name in RESERVED_HEADERS for name, _ in record.headers):
+                raise InvalidRecord(
+                    f"record {index}: header names {sorted(RESERVED_HEADERS)} are reserved"
+                )
             quick = len(value) + (len(key) if key is not None else 0)
             if quick > limit or (record.headers and record.size > limit):
                 raise RecordTooLarge(

@@ -1,0 +1,548 @@
+"""The log on any Kafka-protocol cluster (``kafka://HOST:PORT[,HOST:PORT...][?option=value...]``).
+
+Query options go into the librdkafka configuration of every client, e.g. ``?linger.ms=5``.
+
+Producer idempotency (DESIGN.md boundary 2) is built from plain produce and fetch: each record of an
+append with a producer name carries two headers, ``exactly.producer`` (the name) and ``exactly.seq``
+(its sequence id in decimal ASCII). The first time a :class:`KafkaLog` object meets a
+(producer, topic, partition) it reads that partition's tail and takes the highest ``exactly.seq``
+among the producer's records; afterwards the last sequence lives in memory, updated after every
+append, and appends of one (producer, topic, partition) are serialised by a lock. To bound the tail
+read, every append commits, best effort, the offset of its first record for the consumer group
+``exactly.producer.<name>``; the scan starts there (or at the start of the partition when there is
+no hint, or when the record at the hint is not the producer's). The hint only shortens the scan:
+correctness comes from the scan itself. Reads strip the two headers, so every backend returns the
+same headers.
+
+Why not Kafka transactional ids: they fence a zombie producer, but a restarted producer learns
+nothing from them about which of its records were stored, so it still needs a durable sequence
+position to resume from. Headers plus a tail read give that position with no broker feature beyond
+produce and fetch, so they work on every Kafka-protocol broker, Tansu included.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import functools
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from exactly.errors import (
+    InvalidLogURL,
+    LogError,
+    LogUnavailable,
+    RecordTooLarge,
+    TopicExists,
+    UnknownTopic,
+)
+from exactly.log.base import (
+    DEFAULT_MAX_RECORD_BYTES,
+    RESERVED_HEADERS,
+    AppendResult,
+    Header,
+    Log,
+    LogRecord,
+    Record,
+    TopicInfo,
+    accept_sequences,
+    now_ms,
+)
+
+PRODUCER_HEADER = "exactly.producer"
+SEQUENCE_HEADER = "exactly.seq"
+HINT_GROUP_PREFIX = "exactly.producer."
+_RESERVED = RESERVED_HEADERS  # checked for every backend in Log._check_records
+_FORCED = {"enable.idempotence": True, "acks": "all"}
+_UNKNOWN = {
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError._UNKNOWN_PARTITION,
+}
+_NO_LIMIT = 1 << 62
+_T = TypeVar("_T")
+
+
+class _Delivery:
+    """Delivery reports of one append: offsets by record index, and an event once all arrived."""
+
+    def __init__(self, count: int) -> None:
+        self.offsets = [-1] * count
+        self.errors: list[KafkaError] = []
+        self.pending = count
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+
+    def report(self, index: int, error: KafkaError | None, message: Message) -> None:
+        with self.lock:
+            if error is not None:
+                self.errors.append(error)
+            else:
+                self.offsets[index] = message.offset() or 0
+        self.settle(1)
+
+    def settle(self, count: int) -> None:
+        with self.lock:
+            self.pending -= count
+            if self.pending <= 0:
+                self.done.set()
+
+
+class KafkaLog(Log):
+    """A log on a Kafka-protocol cluster.
+
+    Guarantee: an append returns only once every record's delivery report from an idempotent
+    producer with ``acks=all`` is OK, so its records are as durable as the cluster's in-sync
+    replicas make them. The producer sequence check assumes one writer per producer name and
+    partition (the contract of :class:`~exactly.log.base.Log`). Within one process the records of
+    one append get consecutive offsets and appends from many threads are safe. Any call fails with
+    :class:`~exactly.errors.LogUnavailable` after about ``timeout`` seconds without the cluster.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        config: dict[str, str] | None = None,
+        timeout: float = 10.0,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        url: str | None = None,
+    ) -> None:
+        super().__init__(max_record_bytes=max_record_bytes)
+        self.url = url or f"kafka://{bootstrap}"
+        self.timeout = timeout
+        options = dict(config or {})
+        for name, value in _FORCED.items():
+            if str(options.get(name, value)).lower() != str(value).lower():
+                raise InvalidLogURL(f"{self.url}: exactly always sets {name}={value}; remove it")
+        # librdkafka logs each disconnect to stderr; callers get exceptions instead.
+        self._common: dict[str, Any] = {"bootstrap.servers": bootstrap, "log_level": 0, **options}
+        producer = {"linger.ms": 2, "message.timeout.ms": int(timeout * 1000)}
+        producer["message.max.bytes"] = max_record_bytes + 64 * 1024
+        reader = {"group.id": "exactly.reader", "enable.partition.eof": True}
+        reader["fetch.wait.max.ms"] = 10  # Tansu answers a fetch inside a batch only after a wait
+        try:
+            self._admin = AdminClient(self._common)
+            self._producer = Producer({**producer, **self._common, **_FORCED})
+            self._reader = self._consumer(reader)
+            self._prober = self._consumer(reader)
+        except KafkaException as error:
+            raise InvalidLogURL(
+                f"{self.url}: {error.args[0]}; check the options after '?'"
+            ) from error
+        self._lock = threading.Lock()  # guards the dictionaries below
+        self._produce_lock = threading.Lock()
+        self._reader_lock = threading.Lock()
+        self._prober_lock = threading.Lock()
+        self._partitions: dict[str, int] = {}
+        self._ends: dict[tuple[str, int], int] = {}
+        self._last: dict[tuple[str, str, int], int | None] = {}
+        self._sequence_locks: dict[tuple[str, str, int], threading.RLock] = {}
+        self._groups: dict[str, Consumer] = {}
+        self._position: tuple[str, int, int] | None = None  # what the reader polls next
+        self._closed = threading.Event()
+        self._poller = threading.Thread(target=self._poll_producer, name="kafka-log", daemon=True)
+        self._poller.start()
+
+    @classmethod
+    def from_url(cls, rest: str, **options: Any) -> KafkaLog:
+        hosts, _, query = rest.partition("?")
+        brokers = [host.strip() for host in hosts.rstrip("/").split(",")]
+        if any(not b.rpartition(":")[0] or not b.rpartition(":")[2].isdigit() for b in brokers):
+            raise InvalidLogURL(f"log URL kafka://{rest} is not understood: use kafka://HOST:PORT")
+        try:
+            config = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)))
+        except ValueError as error:
+            raise InvalidLogURL(f"kafka://{rest}: bad options after '?' ({error})") from error
+        return cls(",".join(brokers), config=config, url=f"kafka://{rest}", **options)
+
+    # -- topics ---------------------------------------------------------------------------------
+
+    def _create_topic(self, topic: str, partitions: int, *, exist_ok: bool) -> TopicInfo:
+        futures = self._admin.create_topics(
+            [NewTopic(topic, partitions)], request_timeout=self.timeout
+        )
+        try:
+            self._call("create a topic", lambda: futures[topic].result(timeout=self.timeout + 1))
+        except LogError as error:
+            cause = error.__cause__
+            exists = KafkaError.TOPIC_ALREADY_EXISTS
+            if not isinstance(cause, KafkaException) or cause.args[0].code() != exists:
+                raise
+            info = self._describe(topic, wait=True)
+            if info.partitions != partitions or not exist_ok:
+                raise TopicExists(
+                    f"topic {topic!r} already exists with {info.partitions} partitions"
+                    + ("" if exist_ok else "; pass exist_ok to use it as it is")
+                ) from None
+            return info
+        with self._lock:
+            self._partitions[topic] = partitions
+        return TopicInfo(topic, partitions)
+
+    def _describe(self, topic: str, *, wait: bool = False) -> TopicInfo:
+        deadline = time.monotonic() + (self.timeout if wait else 0)
+        while topic not in self._partitions:
+            self._topics()  # never names the topic: some brokers create a topic asked about
+            if topic in self._partitions or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        if topic not in self._partitions:
+            raise UnknownTopic(self._unknown(topic))
+        return TopicInfo(topic, self._partitions[topic])
+
+    def _topics(self) -> list[str]:
+        metadata = self._call("list topics", lambda: self._admin.list_topics(timeout=self.timeout))
+        found = {
+            name: len(meta.partitions)
+            for name, meta in metadata.topics.items()
+            if meta.error is None and meta.partitions and not name.startswith("__")
+        }
+        with self._lock:
+            self._partitions.update(found)  # partition counts never change
+        return list(found)
+
+    # -- records --------------------------------------------------------------------------------
+
+    def _append(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[Record],
+        producer: str | None,
+        sequences: Sequence[int] | None,
+    ) -> AppendResult:
+        if producer is None or sequences is None:
+            no_headers: list[tuple[Header, ...]] = [()] * len(records)
+            return AppendResult(list(self._produce(topic, partition, records, no_headers)))
+        key = (producer, topic, partition)
+        with self._sequence_lock(key):
+            last = self._last_sequence(topic, partition, producer)
+            accepted, new_last = accept_sequences(last, sequences)
+            chosen = [index for index, ok in enumerate(accepted) if ok]
+            offsets: list[int | None] = [None] * len(records)
+            if not chosen:
+                return AppendResult(offsets)
+            name = producer.encode()
+            tags = [
+                ((PRODUCER_HEADER, name), (SEQUENCE_HEADER, b"%d" % sequences[i])) for i in chosen
+            ]
+            try:
+                written = self._produce(topic, partition, [records[i] for i in chosen], tags)
+            except BaseException:
+                with self._lock:  # what reached the log is unknown: the next use reads the tail
+                    self._last.pop(key, None)
+                raise
+            with self._lock:
+                self._last[key] = new_last
+            self._commit_hint(producer, topic, partition, written[0])
+        for index, offset in zip(chosen, written, strict=True):
+            offsets[index] = offset
+        return AppendResult(offsets)
+
+    def _produce(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[Record],
+        tags: Sequence[tuple[Header, ...]],
+    ) -> list[int]:
+        delivery = _Delivery(len(records))
+        queued = 0
+        deadline = time.monotonic() + self.timeout
+        try:
+            with self._produce_lock:  # queued together, so stored with consecutive offsets
+                for index, record in enumerate(records):
+                    timestamp = now_ms() if record.timestamp is None else record.timestamp
+                    while True:
+                        try:
+                            self._producer.produce(
+                                topic,
+                                value=bytes(record.value),
+                                key=None if record.key is None else bytes(record.key),
+                                partition=partition,
+                                headers=[*record.headers, *tags[index]],
+                                timestamp=timestamp,
+                                on_delivery=functools.partial(delivery.report, index),
+                            )
+                            break
+                        except BufferError:  # the local queue is full: let deliveries drain
+                            if time.monotonic() > deadline:
+                                raise
+                            time.sleep(0.01)
+                    queued += 1
+        except (BufferError, KafkaException) as error:
+            delivery.settle(len(records) - queued)
+            delivery.done.wait(self.timeout + 5)  # what was queued is stored or failed first
+            cause = error.args[0] if isinstance(error, KafkaException) else "local queue full"
+            raise self._error(f"append to {topic!r}", cause, topic) from error
+        if not delivery.done.wait(self.timeout + 5):
+            raise self._error(f"append to {topic!r}", "no delivery report in time", topic)
+        if delivery.errors:
+            raise self._error(f"append to {topic!r}", delivery.errors[0], topic)
+        self._note_end(topic, partition, max(delivery.offsets) + 1)
+        return delivery.offsets
+
+    def _read(
+        self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
+    ) -> list[LogRecord]:
+        return [
+            LogRecord(r.partition, r.offset, r.key, r.value, _own(r.headers), r.timestamp)
+            for r in self._fetch(topic, partition, offset, max_records, max_bytes)
+        ]
+
+    def _fetch(
+        self, topic: str, partition: int, offset: int, limit: int, max_bytes: int
+    ) -> list[LogRecord]:
+        """Records from ``offset`` on, all headers kept, up to the limits or the partition's end."""
+        end = self._known_end(topic, partition)
+        if offset >= end:
+            end = self._partition_ends(topic, [partition])[partition]
+            if offset >= end:
+                return []
+        with self._reader_lock:
+            try:
+                if self._position is None or self._position[:2] != (topic, partition):
+                    self._reader.assign([TopicPartition(topic, partition, offset)])
+                elif self._position[2] != offset:
+                    self._reader.seek(TopicPartition(topic, partition, offset))
+                self._position = (topic, partition, offset)
+                starts, ends = {partition: offset}, {partition: end}
+                records = self._poll(self._reader, topic, starts, ends, limit, max_bytes)
+                self._position = (topic, partition, starts[partition])
+                if starts[partition] >= self._known_end(topic, partition):
+                    self._position = None  # caught up: stop the reader's idle fetch loop
+            except BaseException:
+                self._position = None
+                raise
+            finally:
+                if self._position is None:
+                    self._reader.unassign()
+        return records
+
+    def _poll(
+        self,
+        consumer: Consumer,
+        topic: str,
+        starts: dict[int, int],
+        ends: dict[int, int],
+        limit: int = _NO_LIMIT,
+        max_bytes: int = _NO_LIMIT,
+    ) -> list[LogRecord]:
+        """Poll the assigned partitions until each reaches its end, or until the limits.
+
+        ``starts`` holds each partition's next offset and is advanced as records arrive.
+        """
+        records: list[LogRecord] = []
+        size = 0
+        pending = {p for p, start in starts.items() if start < ends.get(p, start + 1)}
+        deadline = time.monotonic() + self.timeout
+        problem: object = "no answer"
+        while pending and len(records) < limit and size < max_bytes:
+            message = consumer.poll(0.1)
+            if message is None:
+                if time.monotonic() > deadline:
+                    raise self._error(f"read from {topic!r}", problem, topic)
+                continue
+            partition, offset, error = message.partition(), message.offset(), message.error()
+            if message.topic() != topic or partition not in pending or offset is None:
+                continue
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    self._note_end(topic, partition, offset)
+                    pending.discard(partition)
+                elif error.code() in _UNKNOWN:
+                    raise self._error(f"read from {topic!r}", error, topic)
+                problem = error
+                continue
+            if offset < starts[partition]:
+                continue  # left over from an earlier position
+            key, value, headers = message.key(), message.value() or b"", _headers(message)
+            records.append(
+                LogRecord(partition, offset, key, value, headers, message.timestamp()[1])
+            )
+            size += len(value) + len(key or b"") + sum(len(n) + len(v) for n, v in _own(headers))
+            starts[partition] = offset + 1
+            self._note_end(topic, partition, offset + 1)
+            if offset + 1 >= ends.get(partition, _NO_LIMIT):
+                pending.discard(partition)
+        return records
+
+    def _end_offsets(self, topic: str) -> dict[int, int]:
+        return self._partition_ends(topic, list(range(self._describe(topic).partitions)))
+
+    def _partition_ends(self, topic: str, partitions: list[int]) -> dict[int, int]:
+        # TANSU QUIRK: Tansu (v0.6) reports the high watermark (ListOffsets, hence
+        # get_watermark_offsets) as the base offset of the last batch + 1, not the last offset + 1,
+        # though its fetches return every record. So read from watermark - 1 to the end of the
+        # partition: one record on Kafka, the rest of the last batch on Tansu.
+        with self._prober_lock:
+            starts: dict[int, int] = {}
+            for partition in partitions:
+                watermarks = functools.partial(
+                    self._prober.get_watermark_offsets,
+                    TopicPartition(topic, partition),
+                    timeout=self.timeout,
+                )
+                low, high = self._call(f"read the end of {topic!r}", watermarks, topic)
+                self._note_end(topic, partition, high)
+                if high > low:
+                    starts[partition] = high - 1
+            if starts:
+                self._prober.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
+                try:
+                    self._poll(self._prober, topic, starts, {})  # notes each end it reaches
+                finally:
+                    self._prober.unassign()
+        return {partition: self._known_end(topic, partition) for partition in partitions}
+
+    def _known_end(self, topic: str, partition: int) -> int:
+        with self._lock:
+            return self._ends.get((topic, partition), 0)
+
+    def _note_end(self, topic: str, partition: int, end: int) -> None:
+        with self._lock:
+            if end > self._ends.get((topic, partition), 0):
+                self._ends[(topic, partition)] = end
+
+    # -- consumer groups ------------------------------------------------------------------------
+
+    def _commit_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+        positions = [TopicPartition(topic, p, o) for p, o in offsets.items()]
+        consumer = self._group(group)
+        self._call("commit offsets", lambda: consumer.commit(offsets=positions, asynchronous=False))
+
+    def _committed_offsets(self, group: str, topic: str) -> dict[int, int]:
+        positions = [TopicPartition(topic, p) for p in range(self._describe(topic).partitions)]
+        consumer = self._group(group)
+        found = self._call(
+            "read committed offsets", lambda: consumer.committed(positions, timeout=self.timeout)
+        )
+        return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
+
+    def _group(self, group: str) -> Consumer:
+        with self._lock:
+            if group not in self._groups:
+                self._groups[group] = self._consumer({"group.id": group})
+            return self._groups[group]
+
+    # -- producer idempotency -------------------------------------------------------------------
+
+    def _last_sequence(self, topic: str, partition: int, producer: str) -> int | None:
+        key = (producer, topic, partition)
+        with self._sequence_lock(key):
+            if key not in self._last:
+                last = self._scan_tail(topic, partition, producer)
+                with self._lock:
+                    self._last[key] = last
+            return self._last[key]
+
+    def _scan_tail(self, topic: str, partition: int, producer: str) -> int | None:
+        """The highest sequence id of ``producer`` from its hint to the end of the partition."""
+        name = producer.encode()
+        try:
+            hints = self._group(HINT_GROUP_PREFIX + producer).committed(
+                [TopicPartition(topic, partition)], timeout=self.timeout
+            )
+            start = max(0, hints[0].offset)
+        except KafkaException:
+            start = 0  # only a hint: scan the whole partition
+        while True:
+            last: int | None = None
+            hint_ok = start == 0
+            offset = start
+            while batch := self._fetch(topic, partition, offset, 1000, 16 * 1024 * 1024):
+                for record in batch:
+                    headers = dict(record.headers)
+                    if headers.get(PRODUCER_HEADER) != name:
+                        continue
+                    hint_ok = hint_ok or record.offset == start
+                    with contextlib.suppress(ValueError):
+                        sequence = int(headers.get(SEQUENCE_HEADER, b""))
+                        last = sequence if last is None else max(last, sequence)
+                offset = batch[-1].offset + 1
+            if hint_ok:
+                return last
+            start = 0  # the hint is not at one of the producer's records: it is stale
+
+    def _commit_hint(self, producer: str, topic: str, partition: int, offset: int) -> None:
+        with contextlib.suppress(KafkaException):  # a lost hint only lengthens the next scan
+            self._group(HINT_GROUP_PREFIX + producer).commit(
+                offsets=[TopicPartition(topic, partition, offset)], asynchronous=True
+            )
+
+    def _sequence_lock(self, key: tuple[str, str, int]) -> threading.RLock:
+        with self._lock:
+            return self._sequence_locks.setdefault(key, threading.RLock())
+
+    # -- life cycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._poller.join()
+        self._producer.flush(self.timeout)
+        for consumer in [self._reader, self._prober, *self._groups.values()]:
+            consumer.close()
+
+    def _poll_producer(self) -> None:
+        """Serve delivery reports for every thread's appends."""
+        while not self._closed.is_set():
+            self._producer.poll(0.05)
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _consumer(self, config: dict[str, Any]) -> Consumer:
+        defaults = {"enable.auto.commit": False, "auto.offset.reset": "earliest"}
+        return Consumer({**defaults, "allow.auto.create.topics": False, **config, **self._common})
+
+    def _call(self, what: str, call: Callable[[], _T], topic: str | None = None) -> _T:
+        try:
+            return call()
+        except KafkaException as error:
+            raise self._error(what, error.args[0], topic) from error
+        except concurrent.futures.TimeoutError as error:
+            raise self._error(what, "timed out", topic) from error
+
+    def _unknown(self, topic: str) -> str:
+        return (
+            f"topic {topic!r} does not exist in {self.url}; "
+            f"create it with: exactly log create {topic} --partitions N"
+        )
+
+    def _error(self, what: str, error: object, topic: str | None) -> LogError:
+        code = error.code() if isinstance(error, KafkaError) else None
+        if code == KafkaError.MSG_SIZE_TOO_LARGE:
+            return RecordTooLarge(
+                f"{self.url} refused a record as too large ({error}); raise the topic's "
+                "max.message.bytes or lower log.max_record_bytes"
+            )
+        if code in _UNKNOWN and topic is not None:
+            with self._lock:  # a client that lost its broker says "unknown" too: ask again
+                self._partitions.pop(topic, None)
+            try:
+                self._describe(topic)
+            except LogError as found:
+                return found
+        return LogUnavailable(
+            f"could not {what} on the Kafka log at {self.url} ({error}); check that the broker "
+            "is running and reachable (exactly doctor)"
+        )
+
+
+def _own(headers: tuple[Header, ...]) -> tuple[Header, ...]:
+    """A record's own headers, without the two this backend adds."""
+    return tuple((name, value) for name, value in headers if name not in _RESERVED)
+
+
+def _headers(message: Message) -> tuple[Header, ...]:
+    raw = message.headers() or []
+    pairs = raw.items() if isinstance(raw, dict) else raw
+    return tuple((n, v.encode() if isinstance(v, str) else v or b"") for n, v in pairs)

@@ -1,0 +1,204 @@
+"""What only the Kafka log does: header sequences and tail scans, Tansu's watermark, timeouts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from exactly.errors import InvalidLogURL, InvalidRecord, LogUnavailable
+from exactly.log import Record, open_log
+from exactly.log.kafka import HINT_GROUP_PREFIX, PRODUCER_HEADER, SEQUENCE_HEADER, KafkaLog
+from tests.servers import free_port
+
+pytestmark = pytest.mark.kafka
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def raw_records(kafka_url: str, topic: str, partition: int) -> list[tuple[int, list]]:  # type: ignore[type-arg]
+    """(offset, headers) of every record, as a plain Kafka consumer sees them."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_url.removeprefix("kafka://"),
+            "group.id": "raw",
+            "enable.partition.eof": True,
+            "log_level": 0,
+        }
+    )
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    seen = []
+    try:
+        while (message := consumer.poll(10)) is not None and message.error() is None:
+            seen.append((message.offset(), message.headers() or []))
+    finally:
+        consumer.close()
+    return seen
+
+
+def watermark(kafka_url: str, topic: str, partition: int) -> int:
+    consumer = Consumer({"bootstrap.servers": kafka_url.removeprefix("kafka://"), "group.id": "w"})
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1])
+    finally:
+        consumer.close()
+
+
+# -- an unreachable broker ----------------------------------------------------------------------
+
+
+def test_unreachable_broker_fails_fast() -> None:
+    url = f"kafka://127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    with open_log(url, timeout=2) as log:
+        assert time.monotonic() - started < 2  # opening never waits for the broker
+        for call in (log.topics, lambda: log.describe("t"), lambda: log.create_topic("t", 1)):
+            started = time.monotonic()
+            with pytest.raises(LogUnavailable, match="exactly doctor") as caught:
+                call()
+            assert time.monotonic() - started < 6
+            assert url in str(caught.value)
+
+
+def test_default_timeout_is_ten_seconds() -> None:
+    with open_log(f"kafka://127.0.0.1:{free_port()}") as log:
+        assert isinstance(log, KafkaLog) and log.timeout == 10
+
+
+_QUIET = """
+import sys
+from exactly.errors import LogUnavailable
+from exactly.log import open_log
+with open_log(sys.argv[1], timeout=1.5) as log:
+    try:
+        log.topics()
+    except LogUnavailable:
+        print("unavailable")
+"""
+
+
+def test_unreachable_broker_is_quiet_on_stderr() -> None:
+    url = f"kafka://127.0.0.1:{free_port()}"
+    done = subprocess.run(
+        [sys.executable, "-c", _QUIET, url], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip() == "unavailable"
+    assert done.stderr == ""
+
+
+# -- URLs ---------------------------------------------------------------------------------------
+
+
+def test_url_options_reach_librdkafka(kafka_url: str, topic: str) -> None:
+    with open_log(f"{kafka_url}?linger.ms=0&client.id=probe") as log:
+        log.create_topic(topic, 1)
+        assert log.append(topic, 0, [Record(b"a")]).offsets == [0]
+    with pytest.raises(InvalidLogURL, match=r"no\.such\.option"):
+        open_log(f"{kafka_url}?no.such.option=1")
+    with pytest.raises(InvalidLogURL, match=r"enable\.idempotence"):
+        open_log(f"{kafka_url}?enable.idempotence=false")
+    with pytest.raises(InvalidLogURL):
+        open_log("kafka://hostwithoutport")
+
+
+# -- sequences in headers -----------------------------------------------------------------------
+
+
+def test_sequence_headers_stored_but_not_read_back(kafka_url: str, topic: str) -> None:
+    with open_log(kafka_url) as log:
+        log.create_topic(topic, 1)
+        log.append(topic, 0, [Record(b"a", headers=(("h", b"1"),))], producer="imp", sequences=[7])
+        log.append(topic, 0, [Record(b"b")])
+        assert [r.headers for r in log.read(topic, 0, 0)] == [(("h", b"1"),), ()]
+        with pytest.raises(InvalidRecord, match="reserved"):
+            log.append(topic, 0, [Record(b"c", headers=((SEQUENCE_HEADER, b"9"),))])
+    assert raw_records(kafka_url, topic, 0) == [
+        (0, [("h", b"1"), (PRODUCER_HEADER, b"imp"), (SEQUENCE_HEADER, b"7")]),
+        (1, []),
+    ]
+
+
+def test_last_sequence_found_by_tail_scan_after_reopen(kafka_url: str, topic: str) -> None:
+    with open_log(kafka_url) as log:
+        log.create_topic(topic, 2)
+        for n in range(5):
+            batch = [Record(b"imp%d" % n), Record(b"x")]
+            log.append(topic, 0, batch, producer="imp", sequences=[10 * n, 10 * n + 1])
+            log.append(topic, 0, [Record(b"other")], producer="other", sequences=[n])
+        log.append(topic, 1, [Record(b"p1")], producer="imp", sequences=[3])
+        time.sleep(0.5)  # the hint is committed asynchronously
+        hints = log.committed_offsets(HINT_GROUP_PREFIX + "imp", topic)
+        assert hints == {0: 12, 1: 0}  # the first record of each partition's latest append
+    with open_log(kafka_url) as log:  # a new object knows nothing: it reads the tails
+        assert log.last_sequence(topic, 0, "imp") == 41
+        assert log.last_sequence(topic, 0, "other") == 4
+        assert log.last_sequence(topic, 1, "imp") == 3
+        assert log.last_sequence(topic, 1, "nobody") is None
+        result = log.append(
+            topic, 0, [Record(b"old"), Record(b"new")], producer="imp", sequences=[41, 42]
+        )
+        assert result.offsets == [None, 15]
+
+
+@pytest.mark.parametrize("hint", [1, 3, 1000])
+def test_stale_hint_falls_back_to_a_full_scan(kafka_url: str, topic: str, hint: int) -> None:
+    with open_log(kafka_url) as log:
+        log.create_topic(topic, 1)
+        log.append(topic, 0, [Record(b"a"), Record(b"b")], producer="imp", sequences=[1, 2])
+        log.append(topic, 0, [Record(b"c"), Record(b"d")], producer="other", sequences=[1, 2])
+        time.sleep(0.5)
+        # points inside the producer's append, at another producer's record, or past the end
+        log.commit_offsets(HINT_GROUP_PREFIX + "imp", topic, {0: hint})
+    with open_log(kafka_url) as log:
+        assert log.last_sequence(topic, 0, "imp") == 2
+
+
+def test_threads_sharing_a_producer_name_are_serialised(kafka_url: str, topic: str) -> None:
+    with open_log(kafka_url) as log:
+        log.create_topic(topic, 1)
+
+        def work(start: int) -> None:  # overlapping sequence ranges from 4 threads
+            for sequence in range(start, 60, 3):
+                log.append(
+                    topic, 0, [Record(b"%d" % sequence)], producer="imp", sequences=[sequence]
+                )
+
+        threads = [threading.Thread(target=work, args=(start,)) for start in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        stored = [int(r.value) for r in log.read(topic, 0, 0)]
+        assert stored == sorted(set(stored))  # increasing: never a sequence twice
+        assert log.last_sequence(topic, 0, "imp") == stored[-1] == 59
+
+
+# -- Tansu's high watermark ---------------------------------------------------------------------
+
+
+def test_end_offsets_despite_tansu_watermark(kafka_url: str, topic: str) -> None:
+    with open_log(kafka_url) as log:
+        log.create_topic(topic, 1)
+        log.append(topic, 0, [Record(b"%d" % i) for i in range(4)])
+        log.append(topic, 0, [Record(b"%d" % i) for i in range(4, 8)])
+    # Tansu says base offset of the last batch + 1 (5); a Kafka broker would say 8
+    assert watermark(kafka_url, topic, 0) in {5, 8}
+    with open_log(kafka_url) as log:  # a fresh object: no end learned from its own appends
+        assert log.end_offsets(topic) == {0: 8}
+    with open_log(kafka_url) as log:
+        started = time.monotonic()
+        assert [r.offset for r in log.read(topic, 0, 6)] == [6, 7]
+        assert log.read(topic, 0, 8) == []
+        assert log.read(topic, 0, 9) == []
+        assert [r.offset for r in log.read(topic, 0, 0)] == list(range(8))
+        assert time.monotonic() - started < 2
+
+
+def test_close_is_idempotent(kafka_url: str) -> None:
+    log = open_log(kafka_url)
+    log.close()
+    log.close()
