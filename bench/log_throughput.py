@@ -58,6 +58,16 @@ def run_processes(url: str, topic: str, procs: int, batch: int, batches: int) ->
     return time.time() - start
 
 
+def in_process(url: str, topic: str, batch: int, batches: int) -> float:
+    """Seconds to append ``batches`` batches in this process, measured like the baseline."""
+    records = [Record(VALUE)] * batch
+    with open_log(url) as log:
+        began = time.perf_counter()
+        for n in range(batches):
+            log.append(topic, n % PARTITIONS, records)
+        return time.perf_counter() - began
+
+
 def run_threads(url: str, topic: str, threads: int, appends: int) -> float:
     with open_log(url) as log:
 
@@ -106,7 +116,7 @@ def median_rate(repeat: int, records: int, measure: Callable[[], float]) -> floa
 
 
 def bench_backend(
-    name: str, url_for: Callable[[], str], repeat: int, rows: list[list[str]]
+    name: str, url_for: Callable[[], str], repeat: int, rows: list[list[str]], scratch: Path
 ) -> None:
     def fresh() -> tuple[str, str]:
         url = url_for()
@@ -114,6 +124,20 @@ def bench_backend(
         with open_log(url) as log:
             log.create_topic(topic, PARTITIONS)
         return url, topic
+
+    ratios = []
+    for _ in range(repeat):  # the baseline and the log in alternation, so both see the same load
+        base = 100 * 1000 / baseline(scratch, 1000, 100)
+        ours = 100 * 1000 / in_process(*fresh(), 1000, 100)
+        ratios.append(ours / base)
+    rows.append(
+        [
+            name,
+            "append, batch 1000, 1 process: ratio to the baseline (paired runs)",
+            f"{statistics.median(ratios):.2f}",
+        ]
+    )
+    print(rows[-1], flush=True)
 
     plan = [(1, 1, 1000), (1, 100, 200), (1, 1000, 100), (4, 1, 500), (4, 100, 100), (4, 1000, 50)]
     for procs, batch, batches in plan:
@@ -159,18 +183,22 @@ def main() -> None:
         print(rows[-2:], flush=True)
         if args.backend in ("sqlite", "all"):
             bench_backend(
-                "sqlite", lambda: f"sqlite://{directory / uuid.uuid4().hex}", args.repeat, rows
+                "sqlite",
+                lambda: f"sqlite://{directory / uuid.uuid4().hex}",
+                args.repeat,
+                rows,
+                directory,
             )
         if args.backend in ("kafka", "all"):
             sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
             from tests.servers import TansuBroker
 
             with TansuBroker() as broker:
-                bench_backend("kafka (Tansu)", lambda: broker.url, args.repeat, rows)
+                bench_backend("kafka (Tansu)", lambda: broker.url, args.repeat, rows, directory)
     print()
     cores, python = os.cpu_count(), platform.python_version()
     print(f"machine: {platform.platform()}, {cores} cores, Python {python}")
-    print("| backend | workload | records/s (median) |")
+    print("| backend | workload | records/s (median) or ratio |")
     print("| --- | --- | --- |")
     for row in rows:
         print("| " + " | ".join(row) + " |")
