@@ -84,11 +84,13 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _register() -> None:
-    from exactly.cli import demo, doctor, log
+    from exactly.cli import collect, demo, doctor, import_file, log
 
     app.add_typer(log.app, name="log")
     app.command("doctor")(doctor.doctor)
     app.command("demo")(demo.demo)
+    app.command("collect")(collect.collect)
+    app.command("import")(import_file.import_file)
 
 
 _register()

@@ -1,4 +1,4 @@
-"""Events: the partitioner every stage shares (DESIGN.md boundary 1)."""
+"""The partitioner every stage shares (DESIGN.md boundary 1)."""
 
 from __future__ import annotations
 

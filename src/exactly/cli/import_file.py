@@ -1,0 +1,102 @@
+"""``exactly import``: load a JSON-lines file of events into ``raw``, resumably."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+from exactly.cli.context import context
+from exactly.collector.importer import import_file as run_import
+from exactly.collector.settings import SOURCE_NAME
+from exactly.errors import ConfigError, ExactlyError
+
+MAX_LISTED = 100
+
+
+class InvalidLines(ExactlyError):
+    """Some lines of an imported file were invalid (each was reported with its number)."""
+
+
+def import_file(
+    ctx: typer.Context,
+    file: Annotated[
+        Path, typer.Argument(help="JSON-lines file, one event per line; may be gzipped.")
+    ],
+    source: Annotated[
+        str,
+        typer.Option(help="Source name stored with each event as sourceId.", show_default=False),
+    ],
+    topic: Annotated[str, typer.Option(help="Topic the events go to.")] = "raw",
+    partitions: Annotated[
+        int, typer.Option(help="Partitions of the topic if it is created.", min=1)
+    ] = 8,
+    batch: Annotated[int, typer.Option(help="Lines per durable append.", min=1)] = 5000,
+    producer: Annotated[
+        str | None,
+        typer.Option(
+            help="Producer name to resume under (default: from source and file).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Import FILE into the log; run it again after a crash: no line is lost or logged twice."""
+    if not SOURCE_NAME.match(source):
+        raise ConfigError(
+            f"source name {source!r} is not allowed: use 1 to 100 letters, digits, '.', '_' or '-'"
+        )
+    err = Console(stderr=True)
+    listed = 0
+
+    def on_invalid(number: int, reason: str) -> None:
+        nonlocal listed
+        listed += 1
+        if listed <= MAX_LISTED:
+            err.print(f"{file}:{number}: {reason}", markup=False, highlight=False, soft_wrap=True)
+
+    size = file.stat().st_size if file.exists() else 0
+    with context(ctx).open_log() as log:
+        if sys.stderr.isatty():
+            with Progress(
+                "[progress.description]{task.description}",
+                BarColumn(),
+                DownloadColumn(),
+                TimeRemainingColumn(),
+                console=err,
+                transient=True,
+            ) as progress:
+                task = progress.add_task(f"importing {file.name}", total=size)
+                report = run_import(
+                    log,
+                    file,
+                    source,
+                    topic=topic,
+                    partitions=partitions,
+                    batch_lines=batch,
+                    producer=producer,
+                    on_invalid=on_invalid,
+                    on_progress=lambda done: progress.update(task, completed=done),
+                )
+        else:
+            report = run_import(
+                log,
+                file,
+                source,
+                topic=topic,
+                partitions=partitions,
+                batch_lines=batch,
+                producer=producer,
+                on_invalid=on_invalid,
+            )
+    if listed > MAX_LISTED:
+        err.print(f"... and {listed - MAX_LISTED} more invalid lines", markup=False, soft_wrap=True)
+    print(report.summary(topic), file=sys.stderr)
+    if report.invalid:
+        raise InvalidLines(
+            f"{report.invalid} invalid lines in {file} (listed above) were not imported; "
+            "fix them and import those lines from a new file"
+        )

@@ -1,0 +1,308 @@
+"""The collector: a Segment-compatible tracking API as a plain ASGI application.
+
+Guarantee (DESIGN.md boundary 1): a 2xx answer means every event it accepted is durable in the
+log (the appender answers only after ``append_many`` returned). Any other answer may leave some of
+the request's events appended (a failed group append) or none; the client retries and the dedupe
+stage removes repeats by ``messageId``. No input, however malformed, is answered 5xx: bad requests
+get a 4xx with a JSON body ``{"success": false, "code", "message"}``; 503 means only "the log
+is slow or unavailable, retry after ``Retry-After`` seconds".
+
+One request's life: route, write key (Basic header first), body within the size limit, gzip,
+JSON, events normalised (:mod:`exactly.events`), grouped by the partition of their messageId,
+queued for the appender, answered when durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from exactly.collector import openapi
+from exactly.collector.appender import Appender, QueueFull
+from exactly.collector.appender_process import RECORD
+from exactly.collector.body import ClientGone, HTTPError, Receive, decode, read_body
+from exactly.collector.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from exactly.collector.metrics import Metrics
+from exactly.collector.settings import CollectorSettings
+from exactly.collector.sources import Sources, Unauthorized, basic_username
+from exactly.errors import LogUnavailable, UnknownTopic
+from exactly.events import InvalidEvent, Receipt, normalise, partition_for
+from exactly.log import open_log
+
+Scope = dict[str, Any]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+logger = logging.getLogger("exactly.collector")
+
+SINGLE_EVENT_PATHS = {f"/v1/{kind}": kind for kind in openapi.SINGLE_EVENT_TYPES}
+BATCH_PATHS = frozenset({"/v1/batch", "/v1/import"})
+GET_PATHS = frozenset({"/health", "/metrics", "/openapi.json"})
+MAX_LISTED_REJECTIONS = 1000
+
+_JSON = b"application/json"
+_OK = b'{"success":true}'
+
+
+def _rejection(index: int, event: object, error: InvalidEvent) -> dict[str, Any]:
+    message_id = event.get("messageId") if type(event) is dict else None
+    return {
+        "index": index,
+        "messageId": message_id if type(message_id) is str else None,
+        "code": error.code,
+        "message": error.message,
+    }
+
+
+class CollectorApp:
+    """The ASGI application of one worker process; its appender starts at lifespan startup."""
+
+    def __init__(self, settings: CollectorSettings) -> None:
+        self.settings = settings
+        self.sources = Sources(settings.sources)
+        self.metrics = Metrics()
+        self.partitions = settings.partitions
+        self.appender: Appender | None = None
+        self.last_error: str | None = None
+        self._openapi = orjson.dumps(openapi.document())
+
+    # -- life cycle -----------------------------------------------------------------------------
+
+    async def startup(self) -> None:
+        """Make sure the topic exists (learning its partition count), start the appender."""
+        settings = self.settings
+        self.partitions = await asyncio.get_running_loop().run_in_executor(None, self._topic)
+        self.appender = Appender(
+            settings.log_url,
+            settings.topic,
+            max_record_bytes=settings.max_record_bytes,
+            max_pending_bytes=settings.max_pending_bytes,
+            metrics=self.metrics,
+        )
+        await self.appender.start()
+
+    def _topic(self) -> int:
+        settings = self.settings
+        with open_log(settings.log_url, max_record_bytes=settings.max_record_bytes) as log:
+            try:
+                return log.describe(settings.topic).partitions
+            except UnknownTopic:
+                return log.create_topic(
+                    settings.topic, settings.partitions, exist_ok=True
+                ).partitions
+
+    async def shutdown(self) -> None:
+        """Append and answer what is queued, then stop the appender."""
+        if self.appender is not None:
+            await self.appender.close()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self._http(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as error:  # noqa: BLE001 - the server must hear why, in one line
+                    await send({"type": "lifespan.startup.failed", "message": str(error)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    # -- HTTP -----------------------------------------------------------------------------------
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
+        path: str = scope["path"]
+        content_type = _JSON
+        headers: tuple[tuple[bytes, bytes], ...] = ()
+        try:
+            status, body, content_type = await self._route(scope, receive, path)
+        except HTTPError as error:
+            status, body, headers = error.status, error.body(), error.headers
+        except ClientGone:
+            return
+        except Exception:
+            logger.exception("collector: unexpected error on %s", path)
+            failure = HTTPError(500, "internal", "the collector failed; the request was not taken")
+            status, body = failure.status, failure.body()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", content_type),
+                    (b"content-length", str(len(body)).encode()),
+                    *headers,
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+        known = path in SINGLE_EVENT_PATHS or path in BATCH_PATHS or path in GET_PATHS
+        self.metrics.request(path if known else "other", status, time.perf_counter() - started)
+
+    async def _route(self, scope: Scope, receive: Receive, path: str) -> tuple[int, bytes, bytes]:
+        method = scope["method"]
+        if path in GET_PATHS:
+            if method != "GET":
+                raise HTTPError(405, "method_not_allowed", f"{path} takes GET", headers=_ALLOW_GET)
+            return self._get(path)
+        kind = SINGLE_EVENT_PATHS.get(path)
+        if kind is None and path not in BATCH_PATHS:
+            raise HTTPError(404, "not_found", f"there is no {path[:100]!r}; see /openapi.json")
+        if method != "POST":
+            raise HTTPError(405, "method_not_allowed", f"{path} takes POST", headers=_ALLOW_POST)
+        return await self._post(scope, receive, kind)
+
+    def _get(self, path: str) -> tuple[int, bytes, bytes]:
+        if path == "/metrics":
+            return 200, self.metrics.render(), METRICS_CONTENT_TYPE
+        if path == "/openapi.json":
+            return 200, self._openapi, _JSON
+        healthy = self.appender is not None and self.appender.running and self.last_error is None
+        document = {
+            "status": "ok" if healthy else "failing",
+            "queuedBytes": self.appender.pending_bytes if self.appender else 0,
+        }
+        if self.last_error:
+            document["error"] = self.last_error
+        return (200 if healthy else 503), orjson.dumps(document), _JSON
+
+    async def _post(
+        self, scope: Scope, receive: Receive, kind: str | None
+    ) -> tuple[int, bytes, bytes]:
+        authorization = encoding = length = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                authorization = value
+            elif name == b"content-encoding":
+                encoding = value
+            elif name == b"content-length":
+                length = int(value) if value.isdigit() else None
+        limit = self.settings.max_request_bytes
+        try:
+            source = (
+                None
+                if authorization is None
+                else self.sources.source_of(basic_username(authorization))
+            )
+        except Unauthorized as error:
+            raise self._unauthorized(str(error)) from None
+        raw = decode(await read_body(receive, limit, length), encoding, limit)
+        try:
+            document = orjson.loads(raw)
+        except orjson.JSONDecodeError as error:
+            self.metrics.reject("invalid_json")
+            raise HTTPError(400, "invalid_json", f"the body is not valid JSON: {error}") from None
+        if type(document) is not dict:
+            self.metrics.reject("invalid_json")
+            raise HTTPError(400, "invalid_json", "the body must be a JSON object")
+        if source is None:
+            source = self._source_from_body(document.get("writeKey"))
+        if kind is not None:
+            return await self._single(document, kind, source)
+        return await self._batch(document, source)
+
+    def _source_from_body(self, write_key: object) -> str:
+        if type(write_key) is not str or not write_key:
+            raise self._unauthorized(
+                "no write key: send it as the Basic username or as writeKey in the body"
+            )
+        try:
+            return self.sources.source_of(write_key.encode())
+        except Unauthorized as error:
+            raise self._unauthorized(str(error)) from None
+
+    def _unauthorized(self, message: str) -> HTTPError:
+        self.metrics.reject("unauthorized")
+        return HTTPError(
+            401, "unauthorized", message, headers=((b"www-authenticate", b'Basic realm="exactly"'),)
+        )
+
+    async def _single(
+        self, event: dict[str, Any], kind: str, source: str
+    ) -> tuple[int, bytes, bytes]:
+        try:
+            normalised = normalise(event, Receipt.of(source), kind)
+        except InvalidEvent as error:
+            self.metrics.reject(error.code)
+            status = 413 if error.code == "too_large" else 400
+            raise HTTPError(status, error.code, error.message) from None
+        key, value = normalised.message_id.encode(), normalised.value
+        partition = partition_for(key, self.partitions)
+        await self._append(_pack(partition, len(key), len(value)) + key + value, 1, len(value))
+        self.metrics.accept(source, 1)
+        return 200, _OK, _JSON
+
+    async def _batch(self, document: dict[str, Any], source: str) -> tuple[int, bytes, bytes]:
+        events = document.get("batch")
+        if type(events) is not list or not events:
+            self.metrics.reject("invalid_batch")
+            raise HTTPError(400, "invalid_batch", "batch must be a non-empty list of events")
+        try:
+            receipt = Receipt.of(source, document)
+        except InvalidEvent as error:
+            self.metrics.reject(error.code, len(events))
+            raise HTTPError(400, error.code, error.message) from None
+        parts: list[bytes] = []
+        rejected: list[dict[str, Any]] = []
+        size = 0
+        partitions = self.partitions
+        for index, event in enumerate(events):
+            try:
+                message_id, value = normalise(event, receipt)
+            except InvalidEvent as error:
+                self.metrics.reject(error.code)
+                rejected.append(_rejection(index, event, error))
+                continue
+            key = message_id.encode()
+            size += len(value)
+            parts += (_pack(partition_for(key, partitions), len(key), len(value)), key, value)
+        accepted = len(events) - len(rejected)
+        listed = {"rejected": rejected[:MAX_LISTED_REJECTIONS]} if rejected else {}
+        if len(rejected) > MAX_LISTED_REJECTIONS:
+            listed["rejectedNotListed"] = len(rejected) - MAX_LISTED_REJECTIONS  # type: ignore[assignment]
+        if not accepted:
+            raise HTTPError(
+                400, "no_valid_events", "every event of the batch was rejected", extra=listed
+            )
+        await self._append(b"".join(parts), accepted, size)
+        self.metrics.accept(source, accepted)
+        return 200, orjson.dumps({"success": True, "accepted": accepted, **listed}), _JSON
+
+    async def _append(self, records: bytes, events: int, size: int) -> None:
+        """Wait until the events are durable; 503 when the queue is full or the log failed."""
+        assert self.appender is not None
+        retry = ((b"retry-after", str(self.settings.retry_after_seconds).encode()),)
+        try:
+            await self.appender.submit(records, size)
+        except QueueFull as error:
+            self.metrics.reject("queue_full", events)
+            raise HTTPError(503, "queue_full", str(error), headers=retry) from None
+        except LogUnavailable as error:
+            self.last_error = str(error)
+            self.metrics.reject("log_unavailable", events)
+            raise HTTPError(503, "log_unavailable", str(error), headers=retry) from None
+        self.last_error = None
+
+
+_pack = RECORD.pack
+_ALLOW_GET = ((b"allow", b"GET"),)
+_ALLOW_POST = ((b"allow", b"POST"),)
+
+
+def from_environment() -> CollectorApp:
+    """The factory the ASGI server calls in each worker: settings from the environment."""
+    return CollectorApp(CollectorSettings.from_environment())

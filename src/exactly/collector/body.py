@@ -1,0 +1,107 @@
+"""Reading a request body within its size limit, gzip included, and the HTTP errors it raises."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+
+_GZIP_OR_ZLIB = 32 + zlib.MAX_WBITS  # zlib detects either header
+
+
+class HTTPError(Exception):
+    """An answer other than success: status, a machine-readable code and a sentence."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        headers: tuple[tuple[bytes, bytes], ...] = (),
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers
+        self.extra = extra or {}
+
+    def body(self) -> bytes:
+        return orjson.dumps(
+            {"success": False, "code": self.code, "message": self.message, **self.extra}
+        )
+
+
+class ClientGone(Exception):
+    """The client disconnected before its body arrived; there is nobody to answer."""
+
+
+def too_large(limit: int) -> HTTPError:
+    return HTTPError(413, "too_large", f"the request body is larger than {limit} bytes")
+
+
+async def read_body(receive: Receive, limit: int, declared: int | None) -> bytes:
+    """The raw body, at most ``limit`` bytes (413 beyond, checked before reading if declared)."""
+    if declared is not None and declared > limit:
+        raise too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        chunk = message.get("body", b"")
+        if chunk:
+            size += len(chunk)
+            if size > limit:
+                raise too_large(limit)
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def decode(body: bytes, encoding: bytes | None, limit: int) -> bytes:
+    """``body`` without its Content-Encoding (gzip, x-gzip, deflate or identity), within ``limit``.
+
+    Decompression stops at ``limit`` + 1 bytes, so a small body that inflates hugely costs no
+    more than a large plain one.
+    """
+    if encoding is None:
+        return body
+    name = encoding.strip().lower()
+    if name in (b"", b"identity"):
+        return body
+    if name not in (b"gzip", b"x-gzip", b"deflate"):
+        raise HTTPError(
+            415,
+            "unsupported_encoding",
+            "Content-Encoding must be gzip, deflate or identity",
+        )
+    parts: list[bytes] = []
+    size = 0
+    rest = body
+    try:
+        while True:
+            inflater = zlib.decompressobj(_GZIP_OR_ZLIB)
+            part = inflater.decompress(rest, limit + 1 - size)
+            size += len(part)
+            if size > limit or inflater.unconsumed_tail:
+                raise too_large(limit)
+            parts.append(part)
+            if not inflater.eof:
+                raise HTTPError(400, "invalid_encoding", "the compressed body is truncated")
+            rest = inflater.unused_data
+            if not rest.strip(b"\0"):  # gzip members may be followed by zero padding
+                break
+    except zlib.error as error:
+        raise HTTPError(
+            400, "invalid_encoding", f"the body is not valid {name.decode()}: {error}"
+        ) from None
+    return b"".join(parts)

@@ -1,0 +1,75 @@
+"""The collector's settings: one frozen model, passed to every worker process as JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+from exactly.errors import ConfigError
+
+ENVIRONMENT_KEY = "EXACTLY_COLLECTOR_SPEC"
+MAX_REQUEST_BYTES = 500 * 1024
+SOURCE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+
+
+class Source(BaseModel):
+    """A source of events: its name (stored with each event as ``sourceId``) and write key."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=SOURCE_NAME.pattern)
+    write_key: SecretStr = Field(min_length=1)
+
+
+class CollectorSettings(BaseModel):
+    """Everything a collector worker needs; built by ``exactly collect`` from flags and env."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    log_url: str
+    max_record_bytes: int = Field(1024 * 1024, gt=0)
+    topic: str = "raw"
+    partitions: int = Field(8, ge=1, le=4096, description="partitions of the topic, if created")
+    sources: tuple[Source, ...] = ()
+    max_request_bytes: int = Field(MAX_REQUEST_BYTES, ge=1024)
+    max_pending_bytes: int = Field(
+        64 * 1024 * 1024, ge=MAX_REQUEST_BYTES, description="events queued for the log at most"
+    )
+    retry_after_seconds: int = Field(1, ge=1)
+
+    def to_environment(self) -> dict[str, str]:
+        """The settings as an environment variable for worker processes (keys included)."""
+        document = self.model_dump(mode="json")
+        document["sources"] = [
+            {"name": source.name, "write_key": source.write_key.get_secret_value()}
+            for source in self.sources
+        ]
+        return {ENVIRONMENT_KEY: json.dumps(document)}
+
+    @classmethod
+    def from_environment(cls) -> CollectorSettings:
+        raw = os.environ.get(ENVIRONMENT_KEY)
+        if raw is None:
+            raise ConfigError(
+                f"{ENVIRONMENT_KEY} is not set: start collectors with exactly collect"
+            )
+        try:
+            return cls.model_validate_json(raw)
+        except ValidationError as error:
+            first = error.errors()[0]["msg"]
+            raise ConfigError(f"{ENVIRONMENT_KEY} is not valid: {first}") from error
+
+
+def parse_source(text: str) -> Source:
+    """``NAME=WRITE_KEY`` as a :class:`Source`; :class:`ConfigError` naming the problem."""
+    name, sep, key = text.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"a source is NAME=WRITE_KEY, not {name!r}")
+    if not SOURCE_NAME.match(name):
+        raise ConfigError(
+            f"source name {name!r} is not allowed: use 1 to 100 letters, digits, '.', '_' or '-'"
+        )
+    return Source(name=name, write_key=SecretStr(key))

@@ -1,0 +1,161 @@
+"""A real collector for tests: ``exactly collect`` as a subprocess on a free port, always stopped.
+
+The collector runs in its own session (process group) so that stopping it, gracefully or with
+SIGKILL, reaches its granian worker and appender processes too; an ``atexit`` hook kills the group
+if a test run dies before the ``with`` block ends.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+from exactly.log import LogRecord, open_log
+from tests.servers import free_port
+
+KEYS = {"web": "web-key-0123", "app": "app-key-4567"}
+
+
+def basic(key: str) -> tuple[str, str]:
+    """httpx auth for a write key: the Basic username, an empty password (as the SDKs send)."""
+    return (key, "")
+
+
+class Collector:
+    """``exactly collect`` with a sqlite log under ``data_dir``; ``url`` once started."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        sources: dict[str, str] | None = None,
+        workers: int = 1,
+        args: tuple[str, ...] = (),
+        log_url: str | None = None,
+        topic: str = "raw",
+    ) -> None:
+        self.data_dir = data_dir
+        self.sources = KEYS if sources is None else sources
+        self.workers = workers
+        self.args = args
+        self.topic = topic
+        self._log_url = log_url
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self.output = data_dir / "collector.out"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_url(self) -> str:
+        return self._log_url or f"sqlite://{self.data_dir / 'log'}"
+
+    def start(self, *, timeout: float = 60.0) -> Collector:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        command = [
+            sys.executable, "-m", "exactly", "--data-dir", str(self.data_dir), "collect",
+            "--port", str(self.port), "--workers", str(self.workers), "--topic", self.topic,
+            "--log", self.log_url, *self.args,
+        ]  # fmt: skip
+        for name, key in self.sources.items():
+            command += ["--source", f"{name}={key}"]
+        with self.output.open("ab") as output:
+            self.process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=output, stderr=output,
+                start_new_session=True,
+            )  # fmt: skip
+        atexit.register(self._kill_group, self.process.pid)
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the collector exited: {self.tail()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    return self
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"the collector did not become healthy: {self.tail()}")
+            time.sleep(0.05)
+
+    def tail(self) -> str:
+        try:
+            return self.output.read_text(errors="replace")[-3000:]
+        except OSError:
+            return ""
+
+    @staticmethod
+    def _kill_group(pid: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+
+    def kill(self) -> None:
+        """SIGKILL the collector and every process it started; wait for them to be gone."""
+        if self.process is None:
+            return
+        self._kill_group(self.process.pid)
+        self.process.wait(timeout=30)
+        self._wait_group_gone(self.process.pid)
+
+    def stop(self, *, timeout: float = 30.0) -> int | None:
+        """SIGTERM (graceful: queued events are appended), SIGKILL after ``timeout``."""
+        if self.process is None:
+            return None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+        self._wait_group_gone(self.process.pid, kill_after=timeout)
+        return code
+
+    def _wait_group_gone(self, pgid: int, kill_after: float = 10.0) -> None:
+        """Wait until no process of the group is left (SIGKILL after ``kill_after``)."""
+        deadline = time.monotonic() + kill_after
+        while time.monotonic() < deadline + 10:  # then only zombies nobody reaps could be left
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            if time.monotonic() > deadline:
+                self._kill_group(pgid)
+            time.sleep(0.05)
+
+    def __enter__(self) -> Collector:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def records(self) -> list[LogRecord]:
+        """Every record of the collector's topic, partition by partition."""
+        return read_all(self.log_url, self.topic)
+
+
+def read_all(log_url: str, topic: str = "raw") -> list[LogRecord]:
+    found: list[LogRecord] = []
+    with open_log(log_url) as log:
+        for partition in range(log.describe(topic).partitions):
+            offset = 0
+            while batch := log.read(topic, partition, offset, max_records=10_000):
+                found += batch
+                offset = batch[-1].offset + 1
+    return found
