@@ -6,14 +6,19 @@ with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from exactly.log import Log, open_log
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 LOG_BACKENDS = ["sqlite", "kafka"]
@@ -38,6 +43,52 @@ def kafka_url() -> Iterator[str]:
         yield broker.url
 
 
+LOCAL_REDIS = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture(scope="session")
+def redis_servers() -> Iterator[list[str]]:
+    """Three Redis servers for the redis dedupe store: the local one when it answers, else a
+    started one, then two ``redis-server`` processes on free ports (stopped at the end).
+
+    Tests share them, each under a namespace of its own (:func:`redis_namespace`).
+    """
+    from tests.servers import RedisServer, redis_answers, redis_available
+
+    require(redis_available())
+    with contextlib.ExitStack() as stack:
+        urls = [] if not redis_answers(LOCAL_REDIS) else [LOCAL_REDIS]
+        while len(urls) < 3:
+            urls.append(stack.enter_context(RedisServer()).url)
+        yield urls
+        if urls[0] == LOCAL_REDIS:  # what this session left on the shared server
+            import redis
+
+            client = redis.Redis.from_url(LOCAL_REDIS)
+            for key in client.scan_iter(f"{REDIS_SESSION}:*", count=1000):
+                client.unlink(key)
+
+
+REDIS_SESSION = f"exactly-test:{uuid.uuid4().hex[:8]}"
+
+
+def redis_namespace() -> str:
+    """A key prefix of one test's own, under this session's (removed at its end)."""
+    return f"{REDIS_SESSION}:{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def redis_store_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a test parametrised with ``store="redis"``: two shards and a namespace of its own, in
+    the ``EXACTLY_DEDUPE__REDIS*`` variables the job (and a child process) reads."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is None or callspec.params.get("store") != "redis":
+        return
+    urls = request.getfixturevalue("redis_servers")
+    monkeypatch.setenv("EXACTLY_DEDUPE__REDIS", ",".join(urls[:2]))
+    monkeypatch.setenv("EXACTLY_DEDUPE__REDIS_NAMESPACE", redis_namespace())
+
+
 @pytest.fixture(params=LOG_BACKENDS)
 def log_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The URL of an empty log (sqlite) or of the shared broker (kafka) for one test."""
@@ -51,6 +102,30 @@ def log_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def log(log_url: str) -> Iterator[Log]:
     with open_log(log_url) as opened:
         yield opened
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    """One local Spark for the whole session: 2 cores, up to 3 attempts per task, fast JVM start."""
+    from exactly.config import Settings
+    from exactly.spark.session import build_session
+
+    before = os.environ.get("JDK_JAVA_OPTIONS")
+    os.environ["JDK_JAVA_OPTIONS"] = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    try:
+        session = build_session(
+            Settings(data_dir=tmp_path_factory.mktemp("spark")),
+            "exactly-tests",
+            master="local[2,3]",
+            conf={"spark.sql.shuffle.partitions": "2"},
+        )
+    finally:
+        if before is None:
+            del os.environ["JDK_JAVA_OPTIONS"]
+        else:
+            os.environ["JDK_JAVA_OPTIONS"] = before
+    yield session
+    session.stop()
 
 
 @pytest.fixture

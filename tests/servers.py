@@ -11,6 +11,7 @@ import atexit
 import contextlib
 import functools
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -156,6 +157,86 @@ class TansuBroker:
             self.log_path = None
 
     def __enter__(self) -> TansuBroker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def redis_available() -> str | None:
+    """None when ``redis-server`` can be started, else why not (a skip reason)."""
+    if shutil.which("redis-server") is None:
+        return "no redis-server on PATH for the extra Redis shards: apt-get install redis-server"
+    return None
+
+
+def redis_answers(url: str) -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+class RedisServer:
+    """A ``redis-server`` on a free port of 127.0.0.1 that keeps nothing on disk."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self._atexit_kill: functools.partial[None] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                tempfile.gettempdir(),
+                "--loglevel",
+                "warning",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self._atexit_kill = functools.partial(_kill, self.process)
+        atexit.register(self._atexit_kill)
+        deadline = time.monotonic() + 10
+        while not redis_answers(self.url):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"redis-server on port {self.port} did not start")
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None:
+            _kill(self.process)
+            self.process = None
+        if self._atexit_kill is not None:
+            atexit.unregister(self._atexit_kill)
+            self._atexit_kill = None
+
+    def __enter__(self) -> RedisServer:
         return self.start()
 
     def __exit__(

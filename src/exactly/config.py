@@ -38,6 +38,26 @@ class SparkSettings(BaseModel):
     master: str = Field("local[*]", description="Spark master URL")
 
 
+class AggregateTableSettings(BaseModel):
+    """A user-defined aggregate table: ``[[aggregate.tables]]`` (see docs/aggregate.md)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="SQL table name")
+    group_by: dict[str, str] = Field(description="column name -> Spark SQL expression")
+    measures: dict[str, str] = Field(description="column name -> count(...) or sum(...)")
+
+
+class AggregateSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str | None = Field(None, description="sqlite:///FILE or postgresql://...")
+    tables: tuple[AggregateTableSettings, ...] = Field((), description="user-defined tables")
+    retry_seconds: float = Field(
+        600.0, ge=0, description="how long a micro-batch retries an unavailable database"
+    )
+
+
 class Settings(BaseSettings):
     """Everything configurable; build it with :func:`load_settings`."""
 
@@ -48,10 +68,15 @@ class Settings(BaseSettings):
     data_dir: Path = Field(Path(".exactly"), description="where every embedded default lives")
     log: LogSettings = LogSettings()
     spark: SparkSettings = SparkSettings()
+    aggregate: AggregateSettings = AggregateSettings()
 
     @property
     def log_url(self) -> str:
         return self.log.url or f"sqlite://{self.data_dir.resolve() / 'log'}"
+
+    @property
+    def aggregate_url(self) -> str:
+        return self.aggregate.url or f"sqlite://{self.data_dir.resolve() / 'aggregates.db'}"
 
     @classmethod
     def settings_customise_sources(

@@ -54,3 +54,35 @@ class InvalidRecord(LogError):
 
 class LogUnavailable(LogError):
     """The log backend cannot be reached or did not answer in time."""
+
+
+class Fenced(LogError):
+    """A fenced partition writer was superseded: a newer writer with the same id opened since."""
+
+
+class StreamError(ExactlyError):
+    """A Spark source or sink of the log was used in a way that would break its guarantee."""
+
+
+class TopicOwned(StreamError):
+    """The topic is written by another streaming query's sink."""
+
+
+class DedupeError(ExactlyError):
+    """Base of errors of the dedupe stores and the dedupe job."""
+
+
+class InvalidId(DedupeError):
+    """A messageId or an owner cannot be packed for a dedupe store (empty, out of range)."""
+
+
+class StoreUnavailable(DedupeError):
+    """A dedupe store cannot be opened or reached (locked by another process, server down)."""
+
+
+class AggregateError(ExactlyError):
+    """Base of errors of the aggregate job, its database and its audit."""
+
+
+class DatabaseUnavailable(AggregateError):
+    """The aggregate database could not be reached for longer than the job retries."""

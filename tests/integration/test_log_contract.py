@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from exactly.errors import (
+    Fenced,
     InvalidLogURL,
     InvalidRecord,
     InvalidTopicName,
@@ -78,6 +79,7 @@ def test_offsets_dense_and_ordered_per_partition(log: Log, topic: str) -> None:
     assert values(read_all(log, topic, 0)) == [b"a", b"b", b"c"]
     assert values(read_all(log, topic, 1)) == [b"x"]
     assert log.end_offsets(topic) == {0: 3, 1: 1}
+    assert [log.end_offset(topic, p) for p in (0, 1)] == [3, 1]
 
 
 def test_record_fields_round_trip(log: Log, topic: str) -> None:
@@ -291,3 +293,73 @@ def test_reserved_header_names(log: Log, topic: str) -> None:
     log.create_topic(topic, 1)
     with pytest.raises(InvalidRecord, match="reserved"):
         log.append(topic, 0, [Record(b"a", headers=(("exactly.seq", b"1"),))])
+
+
+# -- fenced writers -----------------------------------------------------------------------------
+
+
+def test_writer_appends_after_what_is_there(log: Log, topic: str) -> None:
+    log.create_topic(topic, 2)
+    log.append(topic, 0, [Record(b"plain")])
+    with log.open_writer(topic, 0, "sink-a") as writer:
+        writer.append([Record(b"a", key=b"k", headers=(("h", b"1"),), timestamp=7), Record(b"b")])
+        writer.append([])
+        writer.append([Record(b"c")])
+        writer.commit()
+    records = read_all(log, topic, 0)
+    assert values(records) == [b"plain", b"a", b"b", b"c"]
+    assert (records[1].key, records[1].headers, records[1].timestamp) == (b"k", (("h", b"1"),), 7)
+    assert read_all(log, topic, 1) == []
+    log.append(topic, 0, [Record(b"after")])  # plain appends still work beside fenced writers
+    assert values(read_all(log, topic, 0))[-1] == b"after"
+
+
+def test_newer_writer_fences_older(log_url: str, log: Log, topic: str) -> None:
+    log.create_topic(topic, 2)
+    old = log.open_writer(topic, 0, "sink-a")
+    old.append([Record(b"old")])
+    old.commit()
+    with open_log(log_url) as elsewhere:  # as another process would
+        new = elsewhere.open_writer(topic, 0, "sink-a")
+        with pytest.raises(Fenced, match="fenced"):
+            old.append([Record(b"zombie")])
+            old.commit()
+        old.close()
+        # other writer ids and other partitions are not fenced
+        with log.open_writer(topic, 0, "sink-b") as peer:
+            peer.append([Record(b"peer")])
+            peer.commit()
+        with log.open_writer(topic, 1, "sink-a") as neighbour:
+            neighbour.append([Record(b"neighbour")])
+            neighbour.commit()
+        new.append([Record(b"new")])
+        new.commit()
+        new.close()
+    assert values(read_all(log, topic, 0)) == [b"old", b"peer", b"new"]
+    assert values(read_all(log, topic, 1)) == [b"neighbour"]
+
+
+def test_writer_arguments_checked(log: Log, topic: str) -> None:
+    log.create_topic(topic, 1)
+    with pytest.raises(PartitionOutOfRange):
+        log.open_writer(topic, 1, "w")
+    with pytest.raises(InvalidRecord):
+        log.open_writer(topic, 0, "")
+    with pytest.raises(UnknownTopic):
+        log.open_writer(f"{topic}-missing", 0, "w")
+    with log.open_writer(topic, 0, "w") as writer, pytest.raises(InvalidRecord, match="reserved"):
+        writer.append([Record(b"a", headers=(("exactly.seq", b"1"),))])
+
+
+def test_reads_from_any_offset_after_writer_commits(log: Log, topic: str) -> None:
+    """Kafka commits leave marker offsets; a read from any offset, a marker's too, must return."""
+    log.create_topic(topic, 1)
+    for batch in ([b"a", b"b"], [b"c"]):
+        with log.open_writer(topic, 0, "w") as writer:
+            writer.append([Record(value) for value in batch])
+            writer.commit()
+    end = log.end_offsets(topic)[0]
+    stored = read_all(log, topic, 0)
+    assert values(stored) == [b"a", b"b", b"c"]
+    for offset in range(end + 2):
+        assert read_all(log, topic, 0, offset) == [r for r in stored if r.offset >= offset]

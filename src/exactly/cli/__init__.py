@@ -84,13 +84,31 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _register() -> None:
-    from exactly.cli import collect, demo, doctor, import_file, log
+    from exactly.cli import (
+        aggregate,
+        collect,
+        copy,
+        dedupe,
+        demo,
+        doctor,
+        import_file,
+        log,
+        sink,
+        status,
+    )
 
     app.add_typer(log.app, name="log")
+    app.add_typer(sink.app, name="sink")
+    app.command("copy")(copy.copy)
     app.command("doctor")(doctor.doctor)
     app.command("demo")(demo.demo)
     app.command("collect")(collect.collect)
     app.command("import")(import_file.import_file)
+    app.command("dedupe")(dedupe.dedupe)
+    app.command("status")(status.status)
+    app.command("aggregate")(aggregate.aggregate)
+    app.command("stats")(aggregate.stats)
+    app.command("audit")(aggregate.audit)
 
 
 _register()

@@ -1,49 +1,59 @@
-"""``exactly demo``: the most complete pipeline that exists so far, on the embedded defaults."""
+"""``exactly demo``: the whole pipeline so far, collector to aggregates, on embedded defaults."""
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from exactly.cli.context import context
-from exactly.demo import run_demo
 
 
 def demo(
     ctx: typer.Context,
-    events: Annotated[int, typer.Option(help="Events to generate.", min=1)] = 200_000,
-    partitions: Annotated[int, typer.Option(help="Partitions of the demo topic.", min=1)] = 4,
-    topic: Annotated[str, typer.Option(help="Topic to write.")] = "demo",
+    events: Annotated[int, typer.Option(help="Distinct events the clients send.", min=1)] = 100_000,
+    partitions: Annotated[
+        int, typer.Option(help="Partitions of raw and events (when created).", min=1)
+    ] = 4,
 ) -> None:
-    """Append generated events durably through the log, read them back, print counts and rates."""
+    """Send generated events (with client retries) through collector, dedupe and aggregate.
+
+    Prints the aggregates, the duplicates dropped and the audit (a recount from events); exits 1
+    if the audit finds a difference. Everything lives under the data dir; a rerun adds to it.
+    """
+    from exactly.aggregate.audit import render
+    from exactly.aggregate.spec import EVENT_COUNTS
+    from exactly.cli.aggregate import print_counts
+    from exactly.demo import run_pipeline
+
     console = Console(soft_wrap=True)
-    with context(ctx).open_log() as log:
-        console.print(f"log {log.url}: appending {events:,} events to topic {topic!r} ...")
-        result = run_demo(log, topic, partitions, events)
-    table = Table("partition", "records read")
-    for partition, count in result.per_partition.items():
-        table.add_row(str(partition), f"{count:,}")
-    console.print(table)
-    mb = result.bytes_appended / 1e6
+    settings = context(ctx).settings
+    result = run_pipeline(settings, events, partitions, lambda line: print(line, file=sys.stderr))
+    traffic = result.traffic
+    console.print("event counts by hour (exactly stats; --by minute for minutes):")
+    print_counts(result.stats, "hour", console)
+    seconds = result.seconds
     console.print(
-        f"appended {result.appended:,} events ({mb:.1f} MB) durably in "
-        f"{result.append_seconds:.2f} s: {result.appended / result.append_seconds:,.0f} events/s"
+        f"sent {traffic.events:,} events in {traffic.requests:,} batch requests "
+        f"({traffic.distinct:,} distinct; {traffic.resent:,} sent twice by retrying clients) in "
+        f"{seconds['collect']:.1f} s: {traffic.events / max(traffic.seconds, 1e-9):,.0f} events/s"
     )
     console.print(
-        f"read back {result.read:,} events in {result.read_seconds:.2f} s: "
-        f"{result.read / max(result.read_seconds, 1e-9):,.0f} events/s"
+        f"dedupe: {result.raw:,} records in raw -> {result.events:,} events, "
+        f"{result.duplicates_dropped:,} duplicates dropped ({seconds['dedupe']:.1f} s)"
     )
     console.print(
-        f"resent the last batch of partition 0 with its sequence ids: "
-        f"{result.resent_dropped:,} of {result.resent:,} dropped as duplicates"
+        f"aggregate: {result.counted:,} events counted into event_counts "
+        f"({seconds['aggregate']:.1f} s)"
     )
-    exact = result.read == result.appended == result.distinct_ids
-    console.print(
-        f"check: {result.distinct_ids:,} distinct messageIds, "
-        + ("every event once" if exact else "MISMATCH")
-    )
+    for line in render(result.audit, [EVENT_COUNTS]):
+        console.print(line, highlight=False)
+    exact = result.audit.exact and result.events == traffic.distinct
+    if result.events != traffic.distinct:
+        console.print(
+            f"MISMATCH: {traffic.distinct:,} distinct events sent, {result.events:,} kept"
+        )
     if not exact:
         raise typer.Exit(1)

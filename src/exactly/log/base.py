@@ -7,11 +7,17 @@ contract:
 * **Durable on return.** When :meth:`Log.append` returns, its records survive a crash of the
   appending process and of the machine (fsync, or acks from all in-sync replicas).
 * **Offsets are dense and stable.** The records of one append get consecutive offsets, in order.
+  One exception: on Kafka, each commit of a fenced writer (a transaction) ends with a marker that
+  takes an offset no record has, so readers must step over gaps, never count offsets.
 * **Producer idempotency** (Pulsar's design, DESIGN.md boundary 2). An append may carry a producer
   name and one sequence id per record. A record whose sequence id is not above the last one stored
   for that producer on that partition is dropped and reported as a duplicate, and
   :meth:`Log.last_sequence` survives restarts, so a producer that crashed can resume where its
   durable appends ended. One producer name has one writer at a time per partition.
+* **Fenced writers** (DESIGN.md boundary 4). :meth:`Log.open_writer` returns a writer of one
+  partition that fences every writer opened before it with the same (topic, partition, writer id):
+  from then on their appends fail with :class:`~exactly.errors.Fenced`, so a stale task (a zombie)
+  cannot add to a partition after its successor read the partition's tail to resume.
 
 Backends implement the ``_``-prefixed methods; validation lives here once, so every backend rejects
 the same bad input with the same error.
@@ -28,6 +34,7 @@ from types import TracebackType
 from typing import NamedTuple
 
 from exactly.errors import (
+    Fenced,
     InvalidRecord,
     InvalidTopicName,
     PartitionOutOfRange,
@@ -109,6 +116,55 @@ def accept_sequences(last: int | None, sequences: Sequence[int]) -> tuple[list[b
         if fresh:
             last = sequence
     return accepted, last
+
+
+class PartitionWriter(ABC):
+    """A fenced writer of one partition, from :meth:`Log.open_writer`.
+
+    Guarantee: once :meth:`commit` returns, every record appended since the previous commit is
+    durable and visible to readers, in append order, after the records that were in the partition
+    when this writer opened; and none of them is stored once a newer writer with the same
+    (topic, partition, writer id) has opened: the append or commit that would store it raises
+    :class:`~exactly.errors.Fenced` instead. Before :meth:`commit`, backends differ: sqlite stores
+    each append when it returns, Kafka at commit (one transaction per commit). A writer that dies
+    may therefore leave a prefix of its appends, and its successor reads the tail to learn which.
+    One thread uses a writer at a time.
+    """
+
+    topic: str
+    partition: int
+    writer_id: str
+
+    @abstractmethod
+    def append(self, records: Sequence[Record]) -> None:
+        """Append ``records`` (validated like :meth:`Log.append`) after the previous ones."""
+
+    @abstractmethod
+    def commit(self) -> None:
+        """Make every record appended so far durable and visible; raises Fenced if superseded."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the writer; records appended since the last commit may be dropped."""
+
+    def __enter__(self) -> PartitionWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def fenced(topic: str, partition: int, writer_id: str) -> Fenced:
+    """The error every backend raises for an append by a superseded writer."""
+    return Fenced(
+        f"writer {writer_id!r} of {topic!r} partition {partition} was fenced: a newer writer with "
+        "the same id opened since (a retried or restarted task); this one must stop"
+    )
 
 
 def now_ms() -> int:
@@ -227,6 +283,27 @@ class Log(ABC):
         self.describe(topic)
         return self._end_offsets(topic)
 
+    def end_offset(self, topic: str, partition: int) -> int:
+        """The offset the next record appended to ``partition`` will get."""
+        self._check_partition(topic, partition)
+        return self._end_offset(topic, partition)
+
+    def _end_offset(self, topic: str, partition: int) -> int:
+        """From :meth:`_end_offsets`; a backend that can ask about one partition overrides this."""
+        return self._end_offsets(topic)[partition]
+
+    def open_writer(self, topic: str, partition: int, writer_id: str) -> PartitionWriter:
+        """Open a fenced writer of one partition (see :class:`PartitionWriter`).
+
+        Opening fences every writer opened earlier, in any process, with the same ``topic``,
+        ``partition`` and ``writer_id``; writers with other ids, plain appends and other
+        partitions are not affected.
+        """
+        self._check_partition(topic, partition)
+        if not isinstance(writer_id, str) or not 1 <= len(writer_id) <= 200:
+            raise InvalidRecord("a writer id is 1 to 200 characters")
+        return self._open_writer(topic, partition, writer_id)
+
     # -- consumer groups ------------------------------------------------------------------------
 
     def commit_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
@@ -286,12 +363,15 @@ class Log(ABC):
                 raise InvalidRecord(f"record {index}: the value must be bytes")
             if key is not None and not isinstance(key, bytes):
                 raise InvalidRecord(f"record {index}: the key must be bytes or None")
-            if record.headers and any(name in RESERVED_HEADERS for name, _ in record.headers):
-                raise InvalidRecord(
-                    f"record {index}: header names {sorted(RESERVED_HEADERS)} are reserved"
-                )
-            quick = len(value) + (len(key) if key is not None else 0)
-            if quick > limit or (record.headers and record.size > limit):
+            size = len(value) + (len(key) if key is not None else 0)
+            if record.headers:  # a plain loop: the sink marks every record with a header
+                for name, data in record.headers:
+                    if name in RESERVED_HEADERS:
+                        raise InvalidRecord(
+                            f"record {index}: header names {sorted(RESERVED_HEADERS)} are reserved"
+                        )
+                    size += len(name) + len(data)
+            if size > limit:
                 raise RecordTooLarge(
                     f"record {index} is {record.size} bytes; this log accepts at most "
                     f"{self.max_record_bytes} (set log.max_record_bytes to raise the limit)"
@@ -325,6 +405,9 @@ class Log(ABC):
 
     @abstractmethod
     def _end_offsets(self, topic: str) -> dict[int, int]: ...
+
+    @abstractmethod
+    def _open_writer(self, topic: str, partition: int, writer_id: str) -> PartitionWriter: ...
 
     @abstractmethod
     def _commit_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None: ...

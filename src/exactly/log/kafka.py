@@ -18,6 +18,16 @@ Why not Kafka transactional ids: they fence a zombie producer, but a restarted p
 nothing from them about which of its records were stored, so it still needs a durable sequence
 position to resume from. Headers plus a tail read give that position with no broker feature beyond
 produce and fetch, so they work on every Kafka-protocol broker, Tansu included.
+
+Fenced writers (:meth:`KafkaLog.open_writer`, DESIGN.md boundary 4) are transactional producers
+with ``transactional.id = exactly.<topic>.<partition>.<writer id>``: ``init_transactions`` of a new
+writer fences the older producer of that id (its later produce and commit fail with
+PRODUCER_FENCED, raised as :class:`~exactly.errors.Fenced`) and ends its open transaction; each
+:meth:`~exactly.log.base.PartitionWriter.commit` commits one transaction, whose marker takes one
+offset. TANSU QUIRK: Tansu (v0.6) fences correctly but does not hide aborted transactions from
+``read_committed`` readers: what a fenced producer produced before it was fenced stays visible.
+The sink is exactly-once either way because its successor reads the tail with the same isolation
+as every reader: records visible to readers are the records it counts as written.
 """
 
 from __future__ import annotations
@@ -49,9 +59,11 @@ from exactly.log.base import (
     Header,
     Log,
     LogRecord,
+    PartitionWriter,
     Record,
     TopicInfo,
     accept_sequences,
+    fenced,
     now_ms,
 )
 
@@ -65,6 +77,7 @@ _UNKNOWN = {
     KafkaError._UNKNOWN_TOPIC,
     KafkaError._UNKNOWN_PARTITION,
 }
+_FENCED_CODES = {KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._FENCED}
 _NO_LIMIT = 1 << 62
 _T = TypeVar("_T")
 
@@ -127,9 +140,10 @@ class KafkaLog(Log):
         producer["message.max.bytes"] = max_record_bytes + 64 * 1024
         reader = {"group.id": "exactly.reader", "enable.partition.eof": True}
         reader["fetch.wait.max.ms"] = 10  # Tansu answers a fetch inside a batch only after a wait
+        self._producer_config: dict[str, Any] = {**producer, **self._common, **_FORCED}
         try:
             self._admin = AdminClient(self._common)
-            self._producer = Producer({**producer, **self._common, **_FORCED})
+            self._producer = Producer(self._producer_config)
             self._reader = self._consumer(reader)
             self._prober = self._consumer(reader)
         except KafkaException as error:
@@ -356,6 +370,9 @@ class KafkaLog(Log):
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
                     self._note_end(topic, partition, offset)
+                    # the consumer is now at the end, past any transaction marker: record that,
+                    # or a later read from the marker's offset would wait for a second EOF
+                    starts[partition] = max(starts[partition], offset)
                     pending.discard(partition)
                 elif error.code() in _UNKNOWN:
                     raise self._error(f"read from {topic!r}", error, topic)
@@ -376,6 +393,9 @@ class KafkaLog(Log):
 
     def _end_offsets(self, topic: str) -> dict[int, int]:
         return self._partition_ends(topic, list(range(self._describe(topic).partitions)))
+
+    def _end_offset(self, topic: str, partition: int) -> int:
+        return self._partition_ends(topic, [partition])[partition]
 
     def _partition_ends(self, topic: str, partitions: list[int]) -> dict[int, int]:
         # TANSU QUIRK: Tansu (v0.6) reports the high watermark (ListOffsets, hence
@@ -410,6 +430,9 @@ class KafkaLog(Log):
         with self._lock:
             if end > self._ends.get((topic, partition), 0):
                 self._ends[(topic, partition)] = end
+
+    def _open_writer(self, topic: str, partition: int, writer_id: str) -> PartitionWriter:
+        return KafkaWriter(self, topic, partition, writer_id)
 
     # -- consumer groups ------------------------------------------------------------------------
 
@@ -535,6 +558,84 @@ class KafkaLog(Log):
             f"could not {what} on the Kafka log at {self.url} ({error}); check that the broker "
             "is running and reachable (exactly doctor)"
         )
+
+
+class KafkaWriter(PartitionWriter):
+    """A fenced writer of one partition: a transactional producer, one transaction per commit.
+
+    Appends are queued to the broker without waiting; :meth:`commit` waits for all of them and
+    commits the transaction, so a writer that dies before committing leaves nothing visible
+    (on Kafka; see the module docstring for Tansu).
+    """
+
+    def __init__(self, log: KafkaLog, topic: str, partition: int, writer_id: str) -> None:
+        self._log = log
+        self.topic, self.partition, self.writer_id = topic, partition, writer_id
+        self._in_transaction = False
+        config = {**log._producer_config, "transactional.id": self.transactional_id}
+        self._producer = Producer(config)
+        self._call("start a transactional writer", self._producer.init_transactions, log.timeout)
+
+    @property
+    def transactional_id(self) -> str:
+        return f"exactly.{self.topic}.{self.partition}.{self.writer_id}"
+
+    def append(self, records: Sequence[Record]) -> None:
+        self._log._check_records(records)
+        if not records:
+            return
+        if not self._in_transaction:
+            self._call("begin a transaction", self._producer.begin_transaction)
+            self._in_transaction = True
+        deadline = time.monotonic() + self._log.timeout
+        for record in records:
+            while True:
+                try:
+                    self._producer.produce(
+                        self.topic,
+                        value=bytes(record.value),
+                        key=None if record.key is None else bytes(record.key),
+                        partition=self.partition,
+                        headers=list(record.headers),
+                        timestamp=now_ms() if record.timestamp is None else record.timestamp,
+                    )
+                    break
+                except BufferError:  # the local queue is full: let deliveries drain
+                    if time.monotonic() > deadline:
+                        raise self._log._error(
+                            f"append to {self.topic!r}", "local queue full", self.topic
+                        ) from None
+                    self._producer.poll(0.01)
+                except KafkaException as error:
+                    raise self._failure("append", error) from error
+        self._producer.poll(0)
+
+    def commit(self) -> None:
+        if not self._in_transaction:
+            return
+        self._call("commit a transaction", self._producer.commit_transaction, self._log.timeout)
+        self._in_transaction = False
+
+    def close(self) -> None:
+        if self._in_transaction:
+            self._in_transaction = False
+            with contextlib.suppress(KafkaException):
+                self._producer.abort_transaction(self._log.timeout)
+
+    def _call(self, what: str, call: Callable[..., None], *args: Any) -> None:
+        try:
+            call(*args)
+        except KafkaException as error:
+            raise self._failure(what, error) from error
+
+    def _failure(self, what: str, error: KafkaException) -> LogError:
+        cause = error.args[0]
+        if isinstance(cause, KafkaError) and cause.code() in _FENCED_CODES:
+            self._in_transaction = False  # nothing left to abort: the successor ended it
+            return fenced(self.topic, self.partition, self.writer_id)
+        if isinstance(cause, KafkaError) and cause.txn_requires_abort():
+            self.close()
+        return self._log._error(what, cause, self.topic)
 
 
 def _own(headers: tuple[Header, ...]) -> tuple[Header, ...]:

@@ -20,6 +20,13 @@ The commit protocol of one write transaction (several appends grouped together):
 
 Within a process, appends from concurrent threads wait in a queue while the previous transaction
 commits and syncs, and are then committed together: that is the group commit.
+
+Fenced writers (:meth:`SqliteLog.open_writer`): the table ``writers`` holds an epoch per
+(writer id, partition). Opening a writer increments it in a write transaction and keeps the new
+value; each of the writer's appends first reads the epoch inside its own write transaction (step 2)
+and stores nothing if it changed. The check and the insert share the transaction and the topic's
+lock, so no append of a superseded writer can land after its successor opened. Plain appends never
+touch the table.
 """
 
 from __future__ import annotations
@@ -45,9 +52,11 @@ from exactly.log.base import (
     Header,
     Log,
     LogRecord,
+    PartitionWriter,
     Record,
     TopicInfo,
     accept_sequences,
+    fenced,
     now_ms,
 )
 
@@ -55,7 +64,12 @@ OFFSET_BITS = 40
 MAX_GROUP = 256  # appends merged into one transaction at most
 SUFFIX = ".sqlite"
 
-_SCHEMA = """
+_WRITERS = """CREATE TABLE IF NOT EXISTS writers (
+    writer TEXT NOT NULL, partition INTEGER NOT NULL, epoch INTEGER NOT NULL,
+    PRIMARY KEY (writer, partition)) WITHOUT ROWID"""
+
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS topic (
     name TEXT PRIMARY KEY, partitions INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS records (
@@ -68,6 +82,8 @@ CREATE TABLE IF NOT EXISTS group_offsets (
     grp TEXT NOT NULL, partition INTEGER NOT NULL, next_offset INTEGER NOT NULL,
     PRIMARY KEY (grp, partition)) WITHOUT ROWID;
 """
+    + _WRITERS
+)
 
 _HEADER = struct.Struct(">HI")
 
@@ -76,6 +92,10 @@ def encode_headers(headers: Sequence[Header]) -> bytes | None:
     """Headers as ``(u16 name length, u32 value length, name, value)*``; None when empty."""
     if not headers:
         return None
+    if len(headers) == 1:  # the common case (the sink's mark): no list to build
+        name, value = headers[0]
+        raw = name.encode()
+        return _HEADER.pack(len(raw), len(value)) + raw + bytes(value)
     parts: list[bytes] = []
     for name, value in headers:
         raw = name.encode()
@@ -506,15 +526,30 @@ class SqliteLog(Log):
         ]
 
     def _end_offsets(self, topic: str) -> dict[int, int]:
-        conn = self._reader(topic)
-        ends = {}
-        for partition in range(self._describe(topic).partitions):
-            low, high = partition_range(partition)
-            (top,) = conn.execute(
-                "SELECT max(id) FROM records WHERE id >= ? AND id < ?", (low, high)
+        partitions = range(self._describe(topic).partitions)
+        return {partition: self._end_offset(topic, partition) for partition in partitions}
+
+    def _end_offset(self, topic: str, partition: int) -> int:
+        low, high = partition_range(partition)
+        (top,) = (
+            self._reader(topic)
+            .execute("SELECT max(id) FROM records WHERE id >= ? AND id < ?", (low, high))
+            .fetchone()
+        )
+        return 0 if top is None else int(top) - low + 1
+
+    def _open_writer(self, topic: str, partition: int, writer_id: str) -> PartitionWriter:
+        def bump(transaction: Transaction) -> int:
+            transaction.conn.execute(_WRITERS)  # topics created before fenced writers existed
+            (epoch,) = transaction.conn.execute(
+                "INSERT INTO writers VALUES (?, ?, 1) ON CONFLICT (writer, partition)"
+                " DO UPDATE SET epoch = epoch + 1 RETURNING epoch",
+                (writer_id, partition),
             ).fetchone()
-            ends[partition] = 0 if top is None else top - low + 1
-        return ends
+            return int(epoch)
+
+        epoch: int = self._writer(topic).submit(bump).result()
+        return SqliteWriter(self, topic, partition, writer_id, epoch)
 
     # -- consumer groups and producers ----------------------------------------------------------
 
@@ -556,3 +591,38 @@ class SqliteLog(Log):
             writer.close()
         for conn in readers:
             conn.close()
+
+
+class SqliteWriter(PartitionWriter):
+    """A fenced writer of one partition: each append checks the epoch in its own transaction.
+
+    Each append is durable (and visible) when it returns, so :meth:`commit` has nothing to add.
+    """
+
+    def __init__(self, log: SqliteLog, topic: str, partition: int, writer_id: str, epoch: int):
+        self._log = log
+        self.topic, self.partition, self.writer_id = topic, partition, writer_id
+        self.epoch = epoch
+
+    def append(self, records: Sequence[Record]) -> None:
+        self._log._check_records(records)
+        if not records:
+            return
+
+        def append(transaction: Transaction) -> AppendResult | None:
+            row = transaction.conn.execute(
+                "SELECT epoch FROM writers WHERE writer = ? AND partition = ?",
+                (self.writer_id, self.partition),
+            ).fetchone()
+            if row is None or row[0] != self.epoch:
+                return None  # superseded; never raise here: other appends share the transaction
+            return transaction.add(self.partition, records, None, now_ms())
+
+        if self._log._writer(self.topic).submit(append).result() is None:
+            raise fenced(self.topic, self.partition, self.writer_id)
+
+    def commit(self) -> None:
+        """Nothing to do: every append was durable when it returned."""
+
+    def close(self) -> None:
+        """Nothing to release: the log owns the connection."""

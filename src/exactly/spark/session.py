@@ -1,33 +1,107 @@
-"""The SparkSession `exactly` uses: Java found for it, quiet logs, scratch space in the data dir."""
+"""The SparkSession `exactly` uses.
+
+Java as found by ``java.py``; Python workers on this interpreter (so they import ``exactly``),
+starting faster in local mode (``home.py``);
+the RocksDB state store with changelog checkpointing (small, incremental state commits for dedupe
+and aggregates); quiet logs (errors only, written to ``DATA_DIR/spark/log4j2.properties``); scratch
+space and default checkpoints under the data dir; and the ``exactly`` data source registered.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from exactly.config import Settings
+from exactly.spark.home import spark_home
 from exactly.spark.java import use_java
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+# Errors only; Spark's task-failure reports are silenced too, since the query's own failure says
+# what went wrong and retried tasks are normal.
+LOG4J = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
+logger.executor.name = org.apache.spark.executor.Executor
+logger.executor.level = off
+logger.tasks.name = org.apache.spark.scheduler.TaskSetManager
+logger.tasks.level = off
+logger.write.name = org.apache.spark.sql.execution.datasources.v2
+logger.write.level = off
+logger.stream.name = org.apache.spark.sql.execution.streaming
+logger.stream.level = off
+logger.abort.name = org.apache.spark.util.Utils
+logger.abort.level = off
+"""
 
-def build_session(settings: Settings, app_name: str = "exactly") -> SparkSession:
-    """Start (or return the running) SparkSession configured from ``settings``."""
+
+def build_session(
+    settings: Settings,
+    app_name: str = "exactly",
+    *,
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """Start (or return the running) SparkSession configured from ``settings``.
+
+    ``master`` overrides ``spark.master`` of the settings; ``conf`` adds or overrides Spark
+    settings.
+    """
     use_java()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    master = master or settings.spark.master
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # stay on loopback, no warning
+        home = None if "SPARK_HOME" in os.environ else spark_home()
+        if home is not None:
+            os.environ["SPARK_HOME"] = str(home)  # Python workers start faster: see home.py
     from pyspark.sql import SparkSession
 
+    from exactly.spark.datasource import register
+
     scratch = settings.data_dir.resolve() / "spark"
-    session = (
+    log4j = _log4j_file(scratch)
+    java_options = f"-Dderby.system.home={scratch / 'derby'} -Dlog4j2.configurationFile={log4j}"
+    builder = (
         SparkSession.builder.appName(app_name)
-        .master(settings.spark.master)
+        .master(master)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "8")
         .config("spark.local.dir", str(scratch / "tmp"))
         .config("spark.sql.warehouse.dir", str(scratch / "warehouse"))
         .config("spark.sql.streaming.checkpointLocation", str(scratch / "checkpoints"))
-        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={scratch / 'derby'}")
-        .getOrCreate()
+        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+        .config("spark.driver.extraJavaOptions", java_options)
     )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    register(session)
     return session
+
+
+def _log4j_file(scratch: Path) -> Path:
+    path = scratch / "log4j2.properties"
+    if not path.exists() or path.read_text() != LOG4J:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staged = path.with_suffix(f".{os.getpid()}")
+        staged.write_text(LOG4J)
+        staged.replace(path)
+    return path

@@ -1,0 +1,272 @@
+"""Aggregate throughput per backend, and the whole pipeline's end-to-end rate and latency.
+
+    .venv/bin/python bench/aggregate.py [--events 600000] [--per-batch 150000] [--repeat 3]
+                                        [--e2e-rate 20000] [--e2e-seconds 60] [--skip-e2e]
+
+(a) **Job**: events/s through the aggregate job (``exactly aggregate``'s query, foreachBatch,
+Trigger.AvailableNow, ``local[2]``, one Spark session) over an ``events`` topic of 4 partitions
+on the embedded sqlite log (the demo's events, ~300 B). Per repeat, in turn: SQLite, PostgreSQL
+(127.0.0.1:5432, a fresh schema) and a baseline that computes the same aggregates but commits
+nothing (the SQL transaction's price shows as the ratio), each with a fresh checkpoint and
+database. Steady state = the micro-batches after the first. Medians of the repeats.
+
+(b) **End to end**: ``exactly collect``, ``exactly dedupe`` and ``exactly aggregate`` running
+together as separate processes on one data dir (1 s triggers), clients sending ``--e2e-rate``
+events/s through ``/v1/batch`` for ``--e2e-seconds``. The aggregate table is polled every 0.1 s.
+Latency of the k-th event = when the table's total count first reached k, minus when the batch
+holding the k-th event was sent (FIFO by count: each event's own moment of visibility is not
+observable in an aggregate); sustained rate = events / (last visible - first sent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from exactly.aggregate import frame, job
+from exactly.aggregate.base import AggregateDB, Batch, open_db
+from exactly.aggregate.spec import TableSpec
+from exactly.config import Settings
+from exactly.demo import Collector, generate_events, send
+from exactly.events import partition_for
+from exactly.log import Record, open_log
+
+PARTITIONS = 4
+POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+class NoCommit:
+    """The baseline's database: the batch is aggregated and collected, nothing is written."""
+
+    def __init__(self, inner: AggregateDB) -> None:
+        self.inner = inner
+
+    def commit(self, batch: Batch, specs: list[TableSpec]) -> bool:
+        return True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def fill(log_url: str, count: int) -> None:
+    import random
+
+    rng = random.Random(1)
+    now = time.time()
+    with open_log(log_url) as log:
+        log.create_topic("events", PARTITIONS)
+        parts: dict[int, list[Record]] = {p: [] for p in range(PARTITIONS)}
+        for n, event in enumerate(generate_events(count, rng, now)):
+            event["sourceId"] = "web" if n % 3 else "ios"
+            event["receivedAt"] = event["timestamp"]
+            message_id = event["messageId"]
+            parts[partition_for(message_id, PARTITIONS)].append(
+                Record(json.dumps(event).encode(), key=message_id.encode())
+            )
+        for partition, records in parts.items():
+            for at in range(0, len(records), 5000):
+                log.append("events", partition, records[at : at + 5000])
+
+
+def postgres_url(schema: str) -> str:
+    import psycopg
+
+    with psycopg.connect(POSTGRES, autocommit=True) as connection:
+        connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        connection.execute(f"CREATE SCHEMA {schema}")
+    return f"{POSTGRES}?options=-csearch_path%3D{schema}"
+
+
+def job_rate(spark: Any, log_url: str, db: Any, checkpoint: Path, per_batch: int) -> float:
+    """Steady-state events/s of one run: the batches after the first."""
+    plan = job.AggregatePlan(
+        log_url, checkpoint, until_caught_up=True, max_records_per_trigger=per_batch
+    )
+    specs = frame.check(spark, plan.tables)
+    with open_log(log_url) as log:
+        start = job.prepare(log, db, plan, specs)
+    marks: list[tuple[float, int]] = []
+    job.run(
+        spark,
+        plan,
+        db,
+        specs,
+        start,
+        lambda _b, events, _c: marks.append((time.perf_counter(), events)),
+    )
+    steady = marks[1:]
+    events = sum(n for _, n in steady)
+    return events / (steady[-1][0] - marks[0][0])
+
+
+def bench_job(args: argparse.Namespace, work: Path) -> list[str]:
+    from exactly.spark.session import build_session
+
+    log_url = f"sqlite://{work / 'log'}"
+    fill(log_url, args.events)
+    spark = build_session(Settings(data_dir=work / "spark"), "bench-aggregate", master="local[2]")
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
+    rates: dict[str, list[float]] = {"sqlite": [], "postgresql": [], "no SQL commit": []}
+    for r in range(args.repeat):
+        for name in rates:
+            slug = name.replace(" ", "-")
+            checkpoint = work / f"cp-{slug}-{r}"
+            if name == "postgresql":
+                url = postgres_url(f"bench_aggregate_{r}")
+            else:
+                url = f"sqlite://{work / f'agg-{slug}-{r}.db'}"
+            with open_db(url) as db:
+                target: Any = NoCommit(db) if name == "no SQL commit" else db
+                rate = job_rate(spark, log_url, target, checkpoint, args.per_batch)
+            rates[name].append(rate)
+            print(f"repeat {r} {name}: {rate:,.0f} events/s", file=sys.stderr, flush=True)
+    spark.stop()
+    base = statistics.median(rates["no SQL commit"])
+    lines = [
+        "| backend | runs (events/s) | median | / no-commit baseline |",
+        "| --- | --- | --- | --- |",
+    ]
+    for name, found in rates.items():
+        median = statistics.median(found)
+        runs = ", ".join(f"{x:,.0f}" for x in found)
+        lines.append(f"| {name} | {runs} | {median:,.0f} | {median / base:.2f} |")
+    return lines
+
+
+def bench_e2e(args: argparse.Namespace, work: Path) -> list[str]:
+    data = work / "e2e"
+    settings = Settings(data_dir=data)
+    exactly = [sys.executable, "-m", "exactly", "--data-dir", str(data)]
+    with open_log(settings.log_url) as log:
+        log.create_topic("raw", PARTITIONS)
+        log.create_topic("events", PARTITIONS)
+    collector = Collector(settings, PARTITIONS)
+    jobs = [
+        subprocess.Popen(
+            [*exactly, command, "--trigger-seconds", "1"],
+            stdout=subprocess.DEVNULL,
+            stderr=(work / f"{command}.err").open("w"),
+            start_new_session=True,
+        )
+        for command in ("dedupe", "aggregate")
+    ]
+    sent: list[tuple[float, int]] = []
+    lock = threading.Lock()
+
+    def on_sent(started: float, n: int) -> None:
+        with lock:
+            sent.append((started, n))
+
+    visible: list[tuple[float, int]] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        db_path = data / "aggregates.db"
+        import sqlite3
+
+        while not done.is_set():
+            try:
+                with sqlite3.connect(db_path, timeout=1) as connection:
+                    total = connection.execute('SELECT SUM("count") FROM event_counts').fetchone()[
+                        0
+                    ]
+                visible.append((time.time(), int(total or 0)))
+            except sqlite3.Error:
+                pass
+            time.sleep(0.1)
+
+    try:
+        while not (data / "aggregates.db").exists():  # both jobs up: the table exists
+            time.sleep(0.5)
+        time.sleep(5)
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
+        total = int(args.e2e_rate * args.e2e_seconds)
+        traffic = send(
+            collector.port, total, resend_rate=0.0, rate=args.e2e_rate, on_sent=on_sent, seed=7
+        )
+        deadline = time.time() + 120
+        while (not visible or visible[-1][1] < total) and time.time() < deadline:
+            time.sleep(0.2)
+        done.set()
+        poller.join()
+    finally:
+        collector.stop()
+        for process in jobs:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait()
+    sent.sort()
+    sent_cumulative: list[tuple[float, int]] = []
+    count = 0
+    for started, n in sent:
+        count += n
+        sent_cumulative.append((started, count))
+    counts = [c for _, c in visible]
+    latencies = []
+    for started, upto in sent_cumulative:
+        at = bisect.bisect_left(counts, upto)
+        if at < len(visible):
+            latencies.append(visible[at][0] - started)
+    reached = visible[-1][1] if visible else 0
+    last = visible[bisect.bisect_left(counts, reached)][0] if visible else 0.0
+    rate = reached / (last - sent[0][0]) if sent else 0.0
+    latencies.sort()
+    if not latencies:
+        errors = {c: (work / f"{c}.err").read_text()[-500:] for c in ("dedupe", "aggregate")}
+        raise SystemExit(f"nothing became visible ({reached} events): {errors}")
+
+    def pct(p: float) -> float:
+        return latencies[min(len(latencies) - 1, int(p * len(latencies)))]
+
+    offered = traffic.events / traffic.seconds
+    return [
+        "| measure | value |",
+        "| --- | --- |",
+        f"| events sent (offered rate) | {traffic.events:,} ({offered:,.0f} events/s) |",
+        f"| events visible in SQL | {reached:,} |",
+        f"| sustained end-to-end rate | {rate:,.0f} events/s |",
+        f"| latency p50 (send -> visible in SQL) | {pct(0.5):.1f} s |",
+        f"| latency p99 | {pct(0.99):.1f} s |",
+        f"| latency max | {latencies[-1]:.1f} s |",
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=600_000)
+    parser.add_argument("--per-batch", type=int, default=150_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--e2e-rate", type=float, default=20_000)
+    parser.add_argument("--e2e-seconds", type=float, default=60)
+    parser.add_argument("--skip-job", action="store_true")
+    parser.add_argument("--skip-e2e", action="store_true")
+    args = parser.parse_args()
+    print(f"machine: {platform.platform()}, {os.cpu_count()} cores, load {os.getloadavg()}")
+    work = Path(tempfile.mkdtemp(prefix="bench-aggregate-"))
+    try:
+        if not args.skip_job:
+            print("\n".join(bench_job(args, work)))
+        if not args.skip_e2e:
+            print("\n".join(bench_e2e(args, work)))
+        print(f"load after: {os.getloadavg()}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""Dedupe throughput: the rocksdb store alone, and the job with each store, in one run.
+
+    .venv/bin/python bench/dedupe.py [--events 5000000] [--job-events 2000000] [--batch 10000]
+
+(a) **Store layer**: claims/s on one core for the rocksdb store (one partition, batches of
+``--batch`` claims, UUID messageIds, 1% duplicates of recent ids), steady state: the first 10% of
+the claims warm up and are not timed. Then bytes on disk per kept key, as written and after a
+full compaction.
+
+(b) **Job**: events/s through the dedupe job (`exactly dedupe`'s query, Trigger.AvailableNow,
+local[2], 8 raw partitions on the embedded sqlite log, events of ~300 B with 1% duplicates), for
+rocksdb and spark-state in the same run on the same raw topic. Each job runs in a fresh process
+(its own JVM, data dir and output topic), in the order rocksdb, spark-state, spark-state,
+rocksdb, so that warm-up and drifting machine load treat both alike; the table has each run and
+the ratio of the medians. Steady state = the batches after the first (which includes the query's
+and JIT's warm-up). Prints markdown tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from exactly.dedupe.base import Claim
+from exactly.dedupe.rocksdb import RocksDBStore
+from exactly.events import partition_for
+from exactly.events.ids import pack_id, pack_owner
+from exactly.log import Record, open_log
+
+DUPLICATES = 0.01
+PARTITIONS = 8
+
+
+def message_ids(count: int, rng: random.Random) -> list[str]:
+    """``count`` messageIds, 1% of them repeating one of the last 100,000."""
+    out: list[str] = []
+    for _ in range(count):
+        if out and rng.random() < DUPLICATES:
+            out.append(out[-rng.randint(1, min(len(out), 100_000))])
+        else:
+            out.append(str(uuid.UUID(int=rng.getrandbits(128), version=4)))
+    return out
+
+
+def directory_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def store_layer(events: int, batch: int, where: Path) -> dict[str, Any]:
+    rng = random.Random(1)
+    ids = [pack_id(m) for m in message_ids(events, rng)]
+    store = RocksDBStore(where)
+    warm = events // 10
+    timed = 0.0
+    dups = 0
+    with store.open(0) as part:
+        for start in range(0, events, batch):
+            claims = [
+                Claim(ids[o], pack_owner(0, o), 1_700_000_000_000 + o // 100)
+                for o in range(start, min(events, start + batch))
+            ]
+            began = time.perf_counter()
+            verdicts = part.claim(claims)
+            if start >= warm:
+                timed += time.perf_counter() - began
+            dups += sum(1 for v in verdicts if not v.passes)
+        keys = part.stats().keys
+    written = directory_bytes(store.path(0))
+    with store.open(0) as part:
+        db: Any = part.db  # type: ignore[attr-defined]
+        db.flush()
+        part._seq.flush()  # type: ignore[attr-defined]
+        db.compact_range(None, None)
+        part._seq.compact_range(None, None)  # type: ignore[attr-defined]
+    compacted = directory_bytes(store.path(0))
+    return {
+        "claims": events,
+        "duplicates": dups,
+        "keys": keys,
+        "claims_per_s": (events - warm) / timed,
+        "bytes_per_key_written": written / keys,
+        "bytes_per_key_compacted": compacted / keys,
+    }
+
+
+def fill_raw(log_url: str, events: int) -> None:
+    rng = random.Random(2)
+    pad = "x" * 200
+    with open_log(log_url) as log:
+        log.create_topic("raw", PARTITIONS, exist_ok=True)
+        pending: dict[int, list[Record]] = {p: [] for p in range(PARTITIONS)}
+        for n, message_id in enumerate(message_ids(events, rng)):
+            value = json.dumps(
+                {"messageId": message_id, "type": "track", "event": "Bench", "n": n, "p": pad}
+            ).encode()
+            pending[partition_for(message_id, PARTITIONS)].append(
+                Record(value, key=message_id.encode())
+            )
+            if n % 50_000 == 49_999:
+                log.append_many("raw", pending)
+                pending = {p: [] for p in range(PARTITIONS)}
+        log.append_many("raw", pending)
+
+
+def job(
+    log_url: str, data_dir: Path, store: str, events: int, per_trigger: int, output: str
+) -> dict[str, Any]:
+    from exactly.config import Settings
+    from exactly.dedupe.job import DedupePlan, prepare, run
+    from exactly.dedupe.window import Bounds
+    from exactly.spark.session import build_session
+
+    spark = build_session(Settings(data_dir=data_dir), "exactly-bench-dedupe", master="local[2]")
+    spark.conf.set("spark.sql.shuffle.partitions", str(PARTITIONS))
+    plan = DedupePlan(
+        log_url,
+        store,
+        data_dir,
+        data_dir / f"checkpoint-{store}",
+        output=output,
+        bounds=Bounds(window=7 * 86_400_000),
+        until_caught_up=True,
+        max_records_per_trigger=per_trigger,
+        read_records=10_000,
+    )
+    with open_log(log_url) as log:
+        partitions = prepare(log, plan)
+        began = time.perf_counter()
+        progress = run(spark, plan, partitions)
+        elapsed = time.perf_counter() - began
+        passed = sum(log.end_offsets(plan.output).values())
+    batches = [progress.batches[b] for b in sorted(progress.batches)]
+    steady = [b for b in batches[1:] if int(b.get("numInputRows", 0))]
+    steady_rows = sum(int(b["numInputRows"]) for b in steady)
+    steady_seconds = sum(int(b["durationMs"]["triggerExecution"]) for b in steady) / 1000
+    return {
+        "store": store,
+        "events": events,
+        "passed": passed,
+        "seconds": elapsed,
+        "events_per_s": events / elapsed,
+        "steady_per_s": steady_rows / steady_seconds if steady_seconds else float("nan"),
+        "batches": len(batches),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=5_000_000, help="claims for (a)")
+    parser.add_argument("--job-events", type=int, default=5_000_000, help="raw events for (b)")
+    parser.add_argument("--batch", type=int, default=10_000, help="claims per call in (a)")
+    parser.add_argument("--per-trigger", type=int, default=1_000_000, help="records per batch (b)")
+    parser.add_argument("--skip-job", action="store_true")
+    parser.add_argument("--one-job", nargs=4, metavar=("LOG", "DIR", "STORE", "OUTPUT"))
+    args = parser.parse_args()
+    if args.one_job:  # a child: one job, its figures as JSON on the last line
+        log_url, data_dir, store, output = args.one_job
+        found = job(log_url, Path(data_dir), store, args.job_events, args.per_trigger, output)
+        print(json.dumps(found))
+        return
+    root = Path(tempfile.mkdtemp(prefix="exactly-bench-dedupe-"))
+    os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:+UseParallelGC")
+    try:
+        load = os.getloadavg()[0]
+        print(f"machine: {platform.platform()}, {os.cpu_count()} cores, load {load:.1f}")
+        a = store_layer(args.events, args.batch, root / "store")
+        print(
+            "\n| store | claims | duplicates | kept keys | claims/s (1 core) "
+            "| B/key written | B/key compacted |"
+        )
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        print(
+            f"| rocksdb | {a['claims']:,} | {a['duplicates']:,} | {a['keys']:,} | "
+            f"{a['claims_per_s']:,.0f} | {a['bytes_per_key_written']:.1f} | "
+            f"{a['bytes_per_key_compacted']:.1f} |"
+        )
+        if args.skip_job:
+            return
+        log_url = f"sqlite://{root / 'log'}"
+        began = time.perf_counter()
+        fill_raw(log_url, args.job_events)
+        print(
+            f"\nraw filled with {args.job_events:,} events in {time.perf_counter() - began:.0f} s"
+        )
+        results = []
+        for n, store in enumerate(["rocksdb", "spark-state", "spark-state", "rocksdb"]):
+            child = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--job-events",
+                    str(args.job_events),
+                    "--per-trigger",
+                    str(args.per_trigger),
+                    "--one-job",
+                    log_url,
+                    str(root / f"data-{n}"),
+                    store,
+                    f"events-{n}",
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            results.append(json.loads(child.stdout.strip().splitlines()[-1]))
+        print("\n| store | events | passed | seconds | events/s | steady events/s | batches |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for r in results:
+            print(
+                f"| {r['store']} | {r['events']:,} | {r['passed']:,} | {r['seconds']:.0f} | "
+                f"{r['events_per_s']:,.0f} | {r['steady_per_s']:,.0f} | {r['batches']} |"
+            )
+        medians = {
+            store: statistics.median(r["events_per_s"] for r in results if r["store"] == store)
+            for store in ("rocksdb", "spark-state")
+        }
+        ratio = medians["rocksdb"] / medians["spark-state"]
+        print(
+            f"\nmedian events/s: rocksdb {medians['rocksdb']:,.0f}, spark-state "
+            f"{medians['spark-state']:,.0f}; ratio {ratio:.2f}; load after {os.getloadavg()[0]:.1f}"
+        )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

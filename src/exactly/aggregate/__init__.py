@@ -1,0 +1,1 @@
+"""Exactly-once aggregates: ``events`` counted into SQL tables (DESIGN.md boundary 5)."""

@@ -1,0 +1,243 @@
+"""The aggregate job: ``events`` into SQL tables of additive counts, exactly once (boundary 5).
+
+A Spark streaming query from the ``exactly`` source with ``foreachBatch``. Per micro-batch:
+
+1. Spark records the batch's offset range in its checkpoint (``offsets/<batch id>``);
+2. the batch's events are parsed once and aggregated per table (one row per group; a late event
+   lands in the row of the minute it belongs to, which the upsert adds to);
+3. the rows and the marker (query id, batch id, the end offsets of step 1) commit in one SQL
+   transaction (``AggregateDB.commit``); a marker already there means a replay: nothing changes;
+4. Spark commits the batch (``commits/<batch id>``).
+
+A crash anywhere repeats at most the last batch, whose marker stops it at 3. A checkpoint that is
+lost (or new, over tables the same checkpoint path filled) starts from the end offsets of the
+last batch the database counted, so the database, not the checkpoint, is the source of truth.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from exactly.aggregate.base import AggregateDB, Batch
+from exactly.aggregate.frame import aggregate, events_frame
+from exactly.aggregate.spec import EVENT_COUNTS, TableSpec
+from exactly.errors import AggregateError, ExactlyError
+from exactly.log import Log
+from exactly.spark import offsets
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+# Test hook: SIGKILL the job's process group right after the N-th SQL commit of this process,
+# before Spark commits that batch (the crash tests' deterministic kill point).
+KILL_AFTER_COMMIT = "EXACTLY_AGGREGATE_KILL_AFTER_COMMIT"
+
+
+@dataclass(frozen=True)
+class AggregatePlan:
+    """Everything one run of the job needs, resolved from settings and flags."""
+
+    log_url: str
+    checkpoint: Path
+    tables: tuple[TableSpec, ...] = (EVENT_COUNTS,)
+    topic: str = "events"
+    until_caught_up: bool = False
+    max_records_per_trigger: int | None = None
+    trigger_seconds: float = 1.0
+    read_records: int = 10_000
+
+
+@dataclass
+class Progress:
+    """Per micro-batch: events counted, and whether it was a replay the marker stopped."""
+
+    batches: dict[int, tuple[int, bool]] = field(default_factory=dict)
+
+    @property
+    def events(self) -> int:
+        return sum(events for events, counted in self.batches.values() if counted)
+
+    @property
+    def replays(self) -> int:
+        return sum(1 for _, counted in self.batches.values() if not counted)
+
+
+def default_checkpoint(data_dir: Path, topic: str) -> Path:
+    return data_dir.resolve() / "checkpoints" / f"aggregate-{topic}"
+
+
+def is_fresh(checkpoint: Path) -> bool:
+    """Whether Spark has planned no batch in this checkpoint yet."""
+    planned = checkpoint / "offsets"
+    return not planned.is_dir() or not any(p.name.isdigit() for p in planned.iterdir())
+
+
+def query_id(checkpoint: Path) -> str:
+    """Spark's id of the query, stable across restarts from the same checkpoint."""
+    with (checkpoint / "metadata").open() as handle:
+        return str(json.loads(handle.readline())["id"])
+
+
+def batch_end(checkpoint: Path, batch_id: int) -> dict[int, int] | None:
+    """The end offsets Spark recorded for a batch before running it (step 1)."""
+    try:
+        lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+        return offsets.from_json(json.loads(lines[2]))
+    except (OSError, IndexError, ValueError, AggregateError):
+        return None
+
+
+def starting_offsets(db: AggregateDB, plan: AggregatePlan) -> str:
+    """``earliest``, or where the database's counting stopped when the checkpoint is new."""
+    if not is_fresh(plan.checkpoint):
+        return "earliest"  # Spark resumes from its checkpoint; this is ignored
+    marker = db.latest_marker(str(plan.checkpoint), plan.topic)
+    if marker is None or marker.end_offsets is None:
+        return "earliest"
+    return json.dumps(offsets.to_json(marker.end_offsets))
+
+
+def prepare(log: Log, db: AggregateDB, plan: AggregatePlan, specs: Sequence[TableSpec]) -> str:
+    """Check the topic, create or check the tables; returns the starting offsets."""
+    log.describe(plan.topic)  # a missing topic fails here, in one line
+    db.prepare(specs, str(plan.checkpoint), is_fresh(plan.checkpoint))
+    return starting_offsets(db, plan)
+
+
+class BatchCounter:
+    """The ``foreachBatch`` function: steps 2 and 3 of the module docstring."""
+
+    def __init__(
+        self,
+        db: AggregateDB,
+        plan: AggregatePlan,
+        specs: Sequence[TableSpec],
+        on_batch: Callable[[int, int, bool], None] | None = None,
+    ) -> None:
+        self.db = db
+        self.plan = plan
+        self.specs = list(specs)
+        self.on_batch = on_batch
+        self.commits = 0
+        self.kill_after = int(os.environ.get(KILL_AFTER_COMMIT) or 0)
+        self.failure: BaseException | None = None
+        self._query_id: str | None = None
+
+    def __call__(self, records: DataFrame, batch_id: int) -> None:
+        try:
+            self._count(records, batch_id)
+        except BaseException as error:
+            self.failure = error  # Spark reports it as text; run() raises the error itself
+            raise
+
+    def _count(self, records: DataFrame, batch_id: int) -> None:
+        if self._query_id is None:
+            self._query_id = query_id(self.plan.checkpoint)
+        # 2. parse once, aggregate per table
+        frame = events_frame(records)
+        several = len(self.specs) > 1
+        if several:
+            frame = frame.persist()
+        try:
+            rows = {
+                spec.name: [tuple(row) for row in aggregate(frame, spec).collect()]
+                for spec in self.specs
+            }
+        finally:
+            if several:
+                frame.unpersist()
+        events = sum(int(row[len(EVENT_COUNTS.keys)]) for row in rows[EVENT_COUNTS.name])
+        batch = Batch(
+            self._query_id,
+            batch_id,
+            str(self.plan.checkpoint),
+            self.plan.topic,
+            batch_end(self.plan.checkpoint, batch_id),
+            rows,
+            events,
+        )
+        # 3. upserts and marker in one transaction; a replay stops at the marker
+        counted = self.db.commit(batch, self.specs)
+        if counted:
+            self.commits += 1
+            if self.kill_after and self.commits >= self.kill_after:
+                os.killpg(os.getpgrp(), signal.SIGKILL)  # before Spark's commit (step 4)
+        if self.on_batch is not None:
+            self.on_batch(batch_id, events, counted)
+
+
+def run(
+    spark: SparkSession,
+    plan: AggregatePlan,
+    db: AggregateDB,
+    specs: Sequence[TableSpec],
+    start: str = "earliest",
+    on_batch: Callable[[int, int, bool], None] | None = None,
+) -> Progress:
+    """Run the query until caught up (``until_caught_up``) or stopped; returns progress.
+
+    ``specs`` are the tables as ``frame.check`` resolved them; the event counts come first. A
+    failure raises the :class:`~exactly.errors.ExactlyError` behind it when there is one.
+    """
+    from exactly.spark.streaming import run_query
+
+    if not specs or specs[0].name != EVENT_COUNTS.name:
+        raise AggregateError("the event counts table comes first")
+    spark.conf.set("spark.sql.session.timeZone", "UTC")  # minutes, hours and days in UTC
+    progress = Progress()
+
+    def note(batch_id: int, events: int, counted: bool) -> None:
+        progress.batches[batch_id] = (events, counted)
+        if on_batch is not None:
+            on_batch(batch_id, events, counted)
+
+    reader = (
+        spark.readStream.format("exactly")
+        .option("log", plan.log_url)
+        .option("topic", plan.topic)
+        .option("readRecords", str(plan.read_records))
+        .option("startingOffsets", start)
+    )
+    if plan.max_records_per_trigger is not None:
+        reader = reader.option("maxRecordsPerTrigger", str(plan.max_records_per_trigger))
+    counter = BatchCounter(db, plan, specs, note)
+    writer = (
+        reader.load()
+        .select("partition", "offset", "value", "timestamp")
+        .writeStream.foreachBatch(counter)
+        .option("checkpointLocation", str(plan.checkpoint))
+        .queryName(f"aggregate {plan.topic}")
+    )
+    try:
+        run_query(
+            writer, until_caught_up=plan.until_caught_up, trigger_seconds=plan.trigger_seconds
+        )
+    except ExactlyError:
+        if isinstance(counter.failure, ExactlyError):
+            raise counter.failure from None
+        if counter.failure is not None:
+            raise AggregateError(
+                f"a micro-batch failed: {type(counter.failure).__name__}: {counter.failure}"
+            ) from counter.failure
+        raise
+    return progress
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def describe(plan: AggregatePlan, db: AggregateDB, start: str) -> str:
+    tables = ", ".join(spec.name for spec in plan.tables)
+    origin = "" if start == "earliest" else f", from the database's offsets {start}"
+    return (
+        f"aggregate {plan.topic} -> {db.describe()}: {tables} (checkpoint {plan.checkpoint}"
+        f"{origin})"
+    )

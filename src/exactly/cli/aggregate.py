@@ -1,0 +1,147 @@
+"""``exactly aggregate``, ``stats`` and ``audit``: events counted into SQL exactly once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Column, Table
+
+from exactly.cli.context import context
+from exactly.cli.options import MaxRecordsPerTrigger, TriggerSeconds, UntilCaughtUp
+
+DB = typer.Option(
+    "--db",
+    help="Aggregate database: sqlite:///FILE or postgresql://USER@HOST/DB "
+    "(default: sqlite DATA_DIR/aggregates.db).",
+    envvar="EXACTLY_AGGREGATE__URL",
+)
+TOPIC = typer.Option(help="The deduplicated topic to count.")
+
+
+def aggregate(
+    ctx: typer.Context,
+    db: Annotated[str | None, DB] = None,
+    topic: Annotated[str, TOPIC] = "events",
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(help="Checkpoint directory (default: DATA_DIR/checkpoints/aggregate-TOPIC)."),
+    ] = None,
+    until_caught_up: UntilCaughtUp = False,
+    max_records_per_trigger: MaxRecordsPerTrigger = None,
+    trigger_seconds: TriggerSeconds = 1.0,
+) -> None:
+    """Count TOPIC into SQL tables, each event exactly once however often the job is killed.
+
+    Built in: event_counts(source, type, event, minute, count, revenue); more tables come from
+    [[aggregate.tables]] in the config. Each micro-batch's upserts commit with its batch marker
+    in one transaction, so a replayed batch changes nothing.
+    """
+    from exactly.aggregate.base import open_db
+    from exactly.aggregate.driver import configured_tables, drive
+    from exactly.aggregate.job import AggregatePlan, default_checkpoint, say
+    from exactly.spark.session import build_session
+
+    settings = context(ctx).settings
+    plan = AggregatePlan(
+        log_url=settings.log_url,
+        checkpoint=(checkpoint or default_checkpoint(settings.data_dir, topic)).resolve(),
+        tables=tuple(configured_tables(settings)),
+        topic=topic,
+        until_caught_up=until_caught_up,
+        max_records_per_trigger=max_records_per_trigger,
+        trigger_seconds=trigger_seconds,
+    )
+
+    def report(batch: int, events: int, counted: bool) -> None:
+        if events or not counted:
+            how = "counted" if counted else "already counted (replay), skipped"
+            say(f"batch {batch}: {events} events {how}")
+
+    with open_db(
+        db or settings.aggregate_url, retry_seconds=settings.aggregate.retry_seconds, say=say
+    ) as database:
+        spark = build_session(settings, app_name=f"exactly-aggregate-{topic}")
+        progress = drive(spark, plan, database, on_batch=report)
+        spark.stop()
+    done = "caught up" if until_caught_up else "stopped"
+    print(
+        f"{done}: {progress.events} events counted in {len(progress.batches)} micro-batches"
+        + (f", {progress.replays} replayed batch skipped" if progress.replays else "")
+    )
+
+
+def stats(
+    ctx: typer.Context,
+    db: Annotated[str | None, DB] = None,
+    source: Annotated[str | None, typer.Option(help="Only this source.")] = None,
+    event: Annotated[str | None, typer.Option(help="Only this event name.")] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(help="From this UTC time (2024-05-01T10:00) or this long ago (24h)."),
+    ] = None,
+    by: Annotated[str, typer.Option(help="Time bucket: minute, hour or day.")] = "hour",
+    limit: Annotated[int, typer.Option(min=1, help="Show the newest N rows.")] = 50,
+) -> None:
+    """Print the event counts and revenue by time bucket, source, type and event."""
+    from exactly.aggregate.base import open_db
+    from exactly.aggregate.stats import StatsQuery, event_counts, parse_since
+
+    settings = context(ctx).settings
+    query = StatsQuery(source, event, None if since is None else parse_since(since), by, limit)
+    url = db or settings.aggregate_url
+    if url.lower().startswith("sqlite:"):
+        from exactly.aggregate.sqlite import sqlite_path
+
+        if not sqlite_path(url).exists():  # do not create an empty database just to look
+            print(f"no events counted yet: no database at {sqlite_path(url)} (exactly aggregate)")
+            return
+    with open_db(url, retry_seconds=10) as database:
+        rows = event_counts(database, query)
+    print_counts(rows, by)
+
+
+def print_counts(rows: list[tuple[Any, ...]], by: str, console: Console | None = None) -> None:
+    table = Table(
+        Column(by, no_wrap=True),
+        "source",
+        "type",
+        "event",
+        Column("count", justify="right"),
+        Column("revenue", justify="right"),
+    )
+    for bucket, source, kind, event, count, revenue in rows:
+        table.add_row(str(bucket), source, kind, event, f"{int(count):,}", f"{float(revenue):,.2f}")
+    (console or Console(soft_wrap=True)).print(table)
+    if not rows:
+        print("no events counted yet")
+
+
+def audit(
+    ctx: typer.Context,
+    db: Annotated[str | None, DB] = None,
+    topic: Annotated[str, TOPIC] = "events",
+) -> None:
+    """Recount every table from TOPIC (a batch Spark read) and compare with the database.
+
+    Exits 1 and prints the differing rows when any differ. The recount stops where the
+    database's counting stopped, so it can run beside the aggregate job.
+    """
+    from exactly.aggregate.audit import render, run_audit
+    from exactly.aggregate.base import open_db
+    from exactly.aggregate.driver import configured_tables
+    from exactly.aggregate.frame import check
+    from exactly.spark.session import build_session
+
+    settings = context(ctx).settings
+    with open_db(db or settings.aggregate_url, retry_seconds=10) as database:
+        spark = build_session(settings, app_name="exactly-audit")
+        specs = check(spark, configured_tables(settings))
+        result = run_audit(spark, settings.log_url, topic, database, specs)
+        spark.stop()
+    for line in render(result, specs):
+        print(line)
+    if not result.exact:
+        raise typer.Exit(1)

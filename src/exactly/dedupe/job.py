@@ -1,0 +1,227 @@
+"""The dedupe job: ``raw`` to ``events`` on Spark, each messageId once per window, exactly once.
+
+A streaming query from the ``exactly`` source to the ``exactly`` sink (DESIGN.md boundaries 3
+and 4), partition *p* of ``raw`` to partition *p* of ``events``, values untouched, each output
+record carrying its source offset. Two ways to decide what is a duplicate:
+
+* **A claim store** (``rocksdb``, ``redis``): ``task.py`` runs in the source's own tasks
+  (``mapInArrow``, no shuffle). Per task: lock the partition, repair the store from the output,
+  resume what an earlier attempt wrote, claim, yield; the sink then appends and Spark commits.
+* **spark-state**: Spark's ``dropDuplicatesWithinWatermark`` on the messageId (the record key)
+  with the watermark on the receive time the log recorded, in the RocksDB state store with
+  changelog checkpointing; the window is the watermark delay. The state store is versioned per
+  micro-batch, so a replayed batch yields the same rows, which are then grouped by output
+  partition and sorted by source offset in each task (streaming queries cannot sort), so the
+  sink sees them in the same order on a replay. Records received more than a window
+  behind the newest one seen are *late* to Spark and dropped by its operator: the store's one
+  way to lose a record, counted as ``late`` (keep the window well above any backlog).
+
+Both route records without a usable messageId to ``<raw>.rejected``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from exactly.dedupe.base import DedupeStore
+from exactly.dedupe.task import TaskPlan, dedupe_partition
+from exactly.dedupe.window import Bounds, format_duration
+from exactly.errors import ConfigError, StreamError, TopicExists
+from exactly.log import Log
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
+    from pyspark.sql import DataFrame, SparkSession
+
+    from exactly.dedupe.sharding import Sharding
+
+STORES = ("rocksdb", "redis", "spark-state")
+SCHEMA = (
+    "partition int, offset bigint, key binary, value binary, timestamp timestamp, "
+    "headers array<struct<key: string, value: binary>>"
+)
+
+
+@dataclass(frozen=True)
+class DedupePlan:
+    """Everything one run of the job needs, resolved from settings and flags."""
+
+    log_url: str
+    store: str
+    data_dir: Path
+    checkpoint: Path
+    source: str = "raw"
+    output: str = "events"
+    bounds: Bounds = field(default_factory=Bounds)
+    min_window: int | None = 24 * 3_600_000
+    until_caught_up: bool = False
+    max_records_per_trigger: int | None = None
+    trigger_seconds: float = 1.0
+    read_records: int = 10_000
+    max_record_bytes: int = 1024 * 1024
+    redis: Sharding | None = None  # the redis store's servers; None: EXACTLY_DEDUPE__REDIS*
+    redis_namespace: str | None = None  # None: EXACTLY_DEDUPE__REDIS_NAMESPACE, or default
+
+    @property
+    def rejected(self) -> str:
+        return f"{self.source}.rejected"
+
+    @property
+    def window(self) -> int:
+        """The spark-state store's watermark delay (ms); the others' time bound."""
+        return self.bounds.window or 24 * 3_600_000
+
+    def claim_store(self) -> DedupeStore | None:
+        """The store claims go to; None for spark-state, which keeps its state in Spark."""
+        if self.store == "spark-state":
+            return None
+        if self.store == "rocksdb":
+            from exactly.dedupe.rocksdb import RocksDBStore
+
+            return RocksDBStore(store_root(self.data_dir, self.source), self.bounds)
+        if self.store == "redis":
+            from exactly.dedupe.redis import RedisStore
+            from exactly.dedupe.sharding import sharding_from_env
+
+            namespace = (
+                self.redis_namespace
+                or os.environ.get("EXACTLY_DEDUPE__REDIS_NAMESPACE")
+                or f"exactly:dedupe:{self.source}"
+            )
+            return RedisStore(self.redis or sharding_from_env(), namespace, self.bounds)
+        raise ConfigError(f"--store {self.store!r}: use one of {', '.join(STORES)}")
+
+
+def store_root(data_dir: Path, source: str) -> Path:
+    return data_dir.resolve() / "dedupe" / source / "rocksdb"
+
+
+def default_checkpoint(data_dir: Path, store: str, source: str, output: str) -> Path:
+    return data_dir.resolve() / "checkpoints" / f"dedupe-{store}-{source}-{output}"
+
+
+def prepare(log: Log, plan: DedupePlan) -> int:
+    """Check the topics before Spark starts; create ``events`` and the rejects like ``raw``.
+
+    Returns the partition count. Fails with one line if ``raw`` is missing or an output topic
+    has another partition count (the job keeps partitions: messageId's partition everywhere).
+    """
+    from exactly.spark import owners
+    from exactly.spark.sink import checkpoint_query_id
+
+    if plan.store not in STORES:
+        raise ConfigError(f"--store {plan.store!r}: use one of {', '.join(STORES)}")
+    partitions = log.describe(plan.source).partitions
+    for topic in (plan.output, plan.rejected):
+        try:
+            log.create_topic(topic, partitions, exist_ok=True)
+        except TopicExists:
+            found = log.describe(topic).partitions
+            raise StreamError(
+                f"dedupe keeps partitions: {topic!r} has {found} partitions, {plan.source!r} "
+                f"has {partitions}; use another output topic"
+            ) from None
+    owners.check(log, plan.output, checkpoint_query_id(str(plan.checkpoint)))
+    return partitions
+
+
+def build(spark: SparkSession, plan: DedupePlan, partitions: int) -> DataFrame:
+    """The query's DataFrame: raw in, the rows for the ``events`` sink out."""
+    reader = (
+        spark.readStream.format("exactly")
+        .option("log", plan.log_url)
+        .option("topic", plan.source)
+        .option("readRecords", str(plan.read_records))
+    )
+    if plan.max_records_per_trigger is not None:
+        reader = reader.option("maxRecordsPerTrigger", str(plan.max_records_per_trigger))
+    raw = reader.load()
+    store = plan.claim_store()
+    task = TaskPlan(
+        plan.log_url, plan.source, plan.output, plan.rejected, store, plan.max_record_bytes
+    )
+    routed = raw.mapInArrow(partial(dedupe_partition, task), SCHEMA)
+    if store is not None:
+        return routed.drop("offset")
+    deduped = routed.withWatermark(
+        "timestamp", f"{plan.window} milliseconds"
+    ).dropDuplicatesWithinWatermark(["key"])
+    # Streaming queries cannot sort; a task-local sort in Python makes a replay's order the same.
+    return deduped.repartition(partitions, "partition").mapInArrow(in_source_order, SCHEMA)
+
+
+def in_source_order(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """All of a task's rows, by output partition and source offset: the same on every replay."""
+    import pyarrow as pa
+
+    found = [batch for batch in batches if batch.num_rows]
+    if found:
+        table = pa.Table.from_batches(found)
+        order = [("partition", "ascending"), ("offset", "ascending")]
+        yield from table.sort_by(order).to_batches(max_chunksize=10_000)
+
+
+@dataclass
+class Progress:
+    """What Spark reported per micro-batch: input rows, output rows, late rows (spark-state)."""
+
+    batches: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def records(self) -> int:
+        return sum(int(b.get("numInputRows", 0)) for b in self.batches.values())
+
+
+def run(
+    spark: SparkSession,
+    plan: DedupePlan,
+    partitions: int,
+    on_batch: Callable[[dict[str, Any]], None] | None = None,
+    then: Callable[[DataFrame], DataFrame] | None = None,
+) -> Progress:
+    """Run the query until caught up (``until_caught_up``) or stopped; returns progress.
+
+    ``then`` transforms the rows on their way to the sink (tests inject failures there). A
+    failure raises the :class:`~exactly.errors.ExactlyError` a task raised, when there is one.
+    """
+    from exactly.spark.streaming import run_query
+
+    rows = build(spark, plan, partitions)
+    if then is not None:
+        rows = then(rows)
+    writer = (
+        rows.writeStream.format("exactly")
+        .option("log", plan.log_url)
+        .option("topic", plan.output)
+        .option("checkpointLocation", str(plan.checkpoint))
+        .option("maxRecordBytes", str(plan.max_record_bytes))
+        .queryName(f"dedupe {plan.source} to {plan.output} ({plan.store})")
+    )
+    batches = run_query(
+        writer,
+        until_caught_up=plan.until_caught_up,
+        trigger_seconds=plan.trigger_seconds,
+        on_batch=on_batch,
+    )
+    return Progress(batches)
+
+
+def late_rows(report: dict[str, Any]) -> int:
+    """Rows Spark's operator dropped as late in one progress report (spark-state)."""
+    return sum(
+        int(op.get("numRowsDroppedByWatermark", 0)) for op in report.get("stateOperators", [])
+    )
+
+
+def describe(plan: DedupePlan) -> str:
+    store = plan.claim_store()
+    if store is None:
+        how = f"spark-state, watermark {format_duration(plan.window)}"
+    else:
+        how = store.describe()
+    return f"dedupe {plan.source} -> {plan.output} with {how} (checkpoint {plan.checkpoint})"

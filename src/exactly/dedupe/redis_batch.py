@@ -1,0 +1,97 @@
+"""A claim call's ids as numpy arrays for the redis store: hashes, repeats, routing, payloads.
+
+Per-id work in Python would cost more than Redis's own; so ids, owners and times are joined once
+and every step after (hashing, finding repeats, picking shards and buckets, grouping, building
+the script's arguments) is vectorised.
+"""
+
+from __future__ import annotations
+
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+
+from exactly.dedupe.base import Claim
+from exactly.dedupe.sharding import Epoch, Sharding, id_hashes
+from exactly.events.ids import MAX_OFFSET
+
+_GROUP = np.dtype([("rel", ">u4"), ("bucket", ">u4"), ("count", ">u4"), ("earliest", ">f8")])
+
+
+class Batch:
+    """A claim call's ids as arrays: hashes, times, offsets, repeats, and what goes where."""
+
+    def __init__(self, claims: list[Claim], sharding: Sharding, window: int) -> None:
+        count = len(claims)
+        self.sharding = sharding
+        self.ids = b"".join(map(itemgetter(0), claims))
+        self.id_rows = np.frombuffer(self.ids, np.uint8).reshape(count, 16)
+        owners = b"".join(map(itemgetter(1), claims))
+        self.offset_rows = np.frombuffer(owners, np.uint8).reshape(count, 8)[:, 2:]
+        offsets = np.frombuffer(owners, ">u8").astype(np.uint64) & np.uint64(MAX_OFFSET)
+        self.offsets = offsets.astype(np.int64)
+        self.times = np.fromiter(map(itemgetter(2), claims), np.int64, count)
+        self.hashes = id_hashes(self.ids)
+        self.newest = int(self.times.max())
+        self.oldest = int(self.times.min()) - window
+        self.latest = self.newest + sharding.current.slot_ms  # receive times are not quite ordered
+        self.end = int(self.offsets.max()) + 1
+        self.in_play = sharding.in_play(self.oldest)
+        self.repeats = self._repeats(claims)
+        unique = np.ones(count, bool)
+        unique[list(self.repeats)] = False
+        self.unique = np.flatnonzero(unique)
+
+    def _repeats(self, claims: list[Claim]) -> dict[int, int]:
+        """Later claims of an id already in the batch -> the index of its first claim."""
+        order = np.argsort(self.hashes, kind="stable")
+        ordered = self.hashes[order]
+        same = np.flatnonzero(ordered[1:] == ordered[:-1])
+        if not same.size:
+            return {}
+        runs = np.unique(np.concatenate([same, same + 1]))
+        first: dict[bytes, int] = {}
+        repeats: dict[int, int] = {}
+        for index in sorted(int(order[at]) for at in runs):
+            claim_id = claims[index].id
+            if claim_id in first:
+                repeats[index] = first[claim_id]
+            else:
+                first[claim_id] = index
+        return repeats
+
+    def write_epoch(self, epoch: Epoch, chosen: Any) -> Any:
+        """Mask of ``chosen`` claims that ``epoch`` stores (by receive time and cutover)."""
+        cutover = self.sharding.cutover
+        if cutover is None or self.sharding.previous is None:
+            return np.ones(len(chosen), bool)
+        before = self.times[chosen] < cutover
+        return before if epoch is self.sharding.previous else ~before
+
+    def route(self, epoch: Epoch, chosen: Any) -> list[tuple[str, Any]]:
+        """``chosen`` claim indices per server of ``epoch``; every server, even without claims."""
+        shard = (self.hashes[chosen] >> np.uint64(32)) % np.uint64(len(epoch.shards))
+        return [(url, chosen[shard == k]) for k, url in enumerate(epoch.shards)]
+
+    def payload(self, epoch: Epoch, chosen: Any, low: int) -> tuple[Any, bytes, bytes, bytes]:
+        """``chosen`` in the script's order (by slot and bucket), its groups, ids and offsets."""
+        if not len(chosen):
+            return chosen, b"", b"", b""
+        bucket = (self.hashes[chosen] & np.uint64(0xFFFFFFFF)) % np.uint64(epoch.buckets)
+        rel = self.times[chosen] // epoch.slot_ms - low
+        key = rel.astype(np.uint64) * np.uint64(epoch.buckets) + bucket
+        order = np.argsort(key, kind="stable")
+        chosen, key = chosen[order], key[order]
+        starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
+        groups = np.empty(len(starts), _GROUP)
+        groups["rel"] = rel[order][starts]
+        groups["bucket"] = bucket[order][starts]
+        groups["count"] = np.diff(np.append(starts, len(chosen)))
+        groups["earliest"] = np.minimum.reduceat(self.times[chosen], starts)
+        return (
+            chosen,
+            groups.tobytes(),
+            self.id_rows[chosen].tobytes(),
+            self.offset_rows[chosen].tobytes(),
+        )

@@ -1,0 +1,282 @@
+"""What the dedupe job has done, per partition, from durable sources only; and its metrics.
+
+Figures come from where they are durable, so they are right after any crash:
+
+* ``in``: the raw offsets Spark committed (the checkpoint's last committed batch);
+* ``passed``, ``rejected``: records in ``events`` and ``<raw>.rejected`` (their end offsets:
+  exact on sqlite; on Kafka transaction markers take offsets too, so these are upper bounds);
+* ``dropped`` as duplicate: ``in - passed - rejected``;
+* ``keys``, ``bytes``, ``window``, ``aged out``: the claim store's own statistics;
+* ``late`` (spark-state): rows Spark's operator dropped as late, summed from progress reports.
+
+The job writes ``DATA_DIR/status/dedupe-<raw>.json`` (how to find its store and checkpoint, the
+last progress report) and ``DATA_DIR/metrics/dedupe-<raw>.prom`` (Prometheus text format, for a
+node-exporter textfile collector) after each micro-batch; ``exactly status`` reads the first and
+recomputes the rest live.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from exactly.dedupe.base import PartitionStats
+from exactly.dedupe.job import DedupePlan
+from exactly.dedupe.window import Bounds, below_minimum, format_duration
+from exactly.errors import UnknownTopic
+from exactly.log import Log
+
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    partition: int
+    raw_end: int
+    committed: int | None  # raw offsets processed (Spark's last committed batch)
+    passed: int
+    rejected: int
+    keys: int | None = None
+    bytes: int | None = None
+    window: int | None = None  # ms; None: nothing aged out (unbounded) or not known
+    aged_out: int | None = None
+
+    @property
+    def lag(self) -> int:
+        return self.raw_end - (self.committed or 0)
+
+    @property
+    def dropped(self) -> int | None:
+        if self.committed is None:
+            return None
+        return max(0, self.committed - self.passed - self.rejected)
+
+
+@dataclass(frozen=True)
+class DedupeStatus:
+    store: str
+    source: str
+    output: str
+    checkpoint: str
+    window: int
+    min_window: int | None
+    partitions: list[PartitionStatus] = field(default_factory=list)
+    late: int = 0
+    last_batch: dict[str, Any] = field(default_factory=dict)
+    at: int = 0
+
+    def warnings(self) -> list[str]:
+        """One line per partition whose bounded window is below the minimum."""
+        return [
+            f"partition {p.partition}: the dedupe window is {format_duration(p.window or 0)}, "
+            f"below the minimum {format_duration(self.min_window or 0)}: raise --max-keys or "
+            "--max-bytes, or add partitions"
+            for p in self.partitions
+            if below_minimum(p.window, self.min_window)
+        ]
+
+
+def committed_offsets(checkpoint: Path) -> dict[int, int] | None:
+    """The source position of the checkpoint's last committed micro-batch; None if none yet."""
+    commits = [p for p in (checkpoint / "commits").glob("[0-9]*") if p.name.isdigit()]
+    if not commits:
+        return None
+    batch = max(int(p.name) for p in commits)
+    try:
+        lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
+        position = json.loads(lines[-1])
+        return {int(partition): int(offset) for partition, offset in position.items()}
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def collect(
+    log: Log, plan: DedupePlan, late: int = 0, last: dict[str, Any] | None = None
+) -> DedupeStatus:
+    """The job's status now (module docstring)."""
+    raw = log.end_offsets(plan.source)
+    passed = _ends(log, plan.output)
+    rejected = _ends(log, plan.rejected)
+    committed = committed_offsets(plan.checkpoint)
+    store = plan.claim_store()
+    stats: dict[int, PartitionStats] = {}
+    if store is not None:
+        stats = {s.partition: s for s in store.stats(len(raw))}
+    now = int(time.time() * 1000)
+    partitions = []
+    for partition, end in sorted(raw.items()):
+        found = stats.get(partition)
+        partitions.append(
+            PartitionStatus(
+                partition,
+                end,
+                None if committed is None else committed.get(partition, 0),
+                passed.get(partition, 0),
+                rejected.get(partition, 0),
+                None if found is None else found.keys,
+                None if found is None else found.bytes,
+                None if found is None else found.window(now),
+                None if found is None else found.aged_out,
+            )
+        )
+    return DedupeStatus(
+        plan.store,
+        plan.source,
+        plan.output,
+        str(plan.checkpoint),
+        plan.window,
+        plan.min_window,
+        partitions,
+        late,
+        last or {},
+        now,
+    )
+
+
+def _ends(log: Log, topic: str) -> dict[int, int]:
+    try:
+        return log.end_offsets(topic)
+    except UnknownTopic:
+        return {}
+
+
+def status_path(data_dir: Path, source: str) -> Path:
+    return data_dir.resolve() / "status" / f"dedupe-{source}.json"
+
+
+def metrics_path(data_dir: Path, source: str) -> Path:
+    return data_dir.resolve() / "metrics" / f"dedupe-{source}.prom"
+
+
+def save(plan: DedupePlan, status: DedupeStatus) -> None:
+    """Write the status file and the metrics file, each replaced atomically."""
+    document = {
+        "plan": {
+            "store": plan.store,
+            "source": plan.source,
+            "output": plan.output,
+            "checkpoint": str(plan.checkpoint),
+            "bounds": asdict(plan.bounds),
+            "min_window": plan.min_window,
+        },
+        "status": asdict(status),
+    }
+    _replace(status_path(plan.data_dir, plan.source), json.dumps(document, indent=1))
+    _replace(metrics_path(plan.data_dir, plan.source), prometheus(status))
+
+
+def load(path: Path, plan_defaults: dict[str, Any]) -> tuple[DedupePlan, DedupeStatus]:
+    """A plan and the last saved status from a status file (``exactly status``)."""
+    document = json.loads(path.read_text())
+    given = document["plan"]
+    plan = DedupePlan(
+        store=given["store"],
+        source=given["source"],
+        output=given["output"],
+        checkpoint=Path(given["checkpoint"]),
+        bounds=Bounds(**given["bounds"]),
+        min_window=given["min_window"],
+        **plan_defaults,
+    )
+    saved = document["status"]
+    saved["partitions"] = [PartitionStatus(**p) for p in saved["partitions"]]
+    return plan, DedupeStatus(**saved)
+
+
+def _replace(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staged = path.with_name(f".{path.name}.{os.getpid()}")
+    staged.write_text(text)
+    staged.replace(path)
+
+
+def prometheus(status: DedupeStatus) -> str:
+    """The status in Prometheus text format: counters and gauges labelled by partition."""
+    labels = f'source="{status.source}",store="{status.store}"'
+    lines = []
+
+    def metric(name: str, kind: str, text: str, values: Sequence[tuple[str, float | None]]) -> None:
+        lines.append(f"# HELP exactly_dedupe_{name} {text}")
+        lines.append(f"# TYPE exactly_dedupe_{name} {kind}")
+        for extra, value in values:
+            if value is not None:
+                lines.append(f"exactly_dedupe_{name}{{{labels}{extra}}} {value:g}")
+
+    parts = status.partitions
+    outcomes = []
+    for p in parts:
+        where = f',partition="{p.partition}"'
+        outcomes += [
+            (f'{where},outcome="in"', p.committed),
+            (f'{where},outcome="passed"', p.passed),
+            (f'{where},outcome="duplicate"', p.dropped),
+            (f'{where},outcome="rejected"', p.rejected),
+        ]
+    metric("records_total", "counter", "raw records processed, by outcome", outcomes)
+    metric(
+        "lag_records",
+        "gauge",
+        "raw records not processed yet",
+        [(f',partition="{p.partition}"', p.lag) for p in parts],
+    )
+    metric(
+        "keys",
+        "gauge",
+        "messageIds kept by the store",
+        [(f',partition="{p.partition}"', p.keys) for p in parts],
+    )
+    metric(
+        "bytes",
+        "gauge",
+        "bytes the store keeps on disk",
+        [(f',partition="{p.partition}"', p.bytes) for p in parts],
+    )
+    metric(
+        "window_seconds",
+        "gauge",
+        "age of the oldest messageId kept, once the bounds age ids out",
+        [
+            (f',partition="{p.partition}"', None if p.window is None else p.window / 1000)
+            for p in parts
+        ],
+    )
+    metric("late_total", "counter", "rows Spark dropped as late (spark-state)", [("", status.late)])
+    return "\n".join(lines) + "\n"
+
+
+def render(status: DedupeStatus) -> str:
+    """A table for people."""
+    head = (
+        f"dedupe {status.source} -> {status.output} ({status.store}, window "
+        f"{format_duration(status.window)}, checkpoint {status.checkpoint})"
+    )
+    columns = ("partition", "raw", "in", "passed", "duplicate", "rejected", "lag", "keys", "window")
+    rows = [columns]
+    for p in status.partitions:
+        window = "unbounded" if p.window is None else format_duration(p.window)
+        if p.keys is None:
+            window = "-"
+        rows.append(
+            (
+                str(p.partition),
+                str(p.raw_end),
+                "-" if p.committed is None else str(p.committed),
+                str(p.passed),
+                "-" if p.dropped is None else str(p.dropped),
+                str(p.rejected),
+                str(p.lag),
+                "-" if p.keys is None else str(p.keys),
+                window,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
+    lines = [head] + [
+        "  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in rows
+    ]
+    if status.late:
+        lines.append(f"late rows dropped by Spark's operator: {status.late}")
+    lines += [f"warning: {line}" for line in status.warnings()]
+    return "\n".join(lines)

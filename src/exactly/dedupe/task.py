@@ -1,0 +1,204 @@
+"""One Spark task of the dedupe job: a micro-batch's records of one raw partition, as Arrow.
+
+:func:`dedupe_partition` is what ``mapInArrow`` runs. Its rows go on to the exactly-once sink in
+the same task, which writes them to ``events`` partition *p* (DESIGN.md boundary 3). Steps per
+task (marked in the code):
+
+1. **Lock** the store's partition (held until the task ends: one writer per database).
+2. **Repair** the store from the output if it is behind it (``recovery.rebuild``).
+3. **Resume**: if the output already holds records of this very batch (an earlier attempt died
+   after writing some), the records up to the last of them pass exactly when they are in the
+   output. So the rows this attempt yields begin with what the sink already stored, in the same
+   order, and the sink's resume (by sequence) skips precisely those, whatever the store says now.
+4. **Route** records with no usable messageId (no key and a value that is not a JSON object with
+   a messageId) to ``<raw>.rejected`` with the reason, appended with producer sequences (the raw
+   offsets), so a replay stores each once. Never lost, never a crash.
+5. **Claim** the rest: one store call per Arrow batch, durable before return.
+6. **Yield** the passing records, values untouched, with the messageId as key and the raw
+   offset in header ``exactly.source.offset``. The sink appends them (durable), then Spark
+   commits the batch: claim durable, output durable, Spark commit, in that order.
+
+With ``store`` None (the spark-state job) only step 4 runs and every other record is yielded:
+Spark's own operator deduplicates afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import chain
+
+import orjson
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
+
+from exactly.dedupe import recovery
+from exactly.dedupe.base import Claim, DedupeStore, StorePartition
+from exactly.dedupe.recovery import SOURCE_HEADER
+from exactly.events.ids import pack_id
+from exactly.log import Log, Record
+from exactly.log.base import DEFAULT_MAX_RECORD_BYTES
+
+REJECTED_HEADER = "exactly.rejected"
+PRODUCER = "exactly.dedupe"
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """What every task needs; pickled to the executors."""
+
+    log_url: str
+    source: str
+    output: str
+    rejected: str
+    store: DedupeStore | None
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+
+
+def message_id(key: bytes | None, value: bytes) -> tuple[bytes | None, str | None]:
+    """The messageId of a raw record, as UTF-8 (its key, else its JSON's); or why there is none."""
+    if key:
+        return key, None
+    try:
+        event = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return None, "the value is not JSON"
+    if not isinstance(event, dict):
+        return None, "the value is not a JSON object"
+    found = event.get("messageId")
+    if isinstance(found, int) and not isinstance(found, bool):
+        found = str(found)
+    if not isinstance(found, str) or not found:
+        return None, "no messageId (no key, and no messageId string in the value)"
+    return found.encode(), None
+
+
+def dedupe_partition(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The task's passing records (module docstring); ``batches`` hold one raw partition."""
+    from exactly.spark.options import shared_log
+
+    batches = (batch for batch in batches if batch.num_rows)
+    first = next(batches, None)
+    if first is None:
+        return
+    partition = first.column("partition")[0].as_py()
+    log = shared_log(plan.log_url, plan.max_record_bytes)
+    every = chain([first], batches)
+    if plan.store is None:
+        for batch in every:
+            yield _process(plan, log, batch, None, None, set())
+        return
+    # 1. lock the store's partition
+    with plan.store.open(partition) as part:
+        # 2. repair the store from the output
+        last = recovery.last_source(log, plan.output, partition)
+        recovery.rebuild(part, log, plan.output, plan.store.bounds, last)
+        # 3. resume: what an earlier attempt at this batch already wrote
+        start = first.column("offset")[0].as_py()
+        if last is not None and last < start:
+            last = None  # the usual case: nothing of this batch is in the output yet
+        done = set() if last is None else recovery.passed_since(log, plan.output, partition, start)
+        for batch in every:
+            yield _process(plan, log, batch, part, last, done)
+
+
+def _process(
+    plan: TaskPlan,
+    log: Log,
+    batch: pa.RecordBatch,
+    part: StorePartition | None,
+    last: int | None,
+    done: set[int],
+) -> pa.RecordBatch:
+    count = batch.num_rows
+    offsets: list[int] = batch.column("offset").to_pylist()
+    keys: list[bytes | None] = batch.column("key").to_pylist()
+    times: list[int] = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
+    values = batch.column("value")
+    partition = batch.column("partition")[0].as_py()
+    passes = [True] * count
+    rekeyed = False
+    rejected: list[tuple[int, str]] = []
+    claims: list[Claim] = []
+    claimed: list[int] = []
+    prefix = partition << 48
+    for index in range(count):
+        offset = offsets[index]
+        key = keys[index]
+        if not key:
+            key, reason = message_id(key, values[index].as_py())
+            if key is None:
+                rejected.append((index, reason or "rejected"))
+                passes[index] = False
+                continue
+            keys[index] = key
+            rekeyed = True
+        if part is None:
+            continue
+        if last is not None and offset <= last:
+            passes[index] = offset in done  # 3. as the earlier attempt decided
+            continue
+        claims.append(Claim(pack_id(key), (prefix | offset).to_bytes(8, "big"), times[index]))
+        claimed.append(index)
+    # 4. route what has no messageId
+    if rejected:
+        _reject(plan, log, batch, partition, rejected)
+    # 5. claim: durable when it returns
+    if claims and part is not None:
+        for index, verdict in zip(claimed, part.claim(claims), strict=True):
+            passes[index] = verdict.passes
+    # 6. the passing records, keyed and marked with their source offset
+    key_column = pa.array(keys, pa.binary()) if rekeyed else batch.column("key")
+    kept = pa.array(passes, pa.bool_())
+    marked = _with_source(batch.column("headers"), batch.column("offset"))
+    return pa.RecordBatch.from_arrays(
+        [
+            batch.column("partition"),
+            batch.column("offset"),
+            key_column,
+            values,
+            batch.column("timestamp"),
+            marked,
+        ],
+        schema=batch.schema,
+    ).filter(kept)
+
+
+def _with_source(headers: pa.ListArray, offsets: pa.Array) -> pa.ListArray:
+    """Each record's headers plus ``exactly.source.offset``; vectorised when there are none."""
+    marks = pc.cast(pc.cast(offsets, pa.string()), pa.binary())
+    entry_type = headers.type.value_type
+    if len(headers.flatten()) == 0 and headers.null_count == 0:
+        names = pa.array([SOURCE_HEADER] * len(offsets), entry_type.field(0).type)
+        entries = pa.StructArray.from_arrays(
+            [names, marks.cast(entry_type.field(1).type)], fields=list(entry_type)
+        )
+        positions = pa.array(range(len(offsets) + 1), pa.int32())
+        return pa.ListArray.from_arrays(positions, entries, type=headers.type)
+    rows = []
+    for old, mark in zip(headers.to_pylist(), marks.to_pylist(), strict=True):
+        kept = [h for h in old or () if h["key"] != SOURCE_HEADER]
+        rows.append([*kept, {"key": SOURCE_HEADER, "value": mark}])
+    return pa.array(rows, headers.type)
+
+
+def _reject(
+    plan: TaskPlan, log: Log, batch: pa.RecordBatch, partition: int, rejected: list[tuple[int, str]]
+) -> None:
+    """Append rejected records to ``<raw>.rejected``; a replayed one is dropped by its sequence."""
+    headers = batch.column("headers")
+    records = []
+    sequences = []
+    for index, reason in rejected:
+        offset = batch.column("offset")[index].as_py()
+        own = tuple((h["key"], h["value"]) for h in headers[index].as_py() or ())
+        records.append(
+            Record(
+                batch.column("value")[index].as_py(),
+                batch.column("key")[index].as_py() or None,
+                (*own, (REJECTED_HEADER, reason.encode()), (SOURCE_HEADER, str(offset).encode())),
+                batch.column("timestamp")[index].value // 1000,
+            )
+        )
+        sequences.append(offset)
+    log.append(plan.rejected, partition, records, producer=PRODUCER, sequences=sequences)

@@ -1,0 +1,62 @@
+"""The ``exactly`` Spark data source: the log as a batch source, a streaming source and sink.
+
+Register it once per session (:func:`register`; ``build_session`` does it), then::
+
+    spark.read.format("exactly").option("log", URL).option("topic", T).load()
+    spark.readStream.format("exactly").option("log", URL).option("topic", T).load()
+    df.writeStream.format("exactly").option("log", URL).option("topic", T)
+      .option("checkpointLocation", DIR).start()
+
+Options are checked on the driver when the query is defined or starts, so a typo fails there with
+one clear line. Readers and writers are in ``source.py`` and ``sink.py``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.types import StructType
+
+from exactly.spark import owners
+from exactly.spark.options import EXACTLY_ONCE, SinkOptions, SourceOptions, shared_log
+from exactly.spark.sink import Columns, LogStreamWriter, checkpoint_query_id
+from exactly.spark.source import SCHEMA, LogBatchReader, LogStreamReader
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+NAME = "exactly"
+
+
+class LogDataSource(DataSource):
+    """``format("exactly")``: see the module docstring."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return LogBatchReader(SourceOptions.parse(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return LogStreamReader(SourceOptions.parse(self.options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> LogStreamWriter:
+        options = SinkOptions.parse(self.options)
+        columns = Columns.of(schema)
+        log = shared_log(options.log, options.max_record_bytes)
+        log.describe(options.topic)  # an unknown topic fails here, before any task
+        if options.guarantee == EXACTLY_ONCE:
+            # Refuse a second query now rather than in its first task, when the owner is known.
+            sink = options.sink_id or checkpoint_query_id(options.checkpoint)
+            owners.check_once(log, options.topic, sink)  # called again for every batch's commit
+        return LogStreamWriter(options, columns)
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("exactly")`` available in ``spark``."""
+    spark.dataSource.register(LogDataSource)

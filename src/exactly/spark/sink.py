@@ -1,0 +1,390 @@
+"""The exactly-once streaming sink: ``df.writeStream.format("exactly")`` (DESIGN.md boundary 4).
+
+Input columns: ``value`` (binary or string, required), ``key`` (binary or string), ``partition``
+(int; default: the stable hash of the key, or of the value when there is no key), ``headers``
+(array<struct<key: string, value: binary>>) and ``timestamp`` (timestamp; default: now).
+``offset`` and ``topic`` are ignored, so the source's rows can be written as they are.
+
+Guarantee: every row of every micro-batch is stored in the topic exactly once, in the order the
+task saw it, whatever tasks fail, are retried, linger as zombies, or the query crashes and
+replays a batch. The commit protocol, per task and output partition (steps marked in the code):
+
+1. **Fence.** Open the partition's fenced writer, with the query's sink id as writer id. Every
+   earlier writer of this sink on this partition (a failed attempt, a zombie, a crashed run) can
+   append nothing from now on (sqlite: epoch checked in the append's transaction; Kafka: the
+   transactional id's producer epoch).
+2. **Resume.** Read the partition's tail back to this sink's newest record. Each record carries a
+   mark (sink id, batch id, Spark partition, sequence; ``marks.py``): if the newest is of this
+   batch, the records up to its sequence are already stored.
+3. **Append** the task's rows for the partition, each marked, skipping the stored ones.
+4. **Commit** the writer (Kafka: the transaction) before the task reports success.
+5. **Driver.** Spark calls :meth:`LogStreamWriter.commit` once every task succeeded; it checks
+   that no output partition was written by two tasks and records the sink's progress (group
+   ``exactly.sink.<sink id>``); then Spark marks the batch done in its checkpoint.
+
+It rests on three assumptions, each checked where it can be:
+
+* **One sink per topic.** The topic's owner is recorded in the log (``owners.py``); another
+  query's sink is refused with :class:`~exactly.errors.TopicOwned` naming the owner's checkpoint.
+* **Each output partition's rows in one Spark partition** per micro-batch. True for a query that
+  keeps the source's partitions (a copy, a filter, a map); otherwise use
+  :func:`cluster_by_partition`. A breach is refused before anything is written (or fenced).
+* **A deterministic query**: a replayed micro-batch yields the same rows per output partition in
+  the same order. True for the ``exactly`` source (a batch is an offset range) and the queries
+  above; after a shuffle (:func:`cluster_by_partition`), option ``order=sorted`` makes the sink
+  sort each task's rows by content first.
+
+The sink id is the streaming query's id, which Spark keeps in the checkpoint (option ``sinkId``
+overrides it). ``guarantee=at-least-once`` skips steps 1-2 and the marks: plain appends, for
+comparison (``bench/spark_io.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampType,
+)
+
+from exactly.errors import StreamError
+from exactly.events import partition_for
+from exactly.log import Log, LogRecord, Record
+from exactly.log.base import Header, PartitionWriter
+from exactly.spark import owners
+from exactly.spark.marks import MARK, Mark, find_mark, resume_at, without_mark
+from exactly.spark.options import AT_LEAST_ONCE, SORTED, SinkOptions, shared_log
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+QUERY_ID = "sql.streaming.queryId"  # local properties Spark sets on every task of a query
+BATCH_ID = "streaming.sql.batchId"
+PROGRESS_GROUP = "exactly.sink."
+_IGNORED = {"offset", "topic"}
+_ACCEPTED = ["value", "key", "partition", "headers", "timestamp"]
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Which input columns a query gives the sink, checked against their types on the driver."""
+
+    key: bool
+    partition: bool
+    headers: bool
+    timestamp: bool
+
+    @classmethod
+    def of(cls, schema: StructType) -> Columns:
+        types = {f.name.lower(): f.dataType for f in schema.fields}
+        unknown = sorted(set(types) - set(_ACCEPTED) - _IGNORED)
+        if unknown or "value" not in types:
+            problem = f"unknown column(s) {unknown}" if unknown else "no value column"
+            raise StreamError(
+                f"the exactly sink got {problem}: it writes columns {_ACCEPTED} "
+                "(value required; offset and topic are ignored)"
+            )
+        text = (BinaryType, StringType)
+        header = types.get("headers")
+        expected = {
+            "value": isinstance(types["value"], text),
+            "key": isinstance(types.get("key", BinaryType()), text),
+            "partition": isinstance(types.get("partition", IntegerType()), IntegerType | ShortType),
+            "timestamp": isinstance(types.get("timestamp", TimestampType()), TimestampType),
+            "headers": header is None
+            or (
+                isinstance(header, ArrayType)
+                and isinstance(header.elementType, StructType)
+                and [f.name for f in header.elementType.fields] == ["key", "value"]
+                and isinstance(header.elementType.fields[1].dataType, text)
+            ),
+        }
+        wrong = [name for name, ok in expected.items() if not ok]
+        if wrong:
+            raise StreamError(
+                f"the exactly sink cannot write column {wrong[0]} of type "
+                f"{types[wrong[0]].simpleString()}: value and key are binary or string, partition "
+                "int, timestamp timestamp, headers array<struct<key: string, value: binary>>"
+            )
+        return cls("key" in types, "partition" in types, "headers" in types, "timestamp" in types)
+
+
+Row = tuple[bytes, bytes | None, tuple[Header, ...], int | None]  # value, key, headers, timestamp
+
+
+def rows(batch: pa.RecordBatch, columns: Columns, partitions: int) -> Iterator[tuple[int, Row]]:
+    """The (output partition, row) of each row of an Arrow batch, in order.
+
+    A row is a plain tuple in :class:`~exactly.log.Record` field order: records are built once,
+    when the sink knows their mark.
+    """
+    names = {name.lower(): name for name in batch.schema.names}
+    count = batch.num_rows
+    values = _as_bytes(batch.column(names["value"]).to_pylist())
+    keys = _as_bytes(batch.column(names["key"]).to_pylist()) if columns.key else [None] * count
+    chosen: list[int | None] = (
+        batch.column(names["partition"]).to_pylist() if columns.partition else [None] * count
+    )
+    stamps: list[int | None] = [None] * count
+    if columns.timestamp:
+        micros = batch.column(names["timestamp"]).cast(pa.int64())
+        stamps = pc.divide(micros, 1000).to_pylist()
+    headers: list[tuple[tuple[str, bytes], ...]] = [()] * count
+    if columns.headers:
+        headers = [
+            without_mark(tuple((h["key"], _one_bytes(h["value"])) for h in row or ()))
+            for row in batch.column(names["headers"]).to_pylist()
+        ]
+    for index in range(count):
+        value, key, partition = values[index], keys[index], chosen[index]
+        if value is None:
+            raise StreamError("the exactly sink got a row whose value is null; values are bytes")
+        if partition is None:
+            partition = partition_for(value if key is None else key, partitions)
+        elif not 0 <= partition < partitions:
+            raise StreamError(
+                f"a row's partition column is {partition}, but the topic has partitions "
+                f"0 to {partitions - 1}"
+            )
+        yield partition, (value, key, headers[index], stamps[index])
+
+
+def _grouped(batch: pa.RecordBatch, columns: Columns, partitions: int) -> dict[int, list[Row]]:
+    grouped: dict[int, list[Row]] = {}
+    for partition, row in rows(batch, columns, partitions):
+        grouped.setdefault(partition, []).append(row)
+    return grouped
+
+
+def _sorted(groups: Iterable[dict[int, list[Row]]]) -> dict[int, list[Row]]:
+    """All of a task's rows per output partition, in an order that depends on their content only.
+
+    After a shuffle, the order in which a task receives its rows can differ between attempts;
+    sorted, a replayed batch writes the same sequence. Holds the task's rows in memory.
+    """
+    merged: dict[int, list[Row]] = {}
+    for grouped in groups:
+        for partition, found in grouped.items():
+            merged.setdefault(partition, []).extend(found)
+    for found in merged.values():
+        found.sort(key=lambda r: (r[1] or b"", r[0], r[3] or 0, r[2]))
+    return merged
+
+
+def _as_bytes(items: list[bytes | str | None]) -> list[bytes | None]:
+    return [item.encode() if isinstance(item, str) else item for item in items]
+
+
+def _one_bytes(item: bytes | str | None) -> bytes:
+    return item.encode() if isinstance(item, str) else item or b""
+
+
+def last_mark(log: Log, topic: str, partition: int, sink: str, since: int) -> Mark | None:
+    """The mark of ``sink``'s newest record in the partition at or after offset ``since``.
+
+    Reads backwards from the end in growing windows and stops at the first marked record: if it
+    is another sink's (a former owner of the topic), this sink wrote nothing after it. Unmarked
+    records (plain appends) are stepped over.
+    """
+    high = log.end_offset(topic, partition)
+    window = 16
+    while high > since:
+        low = max(since, high - window)
+        batch: list[LogRecord] = []
+        offset = low
+        while offset < high and (chunk := log.read(topic, partition, offset, max_records=1000)):
+            batch += [record for record in chunk if record.offset < high]
+            offset = chunk[-1].offset + 1
+        for record in reversed(batch):
+            mark = find_mark(record.headers)
+            if mark is not None:
+                return mark if mark.sink == sink else None
+        high, window = low, window * 8
+    return None
+
+
+class PartitionOutput:
+    """One task's rows for one output partition in one micro-batch (steps 1-4 of the protocol)."""
+
+    def __init__(
+        self, log: Log, topic: str, partition: int, mark: Mark, since: int, chunk: int
+    ) -> None:
+        self.partition, self.mark, self.chunk = partition, mark, chunk
+        # 1. fence every earlier writer of this sink and partition before reading the tail
+        self._writer: PartitionWriter = log.open_writer(topic, partition, mark.sink)
+        try:
+            # 2. resume: what an earlier attempt at this batch already stored
+            last = last_mark(log, topic, partition, mark.sink, since)
+            self.skipped = resume_at(last, mark.sink, mark.batch, mark.task, partition)
+        except BaseException:
+            self._writer.close()
+            raise
+        self.sequence = 0
+        self.appended = 0
+        self._pending: list[Record] = []
+        self._prefix = mark.encode().rpartition(b" ")[0] + b" "  # all but the sequence
+
+    def add(self, found: Iterable[Row]) -> None:
+        # 3. mark each record; append those not stored yet
+        prefix, pending = self._prefix, self._pending
+        for value, key, headers, timestamp in found:
+            if self.sequence >= self.skipped:
+                mark = (MARK, prefix + b"%d" % self.sequence)
+                pending.append(Record(value, key, (*headers, mark), timestamp))
+            self.sequence += 1
+        if len(pending) >= self.chunk:
+            self._flush()
+
+    def finish(self) -> None:
+        self._flush()
+        # 4. durable and visible before the task reports success
+        self._writer.commit()
+
+    def close(self) -> None:
+        self._writer.close()
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, []
+        for at in range(0, len(pending), self.chunk):
+            self._writer.append(pending[at : at + self.chunk])
+        self.appended += len(pending)
+
+
+@dataclass
+class SinkCommit(WriterCommitMessage):
+    """What one task wrote: per output partition, records appended and records found stored."""
+
+    sink: str
+    batch: int
+    task: int
+    appended: dict[int, int] = field(default_factory=dict)
+    skipped: dict[int, int] = field(default_factory=dict)
+
+
+class LogStreamWriter(DataSourceStreamArrowWriter):
+    """Writes micro-batches to a log topic exactly once (the module docstring has the protocol)."""
+
+    def __init__(self, options: SinkOptions, columns: Columns) -> None:
+        self.options = options
+        self.columns = columns
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        context = TaskContext.get()
+        assert context is not None, "the sink runs in Spark tasks"
+        sink = self.options.sink_id or context.getLocalProperty(QUERY_ID)
+        batch_id = context.getLocalProperty(BATCH_ID)
+        if not sink or batch_id is None:
+            raise StreamError("the exactly sink writes streaming queries: use writeStream")
+        task = context.partitionId()
+        log = shared_log(self.options.log, self.options.max_record_bytes)
+        topic = self.options.topic
+        partitions = log.describe(topic).partitions
+        if self.options.guarantee == AT_LEAST_ONCE:
+            return self._append_plainly(log, iterator, SinkCommit(sink, int(batch_id), task))
+        claim = owners.claim_once(log, topic, sink, self.options.checkpoint)
+        start = Mark(sink, int(batch_id), task, 0)
+        groups: Iterator[dict[int, list[Row]]]
+        groups = (_grouped(batch, self.columns, partitions) for batch in iterator)
+        if self.options.order == SORTED:
+            groups = iter([_sorted(groups)])
+        outputs: dict[int, PartitionOutput] = {}
+        try:
+            for grouped in groups:
+                for partition, records in grouped.items():
+                    output = outputs.get(partition)
+                    if output is None:
+                        since = claim.starts.get(partition, 0)
+                        output = PartitionOutput(
+                            log, topic, partition, start, since, self.options.append_records
+                        )
+                        outputs[partition] = output
+                    output.add(records)
+            for output in outputs.values():
+                output.finish()
+        finally:
+            for output in outputs.values():
+                output.close()
+        return SinkCommit(
+            sink,
+            int(batch_id),
+            task,
+            {p: output.appended for p, output in outputs.items()},
+            {p: output.skipped for p, output in outputs.items()},
+        )
+
+    def _append_plainly(
+        self, log: Log, iterator: Iterator[pa.RecordBatch], result: SinkCommit
+    ) -> SinkCommit:
+        topic, chunk = self.options.topic, self.options.append_records
+        partitions = log.describe(topic).partitions
+        for batch in iterator:
+            for partition, found in _grouped(batch, self.columns, partitions).items():
+                for at in range(0, len(found), chunk):
+                    log.append(topic, partition, [Record(*row) for row in found[at : at + chunk]])
+                result.appended[partition] = result.appended.get(partition, 0) + len(found)
+        return result
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        done = [message for message in messages if isinstance(message, SinkCommit)]
+        writers: dict[int, int] = {}
+        for message in done:
+            for partition in message.appended:
+                if writers.setdefault(partition, message.task) != message.task:
+                    raise StreamError(
+                        f"output partition {partition} was written by two Spark partitions in "
+                        f"batch {batchId}: cluster the DataFrame with "
+                        "exactly.spark.sink.cluster_by_partition"
+                    )
+        if not done or not writers or self.options.guarantee == AT_LEAST_ONCE:
+            return
+        # 5. record the sink's progress; Spark marks the batch done after this returns
+        log = shared_log(self.options.log, self.options.max_record_bytes)
+        ends = log.end_offsets(self.options.topic)
+        log.commit_offsets(
+            PROGRESS_GROUP + done[0].sink, self.options.topic, {p: ends[p] for p in writers}
+        )
+
+
+def checkpoint_query_id(checkpoint: str | None) -> str | None:
+    """The query id Spark stored in a local checkpoint directory, None if there is none yet."""
+    if not checkpoint or "://" in checkpoint.removeprefix("file://"):
+        return None
+    path = Path(checkpoint.removeprefix("file://").removeprefix("file:")) / "metadata"
+    try:
+        found = json.loads(path.read_text()).get("id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return found if isinstance(found, str) else None
+
+
+def cluster_by_partition(df: DataFrame, partitions: int) -> DataFrame:
+    """``df`` ready for the sink when its rows are not already grouped by output partition.
+
+    Adds a ``partition`` column when there is none (the stable hash of the key, else of the
+    value) and puts each output partition's rows in one Spark partition. A shuffle delivers rows
+    in an order that can change when a batch is replayed, so write the result with
+    ``.option("order", "sorted")``: the sink then sorts each task's rows before writing them.
+    """
+    from pyspark.sql import functions as F
+
+    if "partition" not in df.columns:
+        by_hash = F.udf(
+            lambda key, value: partition_for(value if key is None else key, partitions), "int"
+        )
+        key = F.col("key") if "key" in df.columns else F.lit(None).cast("binary")
+        df = df.withColumn("partition", by_hash(key, F.col("value")))
+    return df.repartition(partitions, "partition")

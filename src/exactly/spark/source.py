@@ -1,0 +1,186 @@
+"""Reading a log topic into Spark: batch reads over offset ranges and a streaming source.
+
+Columns: ``partition`` int, ``offset`` bigint, ``key`` binary, ``value`` binary, ``timestamp``
+timestamp, ``headers`` array<struct<key: string, value: binary>> (as Spark's Kafka source).
+
+Guarantees of the streaming source: a micro-batch is the offset range ``[start, end)`` of every
+partition, recorded by Spark in the checkpoint before it runs, and reading a range again yields the
+same records in the same order, so a replayed batch is the same batch. Each partition's range is
+read by one task, in offset order (the sink relies on this to keep a copy in order). Offsets are
+positions, not counts: on Kafka, transaction markers leave gaps that no record fills.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from exactly.log import LogRecord
+from exactly.spark import offsets
+from exactly.spark.options import SourceOptions, shared_log
+
+SCHEMA = (
+    "partition int, offset bigint, key binary, value binary, timestamp timestamp, "
+    "headers array<struct<key: string, value: binary>>"
+)
+_HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
+ARROW_SCHEMA = pa.schema(
+    [
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("headers", pa.list_(_HEADER)),
+    ]
+)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class OffsetRange(InputPartition):
+    """One task's work: offsets ``[start, end)`` of one log partition."""
+
+    partition: int
+    start: int
+    end: int
+
+
+def ranges(start: offsets.Offsets, end: offsets.Offsets) -> list[OffsetRange]:
+    """The non-empty ranges between two positions, in partition order."""
+    return [
+        OffsetRange(partition, start.get(partition, 0), stop)
+        for partition, stop in sorted(end.items())
+        if stop > start.get(partition, 0)
+    ]
+
+
+def read_range(options: SourceOptions, task: OffsetRange) -> Iterator[Any]:
+    """The records of one range, as Arrow record batches or as tuples (``arrow=false``)."""
+    log = shared_log(options.log)
+    offset = task.start
+    while offset < task.end:
+        batch = log.read(
+            options.topic, task.partition, offset, max_records=min(options.read_records, 100_000)
+        )
+        if not batch:
+            return  # Kafka: only transaction markers (or aborted records) are left in the range
+        if batch[-1].offset >= task.end:
+            batch = [record for record in batch if record.offset < task.end]
+            if not batch:
+                return
+        offset = batch[-1].offset + 1
+        if options.arrow:
+            yield to_arrow(batch)
+        else:
+            yield from to_rows(batch)
+
+
+def to_arrow(records: Sequence[LogRecord]) -> pa.RecordBatch:
+    """Log records as one Arrow record batch of :data:`ARROW_SCHEMA`."""
+    partitions, positions, keys, values, headers, stamps = zip(*records, strict=True)
+    millis = pa.array(stamps, pa.int64())
+    if any(headers):
+        header_column = pa.array(
+            [[{"key": n, "value": v} for n, v in h] for h in headers], pa.list_(_HEADER)
+        )
+    else:  # the common case: no headers, so no Python objects per record
+        header_column = pa.ListArray.from_arrays(
+            pa.array([0] * (len(records) + 1), pa.int32()), pa.array([], _HEADER)
+        )
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(partitions, pa.int32()),
+            pa.array(positions, pa.int64()),
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC")),
+            header_column,
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+def to_rows(records: Sequence[LogRecord]) -> Iterator[tuple[Any, ...]]:
+    """Log records as plain tuples, for comparison with Arrow (``bench/spark_io.py``)."""
+    for r in records:
+        stamp = _EPOCH + timedelta(milliseconds=r.timestamp)
+        yield (r.partition, r.offset, r.key, r.value, stamp, [(n, v) for n, v in r.headers])
+
+
+class LogBatchReader(DataSourceReader):
+    """``spark.read.format("exactly")``: offsets ``startingOffsets`` to ``endingOffsets``.
+
+    Both default to the whole topic as it is when the read is planned; one task per partition.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        ends = shared_log(self.options.log).end_offsets(self.options.topic)
+        start = offsets.resolve("startingOffsets", self.options.starting, ends)
+        end = offsets.resolve("endingOffsets", self.options.ending, ends, offsets.LATEST)
+        return ranges(start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, OffsetRange)
+        return read_range(self.options, partition)
+
+
+class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("exactly")``: the streaming source (module docstring).
+
+    Rate limit: ``maxRecordsPerTrigger`` caps a micro-batch, shared fairly between partitions.
+    ``Trigger.AvailableNow`` reads up to the ends found when the query started, then stops.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._target: offsets.Offsets | None = None  # Trigger.AvailableNow's end
+        self._latest: offsets.Offsets | None = None
+
+    def initialOffset(self) -> dict[str, int]:
+        ends = shared_log(self.options.log).end_offsets(self.options.topic)
+        return offsets.to_json(offsets.resolve("startingOffsets", self.options.starting, ends))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_records_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = shared_log(self.options.log).end_offsets(self.options.topic)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
+        begin = offsets.from_json(start)
+        self._latest = shared_log(self.options.log).end_offsets(self.options.topic)
+        end = offsets.limit_to(begin, offsets.advance(begin, self._latest), self._target)
+        if isinstance(limit, ReadMaxRows):
+            end = offsets.cap(begin, end, limit.max_rows)
+        return offsets.to_json(end)
+
+    def reportLatestOffset(self) -> dict[str, int] | None:
+        return None if self._latest is None else offsets.to_json(self._latest)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        return ranges(offsets.from_json(start), offsets.from_json(end))
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, OffsetRange)
+        return read_range(self.options, partition)

@@ -1,0 +1,108 @@
+"""Running a streaming query the way every ``exactly`` streaming command does.
+
+``copy``, ``dedupe`` and ``aggregate`` share three things, kept here once:
+
+* :func:`checkpoint_lock`: one query per checkpoint (two would corrupt it);
+* :func:`run_query`: start, trigger (``--until-caught-up`` is ``Trigger.AvailableNow``), report
+  each micro-batch's progress once, stop, and turn a failure into the error a task raised;
+* :func:`from_spark`: that error, recovered from the text Spark wraps it in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from exactly import errors
+from exactly.errors import ExactlyError, StreamError
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+Report = dict[str, Any]
+_RAISED = re.compile(r"exactly\.errors\.(\w+): (.+)")
+
+
+@contextlib.contextmanager
+def checkpoint_lock(checkpoint: Path, command: str) -> Iterator[None]:
+    """Hold a lock beside the checkpoint for the whole run; a second ``command`` is refused."""
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(checkpoint.parent / f"{checkpoint.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StreamError(
+                f"another {command} is running with checkpoint {checkpoint}; stop it first"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def run_query(
+    writer: DataStreamWriter,
+    *,
+    until_caught_up: bool,
+    trigger_seconds: float,
+    on_batch: Callable[[Report], None] | None = None,
+) -> dict[int, Report]:
+    """Start the query and run it until caught up (or stopped); the progress of each batch.
+
+    ``on_batch`` sees each micro-batch's progress report once, in order. A failure raises the
+    :class:`~exactly.errors.ExactlyError` a task raised, when there is one.
+    """
+    from py4j.protocol import Py4JError  # type: ignore[import-untyped]
+    from pyspark.errors import PySparkException
+
+    if until_caught_up:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{int(trigger_seconds * 1000)} milliseconds")
+    batches: dict[int, Report] = {}
+
+    def note() -> None:
+        for report in query.recentProgress:
+            batch = int(report["batchId"])
+            if batch not in batches:
+                batches[batch] = dict(report)
+                if on_batch is not None:
+                    on_batch(batches[batch])
+
+    try:
+        query = writer.start()
+    except (PySparkException, Py4JError) as error:
+        raise from_spark(error) from None
+    try:
+        while not query.awaitTermination(1):
+            note()
+        note()
+    except (PySparkException, Py4JError) as error:
+        raise from_spark(error) from None
+    finally:
+        if query.isActive:
+            query.stop()
+    return batches
+
+
+def from_spark(error: BaseException) -> ExactlyError:
+    """The ExactlyError a Python task or planner raised, recovered from Spark's exception text.
+
+    Spark wraps a Python exception in Java exceptions and reports it as text; the first
+    ``exactly.errors.Name: message`` line in it is the cause a user can act on.
+    """
+    if isinstance(error, ExactlyError):
+        return error
+    text = str(error)
+    found = _RAISED.search(text)
+    if found is not None:
+        kind = getattr(errors, found.group(1), None)
+        if isinstance(kind, type) and issubclass(kind, ExactlyError):
+            return kind(found.group(2).strip())
+    first = next((line.strip() for line in text.splitlines() if line.strip()), repr(error))
+    return StreamError(f"the streaming query failed: {first}")

@@ -1,0 +1,59 @@
+"""One run of the aggregate job for the SIGKILL tests: ``python -m tests.aggregate_job_child``.
+
+Arguments: DATA_DIR LOG_URL DB_URL CHECKPOINT MODE. Like ``tests/dedupe_job_child.py``: it starts
+Spark, prints ``warm``, waits for ``go`` on stdin, prints ``running``, then counts ``events`` into
+``event_counts`` and the test's ``plan_hours`` in small micro-batches, printing ``batch N`` after
+each: MODE ``streaming`` until killed, ``catch-up`` until caught up, then ``done``. With
+``EXACTLY_AGGREGATE_KILL_AFTER_COMMIT=N`` in its environment the job kills itself right after its
+N-th SQL commit, before Spark's.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from exactly.aggregate import frame, job
+from exactly.aggregate.base import open_db
+from exactly.aggregate.spec import EVENT_COUNTS, parse_table
+from exactly.config import Settings
+from exactly.log import open_log
+from exactly.spark.session import build_session
+from tests.aggregate_stream import PLAN_TABLE
+
+
+def main(data_dir: str, log_url: str, db_url: str, checkpoint: str, mode: str) -> None:
+    spark = build_session(Settings(data_dir=Path(data_dir)), "exactly-agg-crash", master="local[2]")
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
+    plans = parse_table(PLAN_TABLE["name"], PLAN_TABLE["group_by"], PLAN_TABLE["measures"])  # type: ignore[arg-type]
+    plan = job.AggregatePlan(
+        log_url,
+        Path(checkpoint),
+        (EVENT_COUNTS, plans),
+        until_caught_up=mode == "catch-up",
+        trigger_seconds=0.2,
+        max_records_per_trigger=300,
+        read_records=100,
+    )
+    specs = frame.check(spark, plan.tables)
+    print("warm", flush=True)
+    if sys.stdin.readline().strip() != "go":
+        return
+    print("running", flush=True)
+    with open_db(db_url, retry_seconds=60) as db:
+        with open_log(log_url) as log:
+            start = job.prepare(log, db, plan, specs)
+        job.run(
+            spark,
+            plan,
+            db,
+            specs,
+            start,
+            on_batch=lambda batch, _events, _counted: print(f"batch {batch}", flush=True),
+        )
+    print("done", flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:6])

@@ -1,0 +1,168 @@
+"""The dedupe job on Spark, in process, for each store: exactness across batches, runs, replays,
+failed tasks, a deleted store and age-out."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa  # type: ignore[import-untyped]
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from exactly.dedupe.job import STORES, DedupePlan, prepare, run
+from exactly.dedupe.rocksdb import RocksDBStore
+from exactly.dedupe.status import collect, render
+from exactly.dedupe.window import Bounds
+from exactly.events import partition_for
+from exactly.log import Log, Record, open_log
+from tests.dedupe_stream import (
+    EVENTS,
+    RAW,
+    Stream,
+    actual_events,
+    assert_deduplicated,
+    read_all,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.usefixtures("redis_store_env")]
+PARTITIONS = 2
+HOUR = 3_600_000
+KINDS = ("duplicate next", "duplicate chunk", "duplicate earlier", "rejected")
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Iterator[Log]:
+    with open_log(f"sqlite://{tmp_path / 'log'}") as opened:
+        opened.create_topic(RAW, PARTITIONS)
+        yield opened
+
+
+def plan_for(log: Log, tmp_path: Path, store: str, **changes: object) -> DedupePlan:
+    settings: dict[str, object] = {
+        "bounds": Bounds(window=HOUR),
+        "until_caught_up": True,
+        "max_records_per_trigger": 700,
+        "read_records": 200,
+    }
+    settings.update(changes)
+    return DedupePlan(
+        log.url,
+        store,
+        tmp_path,
+        tmp_path / f"checkpoint-{store}",
+        **settings,  # type: ignore[arg-type]
+    )
+
+
+def forget_last_commit(checkpoint: Path) -> None:
+    """Make Spark replay the last batch, as after a crash between the sink's commit and Spark's."""
+    commits = sorted((checkpoint / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
+    commits[-1].unlink()
+    (checkpoint / "commits" / f".{commits[-1].name}.crc").unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_exactly_the_first_of_each_message_id_across_batches_runs_and_replays(
+    spark: SparkSession, log: Log, tmp_path: Path, store: str
+) -> None:
+    stream = Stream(PARTITIONS, seed=2, duplicate_rate=0.006, reject_rate=0.002)  # Segment's 0.6%
+    plan = plan_for(log, tmp_path, store)
+    partitions = prepare(log, plan)
+    for _ in range(2):
+        stream.append(log, 1_000)
+        run(spark, plan, partitions)
+    forget_last_commit(plan.checkpoint)
+    run(spark, plan, partitions)  # the last batch again: nothing new in events
+    assert min(stream.kinds.get(kind, 0) for kind in KINDS) >= 2
+    assert_deduplicated(log, PARTITIONS)
+    status = collect(log, plan)
+    assert sum(p.committed or 0 for p in status.partitions) == stream.sent
+    assert sum(p.passed for p in status.partitions) == len(stream.seen)
+    assert sum(p.rejected for p in status.partitions) == stream.kinds["rejected"]
+    assert "partition" in render(status)
+
+
+def fail_first_attempt(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Pass rows on, then fail a task's first attempt after its second batch."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    for index, batch in enumerate(batches):
+        yield batch
+        if context is not None and context.attemptNumber() == 0 and index >= 1:
+            raise RuntimeError("injected failure after the claims and some output")
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_a_task_failing_after_its_claims_is_retried_exactly(
+    spark: SparkSession, log: Log, tmp_path: Path, store: str
+) -> None:
+    stream = Stream(PARTITIONS, seed=11, duplicate_rate=0.05)
+    stream.append(log, 1_000)
+    plan = plan_for(log, tmp_path, store, max_records_per_trigger=2_000, read_records=100)
+    partitions = prepare(log, plan)
+
+    def then(df: DataFrame) -> DataFrame:
+        return df.mapInArrow(fail_first_attempt, df.schema)
+
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
+    try:
+        run(spark, plan, partitions, then=then)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert_deduplicated(log, PARTITIONS)
+
+
+def test_a_deleted_rocksdb_partition_is_rebuilt_from_events(
+    spark: SparkSession, log: Log, tmp_path: Path
+) -> None:
+    stream = Stream(PARTITIONS, seed=3)
+    stream.append(log, 800)
+    plan = plan_for(log, tmp_path, "rocksdb")
+    partitions = prepare(log, plan)
+    run(spark, plan, partitions)
+    store = plan.claim_store()
+    assert isinstance(store, RocksDBStore)
+    kept = store.stats(PARTITIONS)[0].keys
+    store.drop(0)
+    # every id of partition 0 again, with new payloads: all within the window, all duplicates
+    again = [
+        Record(json.dumps({"messageId": k.decode(), "again": True}).encode(), key=k)
+        for k, _, _ in actual_events(log, 0)
+    ]
+    log.append(RAW, 0, again)
+    run(spark, plan, partitions)
+    assert_deduplicated(log, PARTITIONS)
+    assert store.stats(PARTITIONS)[0].keys == kept
+
+
+def test_age_out_keeps_the_store_small_and_older_duplicates_pass(
+    spark: SparkSession, log: Log, tmp_path: Path
+) -> None:
+    ids = [f"id-{n}" for n in range(1_200)]
+    by_partition: dict[int, list[str]] = {p: [] for p in range(PARTITIONS)}
+    for message_id in ids:
+        by_partition[partition_for(message_id, PARTITIONS)].append(message_id)
+    for partition, found in by_partition.items():
+        log.append(RAW, partition, [Record(b"{}", key=m.encode()) for m in found])
+    plan = plan_for(log, tmp_path, "rocksdb", bounds=Bounds(max_keys=100, window=HOUR))
+    partitions = prepare(log, plan)
+    run(spark, plan, partitions)
+    old = {p: found[:5] for p, found in by_partition.items()}
+    recent = {p: found[-5:] for p, found in by_partition.items()}
+    for partition in range(PARTITIONS):
+        log.append(
+            RAW,
+            partition,
+            [Record(b"again", key=m.encode()) for m in old[partition] + recent[partition]],
+        )
+    run(spark, plan, partitions)
+    status = collect(log, plan)
+    for part in status.partitions:
+        assert part.keys is not None and part.keys <= 100
+        assert part.window is not None  # ids were aged out: the window is bounded now
+        events = [r.key for r in read_all(log, EVENTS, part.partition)]
+        assert events[-5:] == [m.encode() for m in old[part.partition]]  # passed again
+        assert len(events) == len(by_partition[part.partition]) + 5

@@ -1,0 +1,158 @@
+"""What only the rocksdb store does: age-out by size and time, the seek hint, its file lock."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from exactly.dedupe.base import Claim, Status
+from exactly.dedupe.rocksdb import META_KEY, Meta, RocksDBStore, RocksPartition
+from exactly.dedupe.window import Bounds
+from exactly.errors import StoreUnavailable
+from exactly.events.ids import pack_id, pack_owner
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def batch(first: int, count: int, at: int, partition: int = 0) -> list[Claim]:
+    return [
+        Claim(pack_id(f"id-{o}"), pack_owner(partition, o), at) for o in range(first, first + count)
+    ]
+
+
+def meta(part: RocksPartition) -> Meta:
+    return Meta.unpack(part._db.get(META_KEY))
+
+
+def test_size_bound_ages_out_oldest_first_and_the_window_shrinks(tmp_path: Path) -> None:
+    store = RocksDBStore(tmp_path, Bounds(max_keys=2_000))
+    windows = []
+    with store.open(0) as part:
+        for n in range(12):
+            part.claim(batch(n * 500, 500, at=n * 1_000))
+            stats = part.stats()
+            assert stats.keys <= 2_000
+            windows.append(stats.window(now=n * 1_000))
+        assert windows[:4] == [None] * 4  # nothing aged out yet: unbounded
+        assert all(w is not None and w <= 4_000 for w in windows[4:])
+        assert stats.aged_out == 6_000 - 2_000 and stats.keys == 2_000
+        # the oldest 4000 ids are gone: their duplicates pass, the kept ones' do not
+        verdicts = part.claim(
+            [
+                Claim(pack_id("id-3999"), pack_owner(0, 6_000), 12_000),
+                Claim(pack_id("id-5999"), pack_owner(0, 6_001), 12_000),
+            ]
+        )
+    assert [v.status for v in verdicts] == [Status.NEW, Status.DUPLICATE]
+
+
+def test_a_faster_stream_shortens_the_window(tmp_path: Path) -> None:
+    store = RocksDBStore(tmp_path, Bounds(max_keys=1_000))
+    with store.open(0) as part:
+        for n in range(15):  # 100 ids a second
+            part.claim(batch(n * 100, 100, at=n * 1_000))
+        slow = part.stats().window(now=15_000)
+        for n in range(15, 20):  # 500 ids a second
+            part.claim(batch(1_500 + (n - 15) * 500, 500, at=n * 1_000))
+        fast = part.stats().window(now=20_000)
+    assert slow is not None and fast is not None and fast < slow
+
+
+def test_time_window_ages_out_ids_received_before_it(tmp_path: Path) -> None:
+    store = RocksDBStore(tmp_path, Bounds(window=5_000))
+    with store.open(0) as part:
+        for n in range(10):
+            part.claim(batch(n * 100, 100, at=n * 1_000))
+        stats = part.stats()
+        assert stats.oldest is not None and stats.oldest >= 9_000 - 5_000 - 1_000
+        assert 500 <= stats.keys <= 700
+        old, recent = "id-0", "id-899"
+        verdicts = part.claim(
+            [
+                Claim(pack_id(old), pack_owner(0, 1_000), 9_500),
+                Claim(pack_id(recent), pack_owner(0, 1_001), 9_500),
+            ]
+        )
+    assert [v.status for v in verdicts] == [Status.NEW, Status.DUPLICATE]
+
+
+def test_seek_hint_points_past_the_aged_out_ids(tmp_path: Path) -> None:
+    store = RocksDBStore(tmp_path, Bounds(max_keys=1_000))
+    with store.open(0) as part:
+        for n in range(5):  # calls 0 to 4, 400 ids each
+            part.claim(batch(n * 400, 400, at=n))
+        state = meta(part)
+        entries = list(part._entries(0))
+    # calls 0 and 1 are gone, call 2 keeps its last 200 ids: the hint names it
+    assert state.aged_out == 1_000 and state.keys == 1_000 and state.seek_hint == 2
+    assert [int.from_bytes(key, "big") for key, _ in entries] == [2, 3, 4]
+    assert len(entries[0][1]) == 8 + 200 * 16
+    assert entries[0][1][8:24] == pack_id("id-1000")
+
+
+def test_a_replayed_batch_ages_nothing_out(tmp_path: Path) -> None:
+    store = RocksDBStore(tmp_path, Bounds(max_keys=1_000))
+    with store.open(0) as part:
+        for n in range(3):
+            part.claim(batch(n * 500, 500, at=n))
+        before = meta(part)
+        again = part.claim(batch(1_000, 500, at=2))  # the last batch again (a retried task)
+        assert {v.status for v in again} == {Status.OWN}
+        assert meta(part) == before
+
+
+def test_bytes_bound_holds_the_store_near_it(tmp_path: Path) -> None:
+    store = RocksDBStore(tmp_path, Bounds(max_bytes=400_000))
+    with store.open(0) as part:
+        for n in range(40):
+            part.claim(batch(n * 2_000, 2_000, at=n))
+        stats = part.stats()
+    assert stats.aged_out > 0
+    assert stats.keys < 80_000 - stats.aged_out + 1
+
+
+def test_a_held_partition_times_out_with_a_clear_error_and_stats_still_work(
+    tmp_path: Path,
+) -> None:
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from exactly.dedupe.rocksdb import RocksDBStore\n"
+            "from exactly.dedupe.base import Claim\n"
+            "from exactly.events.ids import pack_id, pack_owner\n"
+            f"part = RocksDBStore({str(tmp_path)!r}).open(0)\n"
+            "part.claim([Claim(pack_id('a'), pack_owner(0, 0), 1)])\n"
+            "print('held', flush=True)\n"
+            "sys.stdin.readline()\n",
+        ],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdin is not None
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(StoreUnavailable, match="held by another process"):
+            RocksDBStore(tmp_path, lock_timeout=0.3).open(0)
+        [stats] = RocksDBStore(tmp_path).stats(1)
+        assert stats.keys == 1 and stats.position == 1
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    with RocksDBStore(tmp_path, lock_timeout=5).open(0) as part:  # released at exit
+        assert part.position() == 1
+
+
+def test_drop_deletes_a_partition(tmp_path: Path) -> None:
+    store = RocksDBStore(tmp_path)
+    with store.open(0) as part:
+        part.claim(batch(0, 10, at=1))
+    store.drop(0)
+    with store.open(0) as part:
+        assert part.position() is None

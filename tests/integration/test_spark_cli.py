@@ -1,0 +1,76 @@
+"""``exactly copy`` and ``exactly sink`` as a user runs them: real processes, one-line errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from exactly.log import open_log
+from exactly.spark.copy import default_checkpoint
+from exactly.spark.streaming import checkpoint_lock
+from tests.spark_helpers import assert_copied, fill
+
+EXACTLY = [sys.executable, "-m", "exactly"]
+FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*EXACTLY, *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "JDK_JAVA_OPTIONS": FAST_JVM, "EXACTLY_SPARK__MASTER": "local[2]"},
+        timeout=600,
+        check=False,
+    )
+
+
+def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+@pytest.mark.spark
+def test_copy_until_caught_up_and_the_topic_owner(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / '.exactly' / 'log'}"
+    with open_log(url) as log:
+        log.create_topic("src", 2)
+        fill(log, "src", 2, 50)
+    copied = run("copy", "src", "dst", "--until-caught-up", cwd=tmp_path)
+    assert copied.returncode == 0, copied.stderr
+    assert copied.stdout.strip() == "caught up: 100 records copied in 1 micro-batches"
+    with open_log(url) as log:
+        assert_copied(log, "src", "dst")
+    checkpoint = default_checkpoint(tmp_path / ".exactly", url, "src", "dst")
+    assert (checkpoint / "commits" / "0").exists()
+
+    refused = one_error_line(run("copy", "src", "dst", "--checkpoint", "other", cwd=tmp_path))
+    assert f"checkpoint {checkpoint}" in refused and "exactly sink release dst" in refused
+    owner = run("sink", "owner", "dst", cwd=tmp_path)
+    assert owner.stdout.startswith("topic dst: owned by sink ") and str(checkpoint) in owner.stdout
+    released = run("sink", "release", "dst", cwd=tmp_path)
+    assert released.stdout.startswith("topic dst: released from sink ")
+    assert run("sink", "owner", "dst", cwd=tmp_path).stdout == "topic dst: no sink owns it\n"
+
+
+def test_copy_refuses_bad_input_before_starting_spark(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / '.exactly' / 'log'}"
+    with open_log(url) as log:
+        log.create_topic("src", 2)
+        log.create_topic("three", 3)
+    assert "topic 'nope' does not exist" in one_error_line(run("copy", "nope", "x", cwd=tmp_path))
+    mismatch = one_error_line(run("copy", "src", "three", cwd=tmp_path))
+    assert "exactly copy keeps partitions: 'three' has 3 partitions, 'src' has 2" in mismatch
+    bad = one_error_line(run("copy", "src", "x", "--starting-offsets", "soon", cwd=tmp_path))
+    assert "--starting-offsets is 'soon'" in bad
+    with checkpoint_lock(default_checkpoint(tmp_path / ".exactly", url, "src", "dst"), "copy"):
+        busy = one_error_line(run("copy", "src", "dst", cwd=tmp_path))
+    assert "another exactly copy is running with checkpoint" in busy

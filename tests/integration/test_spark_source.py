@@ -1,0 +1,137 @@
+"""The Spark source on both log backends: batch ranges, AvailableNow, rate limit, restarts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from exactly.errors import ConfigError
+from exactly.log import Log
+from exactly.spark.streaming import from_spark
+from tests.spark_helpers import fill, read_partition
+
+pytestmark = pytest.mark.spark
+
+
+def source(spark: SparkSession, log_url: str, topic: str, **options: str) -> DataFrame:
+    reader = spark.readStream.format("exactly").option("log", log_url).option("topic", topic)
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load()
+
+
+def drain(spark: SparkSession, df: DataFrame, where: Path) -> tuple[list[Any], list[int]]:
+    """Run ``df`` with Trigger.AvailableNow into a parquet sink under ``where``.
+
+    Returns the rows of this run (by the source's numbering: rows per batch), and every row the
+    sink holds so far (the file sink is exactly-once, so a record read twice would show twice).
+    """
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(where / "data"))
+        .option("checkpointLocation", str(where / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(180), "AvailableNow must end by itself once caught up"
+    assert query.exception() is None
+    per_batch = [int(p["numInputRows"]) for p in query.recentProgress if p["numInputRows"]]
+    return spark.read.parquet(str(where / "data")).collect(), per_batch
+
+
+def test_batch_read_of_offset_ranges(
+    spark: SparkSession, log_url: str, log: Log, topic: str
+) -> None:
+    log.create_topic(topic, 3)
+    fill(log, topic, 3, 20)
+    df = (
+        spark.read.format("exactly")
+        .option("log", log_url)
+        .option("topic", topic)
+        .option("startingOffsets", '{"0": 15, "2": -1}')
+        .option("endingOffsets", '{"1": 4}')
+        .load()
+    )
+    assert df.schema.simpleString() == (
+        "struct<partition:int,offset:bigint,key:binary,value:binary,timestamp:timestamp,"
+        "headers:array<struct<key:string,value:binary>>>"
+    )
+    rows = sorted(df.collect(), key=lambda r: (r.partition, r.offset))
+    assert [(r.partition, r.offset) for r in rows] == [(0, n) for n in range(15, 20)] + [
+        (1, n) for n in range(4)
+    ]
+    stored = {(r.partition, r.offset): r for r in read_partition(log, topic, 0)}
+    for row in rows[:5]:
+        record = stored[(row.partition, row.offset)]
+        assert (row.key, row.value) == (record.key, record.value)
+        assert [(h.key, h.value) for h in row.headers] == list(record.headers)
+        assert int(row.timestamp.timestamp() * 1000) == record.timestamp
+    tuples = (
+        spark.read.format("exactly")
+        .option("log", log_url)
+        .option("topic", topic)
+        .option("arrow", "false")
+        .load()
+    )
+    assert sorted(tuples.collect()) == sorted(
+        spark.read.format("exactly").option("log", log_url).option("topic", topic).load().collect()
+    )
+
+
+def test_available_now_ends_and_offsets_survive_restarts(
+    spark: SparkSession, log_url: str, log: Log, topic: str, tmp_path: Path
+) -> None:
+    log.create_topic(topic, 2)
+    fill(log, topic, 2, 30)
+    rows, per_batch = drain(spark, source(spark, log_url, topic), tmp_path)
+    assert sorted((r.partition, r.offset) for r in rows) == [
+        (p, n) for p in range(2) for n in range(30)
+    ]
+    assert per_batch == [60]
+    fill(log, topic, 2, 10, start=30)
+    rows, per_batch = drain(spark, source(spark, log_url, topic), tmp_path)
+    assert per_batch == [20]  # only what is new since the checkpoint
+    assert sorted((r.partition, r.offset) for r in rows) == [
+        (p, n) for p in range(2) for n in range(40)
+    ]
+    assert drain(spark, source(spark, log_url, topic), tmp_path)[1] == []
+
+
+def test_rate_limit(
+    spark: SparkSession, log_url: str, log: Log, topic: str, tmp_path: Path
+) -> None:
+    log.create_topic(topic, 2)
+    fill(log, topic, 2, 25)
+    limited = source(spark, log_url, topic, maxRecordsPerTrigger="20")
+    rows, per_batch = drain(spark, limited, tmp_path)
+    assert len(rows) == 50
+    assert per_batch == [20, 20, 10]
+
+
+def test_starting_offsets(
+    spark: SparkSession, log_url: str, log: Log, topic: str, tmp_path: Path
+) -> None:
+    log.create_topic(topic, 2)
+    fill(log, topic, 2, 10)
+    latest = source(spark, log_url, topic, startingOffsets="latest")
+    assert drain(spark, latest, tmp_path / "latest")[1] == []
+    fill(log, topic, 2, 2, start=10)
+    rows, _ = drain(spark, latest, tmp_path / "latest")
+    assert sorted((r.partition, r.offset) for r in rows) == [(0, 10), (0, 11), (1, 10), (1, 11)]
+    explicit = source(spark, log_url, topic, startingOffsets='{"0": 9}')
+    rows, _ = drain(spark, explicit, tmp_path / "explicit")
+    assert sorted((r.partition, r.offset) for r in rows) == [(0, 9), (0, 10), (0, 11)] + [
+        (1, n) for n in range(12)
+    ]
+
+
+def test_bad_options_fail_with_one_clear_line(spark: SparkSession, tmp_path: Path) -> None:
+    bad = spark.read.format("exactly").option("log", f"sqlite://{tmp_path}").option("topic", "t")
+    with pytest.raises(Exception, match="startingOffsets") as caught:
+        bad.option("startingOffsets", "yesterday").load().collect()
+    error = from_spark(caught.value)
+    assert isinstance(error, ConfigError)
+    assert str(error).startswith("option startingOffsets is 'yesterday': use earliest, latest")

@@ -1,0 +1,58 @@
+"""What the Spark source and sink tests share: topics to fill, topics to compare."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from exactly.log import Log, LogRecord, Record
+from exactly.spark.marks import find_mark, without_mark
+
+
+def fill(log: Log, topic: str, partitions: int, count: int, *, start: int = 0) -> None:
+    """Append records ``start .. start + count - 1`` to each partition: keys, some headers."""
+    for partition in range(partitions):
+        log.append(
+            topic,
+            partition,
+            [
+                Record(
+                    f"{partition}:{n}".encode(),
+                    key=f"k{n}".encode() if n % 3 else None,
+                    headers=(("n", str(n).encode()),) if n % 2 else (),
+                    timestamp=1_700_000_000_000 + n,
+                )
+                for n in range(start, start + count)
+            ],
+        )
+
+
+def read_partition(log: Log, topic: str, partition: int, offset: int = 0) -> list[LogRecord]:
+    out: list[LogRecord] = []
+    while batch := log.read(topic, partition, offset, max_records=1000):
+        out += batch
+        offset = batch[-1].offset + 1
+    return out
+
+
+def content(records: list[LogRecord]) -> list[tuple[Any, ...]]:
+    """What a reader of keys, values, headers and timestamps sees, without the sink's marks."""
+    return [(r.key, r.value, without_mark(r.headers), r.timestamp) for r in records]
+
+
+def assert_copied(log: Log, source: str, destination: str) -> None:
+    """``destination`` holds ``source`` exactly: per partition, in order, each record once."""
+    partitions = log.describe(source).partitions
+    assert log.describe(destination).partitions == partitions
+    for partition in range(partitions):
+        copied = read_partition(log, destination, partition)
+        original = content(read_partition(log, source, partition))
+        got = content(copied)
+        if got != original:
+            values = [r[1] for r in got]
+            doubled = len(values) - len(set(values))
+            missing = len({r[1] for r in original} - set(values))
+            raise AssertionError(
+                f"partition {partition}: {len(got)} records copied of {len(original)}, "
+                f"{doubled} doubled, {missing} missing"
+            )
+        assert all(find_mark(r.headers) is not None for r in copied)
