@@ -2,7 +2,8 @@
 
 ``copy``, ``dedupe`` and ``aggregate`` share three things, kept here once:
 
-* :func:`checkpoint_lock`: one query per checkpoint (two would corrupt it);
+* :func:`checkpoint_lock`: one query per checkpoint (two would corrupt it), and a checkpoint
+  whose first micro-batch was never planned made fit to start;
 * :func:`run_query`: start, trigger (``--until-caught-up`` is ``Trigger.AvailableNow``), report
   each micro-batch's progress once, stop, and turn a failure into the error a task raised;
 * :func:`from_spark`: that error, recovered from the text Spark wraps it in.
@@ -14,6 +15,7 @@ import contextlib
 import fcntl
 import os
 import re
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
 
 Report = dict[str, Any]
 _RAISED = re.compile(r"exactly\.errors\.(\w+): (.+)")
+# What Spark requires to be empty when a checkpoint has no planned batch yet.
+_STARTED_ONLY = ("offsets", "commits", "state")
 
 
 @contextlib.contextmanager
@@ -40,9 +44,32 @@ def checkpoint_lock(checkpoint: Path, command: str) -> Iterator[None]:
             raise StreamError(
                 f"another {command} is running with checkpoint {checkpoint}; stop it first"
             ) from None
+        clear_unplanned(checkpoint)
         yield
     finally:
         os.close(fd)
+
+
+def clear_unplanned(checkpoint: Path) -> list[Path]:
+    """Remove what a run killed before planning its first micro-batch left in ``checkpoint``.
+
+    Spark writes ``offsets/0`` through a hidden temporary file and a rename. A process killed
+    between the two leaves the temporary file behind; Spark's offset log ignores it, sees no
+    batch, and then refuses to start because ``offsets`` is not empty
+    (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``). With no numbered file in ``offsets``
+    nothing was planned, so nothing was written or committed either: the leftovers are safe
+    to remove. Returns what was removed.
+    """
+    offsets = checkpoint / "offsets"
+    if not offsets.is_dir() or any(entry.name.isdigit() for entry in offsets.iterdir()):
+        return []
+    removed = []
+    for name in _STARTED_ONLY:
+        folder = checkpoint / name
+        if folder.is_dir() and any(folder.iterdir()):
+            shutil.rmtree(folder)
+            removed.append(folder)
+    return removed
 
 
 def run_query(
