@@ -8,14 +8,17 @@ Trigger.AvailableNow, ``local[2]``, one Spark session) over an ``events`` topic 
 on the embedded sqlite log (the demo's events, ~300 B). Per repeat, in turn: SQLite, PostgreSQL
 (127.0.0.1:5432, a fresh schema) and a baseline that computes the same aggregates but commits
 nothing (the SQL transaction's price shows as the ratio), each with a fresh checkpoint and
-database. Steady state = the micro-batches after the first. Medians of the repeats.
+database. Steady state = the micro-batches after the first. Medians of the repeats, and the
+median seconds from one micro-batch to the next (with ``--per-batch 2000``: a batch's fixed cost).
 
 (b) **End to end**: ``exactly collect``, ``exactly dedupe`` and ``exactly aggregate`` running
 together as separate processes on one data dir (1 s triggers), clients sending ``--e2e-rate``
 events/s through ``/v1/batch`` for ``--e2e-seconds``. The aggregate table is polled every 0.1 s.
 Latency of the k-th event = when the table's total count first reached k, minus when the batch
 holding the k-th event was sent (FIFO by count: each event's own moment of visibility is not
-observable in an aggregate); sustained rate = events / (last visible - first sent).
+observable in an aggregate); sustained rate = events / (last visible - first sent); p50 and p99
+also per 10 s of sending (the first seconds include the jobs' JIT warm-up). ``BENCH_KEEP=1``
+keeps the work directory (the jobs' stderr is in it).
 """
 
 from __future__ import annotations
@@ -92,8 +95,11 @@ def postgres_url(schema: str) -> str:
     return f"{POSTGRES}?options=-csearch_path%3D{schema}"
 
 
-def job_rate(spark: Any, log_url: str, db: Any, checkpoint: Path, per_batch: int) -> float:
-    """Steady-state events/s of one run: the batches after the first."""
+def job_rate(
+    spark: Any, log_url: str, db: Any, checkpoint: Path, per_batch: int
+) -> tuple[float, float]:
+    """Steady-state events/s of one run (the batches after the first), and the median seconds
+    between two micro-batches (with small batches: the fixed cost of one)."""
     plan = job.AggregatePlan(
         log_url, checkpoint, until_caught_up=True, max_records_per_trigger=per_batch
     )
@@ -111,7 +117,8 @@ def job_rate(spark: Any, log_url: str, db: Any, checkpoint: Path, per_batch: int
     )
     steady = marks[1:]
     events = sum(n for _, n in steady)
-    return events / (steady[-1][0] - marks[0][0])
+    gaps = [b[0] - a[0] for a, b in zip(marks, steady, strict=False)]
+    return events / (steady[-1][0] - marks[0][0]), statistics.median(gaps)
 
 
 def bench_job(args: argparse.Namespace, work: Path) -> list[str]:
@@ -122,6 +129,7 @@ def bench_job(args: argparse.Namespace, work: Path) -> list[str]:
     spark = build_session(Settings(data_dir=work / "spark"), "bench-aggregate", master="local[2]")
     spark.conf.set("spark.sql.shuffle.partitions", "2")
     rates: dict[str, list[float]] = {"sqlite": [], "postgresql": [], "no SQL commit": []}
+    batch_seconds: dict[str, list[float]] = {name: [] for name in rates}
     for r in range(args.repeat):
         for name in rates:
             slug = name.replace(" ", "-")
@@ -132,19 +140,21 @@ def bench_job(args: argparse.Namespace, work: Path) -> list[str]:
                 url = f"sqlite://{work / f'agg-{slug}-{r}.db'}"
             with open_db(url) as db:
                 target: Any = NoCommit(db) if name == "no SQL commit" else db
-                rate = job_rate(spark, log_url, target, checkpoint, args.per_batch)
+                rate, seconds = job_rate(spark, log_url, target, checkpoint, args.per_batch)
             rates[name].append(rate)
+            batch_seconds[name].append(seconds)
             print(f"repeat {r} {name}: {rate:,.0f} events/s", file=sys.stderr, flush=True)
     spark.stop()
     base = statistics.median(rates["no SQL commit"])
     lines = [
-        "| backend | runs (events/s) | median | / no-commit baseline |",
-        "| --- | --- | --- | --- |",
+        "| backend | runs (events/s) | median | / no-commit baseline | s per micro-batch |",
+        "| --- | --- | --- | --- | --- |",
     ]
     for name, found in rates.items():
         median = statistics.median(found)
         runs = ", ".join(f"{x:,.0f}" for x in found)
-        lines.append(f"| {name} | {runs} | {median:,.0f} | {median / base:.2f} |")
+        seconds = statistics.median(batch_seconds[name])
+        lines.append(f"| {name} | {runs} | {median:,.0f} | {median / base:.2f} | {seconds:.2f} |")
     return lines
 
 
@@ -205,6 +215,11 @@ def bench_e2e(args: argparse.Namespace, work: Path) -> list[str]:
             time.sleep(0.2)
         done.set()
         poller.join()
+        if not visible or visible[-1][1] < total:
+            for command, process in zip(("dedupe", "aggregate"), jobs, strict=True):
+                state = "running" if process.poll() is None else f"exited {process.returncode}"
+                tail = (work / f"{command}.err").read_text()[-1500:]
+                print(f"{command} ({state}), stderr ends:\n{tail}", file=sys.stderr)
     finally:
         collector.stop()
         for process in jobs:
@@ -218,10 +233,12 @@ def bench_e2e(args: argparse.Namespace, work: Path) -> list[str]:
         sent_cumulative.append((started, count))
     counts = [c for _, c in visible]
     latencies = []
+    windows: dict[int, list[float]] = {}  # latencies by 10 s of sending
     for started, upto in sent_cumulative:
         at = bisect.bisect_left(counts, upto)
         if at < len(visible):
             latencies.append(visible[at][0] - started)
+            windows.setdefault(int((started - sent[0][0]) // 10), []).append(latencies[-1])
     reached = visible[-1][1] if visible else 0
     last = visible[bisect.bisect_left(counts, reached)][0] if visible else 0.0
     rate = reached / (last - sent[0][0]) if sent else 0.0
@@ -243,6 +260,14 @@ def bench_e2e(args: argparse.Namespace, work: Path) -> list[str]:
         f"| latency p50 (send -> visible in SQL) | {pct(0.5):.1f} s |",
         f"| latency p99 | {pct(0.99):.1f} s |",
         f"| latency max | {latencies[-1]:.1f} s |",
+        "",
+        "| sent during | latency p50 | p99 |",
+        "| --- | ---: | ---: |",
+        *(
+            f"| {10 * w}-{10 * w + 10} s | {statistics.median(found):.1f} s | "
+            f"{sorted(found)[min(len(found) - 1, int(0.99 * len(found)))]:.1f} s |"
+            for w, found in sorted(windows.items())
+        ),
     ]
 
 
@@ -265,7 +290,10 @@ def main() -> None:
             print("\n".join(bench_e2e(args, work)))
         print(f"load after: {os.getloadavg()}")
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if os.environ.get("BENCH_KEEP"):
+            print(f"kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
