@@ -17,7 +17,8 @@ events/s through ``/v1/batch`` for ``--e2e-seconds``. The aggregate table is pol
 Latency of the k-th event = when the table's total count first reached k, minus when the batch
 holding the k-th event was sent (FIFO by count: each event's own moment of visibility is not
 observable in an aggregate); sustained rate = events / (last visible - first sent); p50 and p99
-also per 10 s of sending (the first seconds include the jobs' JIT warm-up). ``BENCH_KEEP=1``
+also per 10 s of sending (the first seconds include the jobs' JIT warm-up), and the CPU of each
+part while the clients send. ``BENCH_KEEP=1``
 keeps the work directory (the jobs' stderr is in it).
 """
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
 import json
 import os
 import platform
@@ -158,6 +160,30 @@ def bench_job(args: argparse.Namespace, work: Path) -> list[str]:
     return lines
 
 
+def cpu_seconds(collector: int, jobs: list[subprocess.Popen[bytes]]) -> dict[str, float]:
+    """CPU seconds so far of each part's process tree (its JVM and Python workers included),
+    and of this process alone."""
+    import psutil
+
+    def tree(pid: int) -> float:
+        total = 0.0
+        try:
+            root = psutil.Process(pid)
+            for process in [root, *root.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    times = process.cpu_times()
+                    total += times.user + times.system + times.children_user
+                    total += times.children_system  # its exited children, once reaped
+        except psutil.Error:
+            pass
+        return total
+
+    parts = {"collector": collector, "dedupe job": jobs[0].pid, "aggregate job": jobs[1].pid}
+    found = {name: tree(pid) for name, pid in parts.items()}
+    own = psutil.Process().cpu_times()  # this process alone: the clients and the poller
+    return {**found, "clients and poller (this script)": own.user + own.system}
+
+
 def bench_e2e(args: argparse.Namespace, work: Path) -> list[str]:
     data = work / "e2e"
     settings = Settings(data_dir=data)
@@ -207,9 +233,11 @@ def bench_e2e(args: argparse.Namespace, work: Path) -> list[str]:
         poller = threading.Thread(target=poll, daemon=True)
         poller.start()
         total = int(args.e2e_rate * args.e2e_seconds)
+        cpu_before = (time.monotonic(), cpu_seconds(collector.proc.pid, jobs))
         traffic = send(
             collector.port, total, resend_rate=0.0, rate=args.e2e_rate, on_sent=on_sent, seed=7
         )
+        cpu_after = (time.monotonic(), cpu_seconds(collector.proc.pid, jobs))
         deadline = time.time() + 120
         while (not visible or visible[-1][1] < total) and time.time() < deadline:
             time.sleep(0.2)
@@ -260,6 +288,12 @@ def bench_e2e(args: argparse.Namespace, work: Path) -> list[str]:
         f"| latency p50 (send -> visible in SQL) | {pct(0.5):.1f} s |",
         f"| latency p99 | {pct(0.99):.1f} s |",
         f"| latency max | {latencies[-1]:.1f} s |",
+        *(
+            f"| CPU while sending: {name} | {(cpu_after[1][name] - cpu_before[1][name]) / wall:.2f}"
+            " cores |"
+            for wall in [cpu_after[0] - cpu_before[0]]
+            for name in cpu_after[1]
+        ),
         "",
         "| sent during | latency p50 | p99 |",
         "| --- | ---: | ---: |",
