@@ -168,6 +168,25 @@ def test_a_replayed_batch_changes_nothing(backend: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_two_long_table_names_with_one_prefix_keep_their_own_counts(
+    backend: str, tmp_path: Path
+) -> None:
+    # 63 characters each, the same first 62: PostgreSQL keeps 63 bytes of an identifier, so
+    # "_stage_" + name once named one staging table for both
+    first, second = "t" * 62 + "a", "t" * 62 + "b"
+    specs = [
+        parse_table(name, {"plan": "properties.plan"}, {"n": "count(*)"})
+        for name in (first, second)
+    ]
+    with database(backend, tmp_path) as url, open_db(url) as db:
+        db.prepare(specs, "cp", fresh=True)
+        for batch_id, rows in enumerate([{first: [("a", 1)], second: [("b", 10)]}] * 2):
+            assert db.commit(Batch("q", batch_id, "cp", "events", None, rows, 11), specs)
+        assert db.table_rows(specs[0]) == [("a", 2)]
+        assert db.table_rows(specs[1]) == [("b", 20)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_changed_definitions_and_second_jobs_are_refused(backend: str, tmp_path: Path) -> None:
     with database(backend, tmp_path) as url, open_db(url) as db:
         db.prepare([EVENT_COUNTS, PLANS], "cp", fresh=True)

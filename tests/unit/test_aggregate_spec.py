@@ -53,6 +53,8 @@ def test_non_additive_measures_are_refused(text: str) -> None:
         ("t", {"n": "event"}, {"n": "count(*)"}, "named twice"),
         ("t", {"a": "event"}, {"n": "sum(*)"}, "sum"),
         ("t", {"a": "event"}, {"n": "properties.x"}, "write count"),
+        ("t" * 64, {"a": "event"}, {"n": "count(*)"}, "64 characters; PostgreSQL keeps only 63"),
+        ("t", {"a" * 64: "event"}, {"n": "count(*)"}, "64 characters; PostgreSQL keeps only 63"),
     ],
 )
 def test_bad_tables_are_refused(

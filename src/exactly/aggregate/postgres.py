@@ -3,13 +3,18 @@
 Guarantee: a micro-batch's upserts and marker commit in one transaction, durable on return (the
 server's commit; ``synchronous_commit`` as configured). Rows reach the server by ``COPY`` into a
 temporary staging table (one per aggregate table and session, emptied at commit), then one
-``INSERT ... SELECT ... ON CONFLICT DO UPDATE`` per table. Sums that are not integers are
+``INSERT ... SELECT ... ON CONFLICT DO UPDATE`` per table. PostgreSQL cuts identifiers at 63 bytes,
+so a staging table is named from a hash of its table's whole name (:func:`stage_name`): two tables
+that share their first 56 characters never share a staging table. Table and column names are at
+most 63 bytes already (``spec.check_name``); primary-key constraints are named by PostgreSQL, which
+makes a cut name unique itself. Sums that are not integers are
 ``NUMERIC(38,6)``: exact. Tables live in the connection's ``search_path`` (e.g.
 ``?options=-csearch_path%3Dmyschema``).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +24,13 @@ from exactly.aggregate.base import AggregateDB, Row, quote
 from exactly.aggregate.spec import TableSpec
 
 CONNECT_SECONDS = 5
+IDENTIFIER_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1: longer names are cut, silently
+
+
+def stage_name(table: str) -> str:
+    """The staging table of ``table``: unique per table name and within PostgreSQL's 63 bytes."""
+    digest = hashlib.sha256(table.encode()).hexdigest()[:16]
+    return f"_stage_{table[:39]}_{digest}"  # 7 + 39 + 1 + 16 = 63 (names are ASCII)
 
 
 class PostgresDB(AggregateDB):
@@ -42,7 +54,7 @@ class PostgresDB(AggregateDB):
         pass  # psycopg opens a transaction with the first statement
 
     def _upsert(self, cursor: Any, spec: TableSpec, rows: Sequence[Row]) -> None:
-        stage = quote(f"_stage_{spec.name}")
+        stage = quote(stage_name(spec.name))
         cursor.execute(
             f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {quote(spec.name)}) "
             "ON COMMIT DELETE ROWS"

@@ -48,6 +48,7 @@ TIME_COLUMNS = ("minute", "hour", "day")
 BATCHES_TABLE = "exactly_batches"
 TABLES_TABLE = "exactly_tables"
 RESERVED = frozenset({BATCHES_TABLE, TABLES_TABLE})
+MAX_NAME = 63  # bytes in a PostgreSQL identifier; names are ASCII
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _MEASURE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*\((.*)\)\s*", re.DOTALL)
 _DISTINCT = re.compile(r"\s*distinct\b", re.IGNORECASE)
@@ -137,6 +138,13 @@ EVENT_COUNTS = TableSpec(
 
 
 def check_name(name: str, what: str) -> str:
+    """``name`` if SQL can take it as is: PostgreSQL cuts longer identifiers at 63 bytes, so two
+    long names could name one table; such names are refused rather than cut."""
+    if len(name) > MAX_NAME and _NAME.fullmatch(name[:MAX_NAME]):
+        raise ConfigError(
+            f"{what} {name[:20]!r}...: {len(name)} characters; PostgreSQL keeps only "
+            f"{MAX_NAME}, so give it a name of at most {MAX_NAME}"
+        )
     if not _NAME.fullmatch(name):
         raise ConfigError(
             f"{what} {name!r}: use lower-case letters, digits and _ (at most 63, not starting "
