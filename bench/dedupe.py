@@ -8,7 +8,9 @@ the claims warm up and are not timed. Then bytes on disk per kept key, as writte
 full compaction.
 
 (b) **Job**: events/s through the dedupe job (`exactly dedupe`'s query, Trigger.AvailableNow,
-local[2], 8 raw partitions on the embedded sqlite log, events of ~300 B with 1% duplicates), for
+local[2], 8 raw partitions on the embedded sqlite log, events of ~300 B as the collector stores
+them (compact JSON, ``sourceId`` set last; 4 sources, a duplicate from its original's source)
+with 1% duplicates), for
 rocksdb and spark-state in the same run on the same raw topic. Each job runs in a fresh process
 (its own JVM, data dir and output topic), in the order rocksdb, spark-state, spark-state,
 rocksdb, so that warm-up and drifting machine load treat both alike; the table has each run and
@@ -33,6 +35,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from exactly.dedupe.base import Claim
@@ -43,6 +47,7 @@ from exactly.log import Record, open_log
 
 DUPLICATES = 0.01
 PARTITIONS = 8
+SOURCES = ("web", "ios", "android", "server")
 
 
 def message_ids(count: int, rng: random.Random) -> list[str]:
@@ -104,9 +109,16 @@ def fill_raw(log_url: str, events: int) -> None:
         log.create_topic("raw", PARTITIONS, exist_ok=True)
         pending: dict[int, list[Record]] = {p: [] for p in range(PARTITIONS)}
         for n, message_id in enumerate(message_ids(events, rng)):
-            value = json.dumps(
-                {"messageId": message_id, "type": "track", "event": "Bench", "n": n, "p": pad}
-            ).encode()
+            value = orjson.dumps(  # as the collector stores it: compact, sourceId set last
+                {
+                    "messageId": message_id,
+                    "type": "track",
+                    "event": "Bench",
+                    "n": n,
+                    "p": pad,
+                    "sourceId": SOURCES[int(message_id[0], 16) % len(SOURCES)],
+                }
+            )
             pending[partition_for(message_id, PARTITIONS)].append(
                 Record(value, key=message_id.encode())
             )
