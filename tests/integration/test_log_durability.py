@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from exactly.errors import LogError
 from exactly.log import Record, open_log
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,3 +96,202 @@ def test_sigkill_loses_no_acknowledged_append(log_url: str, topic: str) -> None:
             )
         # the log still accepts appends after all those kills
         assert log.append(topic, 0, [Record(b"after")]).appended == 1
+
+
+# -- sqlite: readers stop at the synced watermark; a failed fsync is fatal for its writer ---------
+
+
+class HeldSync:
+    """``os.fdatasync`` for the log's syncer threads: waits until released, then syncs or fails.
+
+    Other threads (a writer's recovery at start, the test itself) sync at once.
+    """
+
+    def __init__(self, *, fail_first: bool = False) -> None:
+        self.real = os.fdatasync
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.fail_first = fail_first
+        self.calls = 0
+
+    def __call__(self, fd: int) -> None:
+        if threading.current_thread().name.startswith("log-sync-"):
+            self.calls += 1
+            self.entered.set()
+            assert self.release.wait(30)
+            if self.fail_first and self.calls == 1:
+                raise OSError(errno.EIO, "Input/output error")
+        self.real(fd)
+
+
+def committed_rows(directory: Path, topic: str) -> int:
+    """Records committed to the topic's database, synced or not (what a reader saw before)."""
+    with sqlite3.connect(directory / f"{topic}.sqlite") as conn:
+        (count,) = conn.execute("SELECT count(*) FROM records").fetchone()
+    return int(count)
+
+
+def test_readers_do_not_see_records_before_their_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from exactly.spark.options import SourceOptions
+    from exactly.spark.source import LogBatchReader, LogStreamReader, OffsetRange, read_range
+
+    url = f"sqlite://{tmp_path / 'log'}"
+    with open_log(url) as writer, open_log(url) as reader, ThreadPoolExecutor(1) as pool:
+        writer.create_topic("t", 2)
+        writer.append("t", 0, [Record(b"durable")])
+        held = HeldSync()
+        monkeypatch.setattr(os, "fdatasync", held)
+        pending = pool.submit(writer.append, "t", 0, [Record(b"a"), Record(b"b")])
+        assert held.entered.wait(10)
+        assert committed_rows(tmp_path / "log", "t") == 3  # committed, not yet synced
+
+        assert reader.end_offsets("t") == {0: 1, 1: 0}
+        assert reader.end_offset("t", 0) == 1
+        assert [r.value for r in reader.read("t", 0, 0)] == [b"durable"]
+        assert reader.read("t", 0, 1) == []
+        # the Spark source plans and reads through the same methods
+        options = SourceOptions(log=url, topic="t", arrow=False)
+        assert LogBatchReader(options).partitions() == [OffsetRange(0, 0, 1)]
+        stream = LogStreamReader(options)
+        assert stream.latestOffset({"0": 0, "1": 0}, ReadAllAvailable()) == {"0": 1, "1": 0}
+        rows = list(read_range(options, OffsetRange(0, 0, 3)))
+        assert [row[3] for row in rows] == [b"durable"]
+        assert not pending.done()
+
+        held.release.set()
+        assert pending.result(10).offsets == [1, 2]
+        assert reader.end_offsets("t") == {0: 3, 1: 0}
+        assert [r.value for r in reader.read("t", 0, 0)] == [b"durable", b"a", b"b"]
+        assert stream.latestOffset({"0": 0, "1": 0}, ReadAllAvailable()) == {"0": 3, "1": 0}
+
+
+_HELD_WRITER = """
+import os, sys, threading
+from exactly.log import Record, open_log
+
+url, topic = sys.argv[1:3]
+real = os.fdatasync
+
+def held(fd):
+    if threading.current_thread().name.startswith("log-sync-"):
+        print("committed", flush=True)
+        threading.Event().wait()  # killed here: committed, never synced
+    real(fd)
+
+with open_log(url) as log:
+    log.describe(topic)
+    os.fdatasync = held
+    log.append(topic, 0, [Record(b"a"), Record(b"b")], producer="p", sequences=[0, 1])
+"""
+
+
+def test_records_of_a_writer_killed_before_its_fsync_show_once_a_writer_opens(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite://{tmp_path / 'log'}"
+    with open_log(url) as log:
+        log.create_topic("t", 2)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HELD_WRITER, url, "t"], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    try:
+        assert proc.stdout.readline().strip() == "committed"
+        assert committed_rows(tmp_path / "log", "t") == 2
+        with open_log(url) as reader:
+            assert reader.end_offsets("t") == {0: 0, 1: 0}
+            assert reader.read("t", 0, 0) == []
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            assert reader.end_offsets("t") == {0: 0, 1: 0}  # never acknowledged, still unsynced
+            with open_log(url) as successor:
+                # a process that starts writing syncs what is committed and raises the watermark;
+                # a producer resumes after records that are durable now
+                assert successor.last_sequence("t", 0, "p") == 1
+                assert reader.end_offsets("t") == {0: 2, 1: 0}
+                assert [r.value for r in reader.read("t", 0, 0)] == [b"a", b"b"]
+                successor.append("t", 0, [Record(b"c")], producer="p", sequences=[2])
+            assert [r.value for r in reader.read("t", 0, 0)] == [b"a", b"b", b"c"]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_watermark_file_missing_or_corrupt_is_rebuilt(tmp_path: Path) -> None:
+    directory = tmp_path / "log"
+    with open_log(f"sqlite://{directory}") as log:
+        log.create_topic("t", 2)
+        log.append("t", 1, [Record(b"a"), Record(b"b")])
+    synced = directory / "t.synced"
+    for damage in (b"", b"garbage", b"\0" * 4096):
+        synced.write_bytes(damage)
+        with open_log(f"sqlite://{directory}") as reader:
+            assert reader.end_offsets("t") == {0: 0, 1: 2}
+            assert [r.value for r in reader.read("t", 1, 0)] == [b"a", b"b"]
+    synced.unlink()
+    with open_log(f"sqlite://{directory}") as reader:
+        assert [r.value for r in reader.read("t", 1, 0)] == [b"a", b"b"]
+
+
+def test_a_failed_fsync_is_fatal_for_its_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EIO: nothing in flight or queued is acknowledged, even if a later fsync would succeed; the
+    next append reopens (cached pages dropped), verifies and fsyncs before it answers."""
+    url = f"sqlite://{tmp_path / 'log'}"
+    dropped: list[int] = []
+    real_fadvise = os.posix_fadvise
+
+    def fadvise(fd: int, offset: int, length: int, advice: int) -> None:
+        dropped.append(advice)
+        real_fadvise(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", fadvise)
+    with open_log(url) as log, ThreadPoolExecutor(4) as pool:
+        log.create_topic("t", 1)
+        log.append("t", 0, [Record(b"ok")])
+        held = HeldSync(fail_first=True)  # the first sync fails, later ones would succeed
+        monkeypatch.setattr(os, "fdatasync", held)
+        first = pool.submit(log.append, "t", 0, [Record(b"lost?")])
+        assert held.entered.wait(10)
+        queued = [pool.submit(log.append, "t", 0, [Record(b"queued")]) for _ in range(3)]
+        time.sleep(0.3)  # committed behind the failing sync, or waiting for the committer
+        held.release.set()
+        for future in (first, *queued):
+            with pytest.raises(LogError, match="could not fsync"):
+                future.result(10)
+        assert held.calls == 1  # no fsync on the broken connection, so no answer over lost pages
+
+        monkeypatch.setattr(os, "fdatasync", held.real)
+        assert log.append("t", 0, [Record(b"after")]).offsets == [
+            committed_rows(tmp_path / "log", "t") - 1
+        ]
+        assert os.POSIX_FADV_DONTNEED in dropped
+        stored = [r.value for r in log.read("t", 0, 0)]
+        assert stored[0] == b"ok" and stored[-1] == b"after"
+        assert [r.offset for r in log.read("t", 0, 0)] == list(range(len(stored)))
+
+
+def test_a_writer_that_cannot_fsync_refuses_with_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite://{tmp_path / 'log'}"
+    real = os.fdatasync
+
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    with open_log(url) as log:
+        log.create_topic("t", 1)
+        monkeypatch.setattr(os, "fdatasync", failing)
+        with pytest.raises(LogError, match="could not fsync"):
+            log.append("t", 0, [Record(b"a")])
+        with pytest.raises(LogError, match="integrity_check"):
+            log.append("t", 0, [Record(b"b")])  # the reopen's own fsync fails: nothing answered
+        monkeypatch.setattr(os, "fdatasync", real)
+        assert log.append("t", 0, [Record(b"c")]).appended == 1

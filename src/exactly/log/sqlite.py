@@ -59,6 +59,7 @@ from exactly.log.base import (
     fenced,
     now_ms,
 )
+from exactly.log.watermark import Watermark
 
 OFFSET_BITS = 40
 MAX_GROUP = 256  # appends merged into one transaction at most
@@ -190,6 +191,14 @@ class Transaction:
         self._next[partition] = first + count
         return first
 
+    def end(self, partition: int) -> int:
+        """The partition's end offset as this transaction sees it (recorded for the watermark)."""
+        return self._take(partition, 0) - partition_range(partition)[0]
+
+    def ends(self) -> dict[int, int]:
+        """The end offset of every partition this transaction read or wrote, after its inserts."""
+        return {p: first - partition_range(p)[0] for p, first in self._next.items()}
+
     def insert(self) -> None:
         if self.rows:
             self.conn.executemany("INSERT INTO records VALUES (?, ?, ?, ?, ?)", self.rows)
@@ -204,21 +213,50 @@ class _Job:
     result: Any = None
 
 
+@dataclass
+class _Group:
+    """One committed transaction waiting for the syncer: its jobs and the ends it reached."""
+
+    jobs: list[_Job | None]
+    ends: dict[int, int]
+
+
 class _TopicWriter:
     """The committer and the syncer of one topic in this process.
 
     The committer groups queued writes into one transaction (steps 1-3 of the module docstring);
-    the syncer fsyncs and answers (steps 4-5), so the next group is written while the previous
-    one is being synced, and one fsync covers every group committed before it.
+    the syncer fsyncs, raises the watermark and answers (steps 4-6), so the next group is written
+    while the previous one is being synced, and one fsync covers every group committed before it.
+
+    A failed fdatasync breaks the writer for good (``broken``): the kernel may have dropped the
+    pages it could not write and marked them clean, so a later fsync that succeeds would prove
+    nothing about them. Every write in flight or queued fails, nothing is committed on this
+    connection again, and :class:`SqliteLog` replaces the writer by a new one that drops the cached
+    pages, reopens, verifies and fsyncs (:func:`recover`) before it acknowledges anything.
     """
 
-    def __init__(self, path: Path, lock_path: Path) -> None:
+    def __init__(
+        self, path: Path, lock_path: Path, watermark: Watermark, *, reopen: bool = False
+    ) -> None:
         self.path = path
+        self.watermark = watermark
+        self.broken: LogError | None = None
         self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        self._conn = _connect(path, readonly=False)
+        self._conn: sqlite3.Connection | None = None
+        try:
+            if reopen:
+                _drop_cached(path)
+            self._conn = _connect(path, readonly=False)
+            # 0. what earlier writers committed, a killed one's too, is durable and visible
+            self.partitions = recover(path, self._lock_fd, self._conn, watermark)
+        except BaseException:
+            if self._conn is not None:
+                self._conn.close()
+            os.close(self._lock_fd)
+            raise
         self._wal_fd: int | None = None
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._committed: queue.SimpleQueue[list[_Job | None] | None] = queue.SimpleQueue()
+        self._committed: queue.SimpleQueue[_Group | None] = queue.SimpleQueue()
         name = path.stem
         self._committer = threading.Thread(target=self._commit_loop, name=f"log-commit-{name}")
         self._syncer = threading.Thread(target=self._sync_loop, name=f"log-sync-{name}")
@@ -235,24 +273,29 @@ class _TopicWriter:
         self._queue.put(None)
         self._committer.join()
         self._syncer.join()
-        self._conn.close()
+        if self._conn is not None:
+            self._conn.close()
         os.close(self._lock_fd)
         if self._wal_fd is not None:
             os.close(self._wal_fd)
 
     def _commit_loop(self) -> None:
         while (jobs := _drain(self._queue, MAX_GROUP)) is not None:
-            try:
-                self._commit(jobs)
-            except Exception as error:  # noqa: BLE001 - every grouped appender must hear of it
-                _fail(jobs, LogError(f"the log at {self.path} could not commit: {error}"))
+            if self.broken is not None:
+                _fail(jobs, self.broken)  # never again on a connection whose fsync failed
             else:
-                self._committed.put(jobs)
+                try:
+                    ends = self._commit(jobs)
+                except Exception as error:  # noqa: BLE001 - every grouped appender must hear of it
+                    _fail(jobs, LogError(f"the log at {self.path} could not commit: {error}"))
+                else:
+                    self._committed.put(_Group(jobs, ends))
             if jobs[-1] is None:
                 break
         self._committed.put(None)
 
-    def _commit(self, jobs: list[_Job | None]) -> None:
+    def _commit(self, jobs: list[_Job | None]) -> dict[int, int]:
+        assert self._conn is not None
         # 1. the topic's write lock, shared with every process
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
         try:
@@ -269,23 +312,37 @@ class _TopicWriter:
                 if self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
                 raise
+            if self.partitions is None:  # this writer created the topic
+                self.partitions = _partitions(self._conn)
+            return transaction.ends()
         finally:
             # 3. release the lock before syncing
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def _sync_loop(self) -> None:
-        while True:
-            groups = _drain(self._committed, 1 << 30)
-            if groups is None:
-                return
-            done = [job for group in groups if group is not None for job in group if job]
-            try:
-                # 4. durable: one fsync of the WAL, outside the lock, for every group so far
-                self._sync()
-            except Exception as error:  # noqa: BLE001
-                _fail(done, LogError(f"the log at {self.path} could not fsync: {error}"))
+        while (groups := _drain(self._committed, 1 << 30)) is not None:
+            done = [job for group in groups if group is not None for job in group.jobs if job]
+            if self.broken is None:
+                try:
+                    # 4. durable: one fsync of the WAL, outside the lock, for every group so far
+                    self._sync()
+                except OSError as failed:
+                    self.broken = LogError(
+                        f"the log at {self.path} could not fsync ({failed}): this write and those "
+                        "queued behind it were not acknowledged and may be lost; the next write "
+                        "reopens and verifies the log (if the disk is failing, see dmesg)"
+                    )
+            problem = self.broken
+            if problem is None:
+                try:
+                    # 5. visible: readers stop at the watermark, raised to what was just synced
+                    self._publish([group for group in groups if group is not None])
+                except OSError as failed:
+                    problem = LogError(f"could not raise {self.watermark.path}: {failed}")
+            if problem is not None:
+                _fail(done, problem)
             else:
-                # 5. only now do the appenders learn their offsets
+                # 6. only now do the appenders learn their offsets
                 for job in done:
                     job.future.set_result(job.result)
             if groups[-1] is None:
@@ -297,6 +354,73 @@ class _TopicWriter:
             # connection is open, so the descriptor stays valid for the writer's life.
             self._wal_fd = os.open(f"{self.path}-wal", os.O_RDONLY)
         os.fdatasync(self._wal_fd)
+
+    def _publish(self, groups: list[_Group]) -> None:
+        """Raise the watermark to the ends the synced groups reached (and so everything before)."""
+        ends: dict[int, int] = {}
+        for group in groups:
+            for partition, end in group.ends.items():
+                ends[partition] = max(end, ends.get(partition, 0))
+        if ends and self.partitions is not None:
+            self.watermark.raise_to(self.partitions, ends)
+
+
+def recover(path: Path, lock_fd: int, conn: sqlite3.Connection, watermark: Watermark) -> int | None:
+    """Make every committed record durable and visible; the partition count (None: no topic yet).
+
+    Runs when a process starts writing a topic, and when a reader finds the watermark missing or
+    invalid. Under the topic's write lock, so nothing commits meanwhile: read each partition's
+    committed end and its last record (a cheap check that the file reads back), fdatasync the WAL
+    and the database, raise the watermark to those ends. So the records of a writer killed between
+    its commit and its fsync become visible here: never acknowledged, but durable from now on.
+    """
+    fcntl.flock(lock_fd, fcntl.LOCK_EX)
+    try:
+        partitions = _partitions(conn)
+        if partitions is None:
+            return None
+        ends: dict[int, int] = {}
+        for partition in range(partitions):
+            low, high = partition_range(partition)
+            (top,) = conn.execute(
+                "SELECT max(id) FROM records WHERE id >= ? AND id < ?", (low, high)
+            ).fetchone()
+            if top is not None:
+                conn.execute("SELECT value FROM records WHERE id = ?", (top,)).fetchone()
+            ends[partition] = 0 if top is None else int(top) - low + 1
+        for name in (f"{path}-wal", str(path)):
+            with contextlib.suppress(FileNotFoundError):
+                fd = os.open(name, os.O_RDONLY)
+                try:
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
+        watermark.raise_to(partitions, ends, complete=True)
+        return partitions
+    finally:
+        fcntl.flock(lock_fd, fcntl.LOCK_UN)
+
+
+def _partitions(conn: sqlite3.Connection) -> int | None:
+    """The topic's partition count; None while the topic is not created."""
+    try:
+        row = conn.execute("SELECT partitions FROM topic").fetchone()
+    except sqlite3.OperationalError as error:
+        if "no such table" not in str(error):
+            raise
+        return None
+    return None if row is None else int(row[0])
+
+
+def _drop_cached(path: Path) -> None:
+    """Evict the topic's cached pages, so a reopened writer reads what the disk holds."""
+    for name in (f"{path}-wal", str(path)):
+        with contextlib.suppress(FileNotFoundError):
+            fd = os.open(name, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
 
 
 T = TypeVar("T")
@@ -367,6 +491,7 @@ class SqliteLog(Log):
         self._writers: dict[str, _TopicWriter] = {}
         self._readers = threading.local()
         self._reader_conns: list[sqlite3.Connection] = []
+        self._watermarks: dict[str, Watermark] = {}
 
     def _fork_check(self) -> None:
         if self._pid != os.getpid():
@@ -375,14 +500,85 @@ class SqliteLog(Log):
     def _path(self, topic: str) -> Path:
         return self.directory / f"{topic}{SUFFIX}"
 
-    def _writer(self, topic: str) -> _TopicWriter:
+    def _lock_path(self, topic: str) -> Path:
+        return self.directory / f"{topic}.lock"
+
+    def _watermark(self, topic: str) -> Watermark:
         self._fork_check()
         with self._lock:
+            watermark = self._watermarks.get(topic)
+            if watermark is None:
+                watermark = Watermark(self.directory / f"{topic}.synced")
+                self._watermarks[topic] = watermark
+            return watermark
+
+    def _writer(self, topic: str) -> _TopicWriter:
+        watermark = self._watermark(topic)
+        with self._lock:
             writer = self._writers.get(topic)
-            if writer is None:
-                writer = _TopicWriter(self._path(topic), self.directory / f"{topic}.lock")
-                self._writers[topic] = writer
-            return writer
+            if writer is not None and writer.broken is None:
+                return writer
+            if writer is not None:  # its fsync failed: replace it by a reopened, verified one
+                del self._writers[topic]
+                writer.close()
+            try:
+                fresh = _TopicWriter(
+                    self._path(topic),
+                    self._lock_path(topic),
+                    watermark,
+                    reopen=writer is not None,
+                )
+            except (OSError, sqlite3.Error) as error:
+                raise LogError(
+                    f"cannot open the log at {self._path(topic)} for writing: {error}. If an "
+                    "fsync failed before, the disk may have lost data written since the last good "
+                    "one: check it (dmesg, SMART) and the file (sqlite3 FILE 'PRAGMA "
+                    "integrity_check'), then retry; nothing is acknowledged until this succeeds"
+                ) from error
+            self._writers[topic] = fresh
+            return fresh
+
+    def _durable_end(self, topic: str, partition: int) -> int:
+        """The partition's synced watermark: readers never go past it (see log/watermark.py)."""
+        partitions = self._describe(topic).partitions
+        watermark = self._watermark(topic)
+        end = watermark.get(partitions, partition)
+        if end is None:
+            self._recover(topic)
+            end = watermark.get(partitions, partition)
+        if end is None:
+            raise LogError(self._unreadable(watermark))
+        return end
+
+    def _durable_ends(self, topic: str) -> list[int]:
+        partitions = self._describe(topic).partitions
+        watermark = self._watermark(topic)
+        ends = watermark.get_all(partitions)
+        if ends is None:
+            self._recover(topic)
+            ends = watermark.get_all(partitions)
+        if ends is None:
+            raise LogError(self._unreadable(watermark))
+        return ends
+
+    def _recover(self, topic: str) -> None:
+        """Rebuild a missing or invalid watermark file from the committed ends, after an fsync."""
+        watermark = self._watermark(topic)
+        try:
+            lock_fd = os.open(self._lock_path(topic), os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                recover(self._path(topic), lock_fd, self._reader(topic), watermark)
+            finally:
+                os.close(lock_fd)
+        except (OSError, sqlite3.Error) as error:
+            raise LogError(f"{self._unreadable(watermark)}: {error}") from error
+
+    @staticmethod
+    def _unreadable(watermark: Watermark) -> str:
+        return (
+            f"cannot rebuild the synced watermark {watermark.path}; readers need the log "
+            "directory to be writable (its lock and watermark files)"
+        )
 
     def _reader(self, topic: str) -> sqlite3.Connection:
         self._fork_check()
@@ -400,6 +596,8 @@ class SqliteLog(Log):
     # -- topics ---------------------------------------------------------------------------------
 
     def _create_topic(self, topic: str, partitions: int, *, exist_ok: bool) -> TopicInfo:
+        watermark = self._watermark(topic)
+
         def create(transaction: Transaction) -> tuple[int, bool]:
             conn = transaction.conn
             for statement in _SCHEMA.split(";"):
@@ -409,6 +607,7 @@ class SqliteLog(Log):
             if row is not None:
                 return int(row[0]), False
             conn.execute("INSERT INTO topic VALUES (?, ?)", (topic, partitions))
+            watermark.reset(partitions)  # under the topic's lock: a stale file must not show
             return partitions, True
 
         existing, created = self._writer(topic).submit(create).result()
@@ -507,13 +706,16 @@ class SqliteLog(Log):
     def _read(
         self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
     ) -> list[LogRecord]:
-        low, high = partition_range(partition)
+        end = self._durable_end(topic, partition)  # never past what is synced
+        if offset >= end:
+            return []
+        low = partition_range(partition)[0]
         rows = (
             self._reader(topic)
             .execute(
                 "SELECT key, value, headers, timestamp FROM records"
                 " WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
-                (low + offset, high, max_records),
+                (low + offset, low + end, max_records),
             )
             .fetchall()
         )
@@ -526,10 +728,14 @@ class SqliteLog(Log):
         ]
 
     def _end_offsets(self, topic: str) -> dict[int, int]:
-        partitions = range(self._describe(topic).partitions)
-        return {partition: self._end_offset(topic, partition) for partition in partitions}
+        durable = self._durable_ends(topic)
+        return {p: min(end, self._committed_end(topic, p)) for p, end in enumerate(durable)}
 
     def _end_offset(self, topic: str, partition: int) -> int:
+        """The synced watermark (never above the committed end, whatever the file says)."""
+        return min(self._durable_end(topic, partition), self._committed_end(topic, partition))
+
+    def _committed_end(self, topic: str, partition: int) -> int:
         low, high = partition_range(partition)
         (top,) = (
             self._reader(topic)
@@ -546,6 +752,7 @@ class SqliteLog(Log):
                 " DO UPDATE SET epoch = epoch + 1 RETURNING epoch",
                 (writer_id, partition),
             ).fetchone()
+            transaction.end(partition)  # the successor's tail read must see all that is stored
             return int(epoch)
 
         epoch: int = self._writer(topic).submit(bump).result()
@@ -570,15 +777,18 @@ class SqliteLog(Log):
         return {int(partition): int(offset) for partition, offset in rows}
 
     def _last_sequence(self, topic: str, partition: int, producer: str) -> int | None:
-        row = (
-            self._reader(topic)
-            .execute(
+        """Read by the committer and answered after the next fsync, like a write: a producer
+        resumes after this sequence, so it must not be one that a power cut could take back."""
+
+        def last(transaction: Transaction) -> int | None:
+            row = transaction.conn.execute(
                 "SELECT last_sequence FROM producers WHERE producer = ? AND partition = ?",
                 (producer, partition),
-            )
-            .fetchone()
-        )
-        return None if row is None else int(row[0])
+            ).fetchone()
+            return None if row is None else int(row[0])
+
+        sequence: int | None = self._writer(topic).submit(last).result()
+        return sequence
 
     def close(self) -> None:
         if self._pid != os.getpid():
@@ -587,10 +797,13 @@ class SqliteLog(Log):
         with self._lock:
             writers, self._writers = self._writers, {}
             readers, self._reader_conns = self._reader_conns, []
+            watermarks, self._watermarks = self._watermarks, {}
         for writer in writers.values():
             writer.close()
         for conn in readers:
             conn.close()
+        for watermark in watermarks.values():
+            watermark.close()
 
 
 class SqliteWriter(PartitionWriter):
