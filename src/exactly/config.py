@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -58,6 +59,21 @@ class AggregateSettings(BaseModel):
     )
 
 
+class DedupeSettings(BaseModel):
+    """``[dedupe]``: what makes two records duplicates (see docs/dedupe.md).
+
+    The store and its bounds are ``exactly dedupe``'s flags (``EXACTLY_DEDUPE__STORE`` ...).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    scope: Literal["source", "workspace"] = Field(
+        "source",
+        description="source: a messageId is a duplicate only of one from the same source, so "
+        "no write key can suppress another source's events; workspace: of any source",
+    )
+
+
 class Settings(BaseSettings):
     """Everything configurable; build it with :func:`load_settings`."""
 
@@ -69,6 +85,7 @@ class Settings(BaseSettings):
     log: LogSettings = LogSettings()
     spark: SparkSettings = SparkSettings()
     aggregate: AggregateSettings = AggregateSettings()
+    dedupe: DedupeSettings = DedupeSettings()
 
     @property
     def log_url(self) -> str:
@@ -87,7 +104,20 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls)
+        return init_settings, _EnvSettings(settings_cls), TomlConfigSettingsSource(settings_cls)
+
+
+class _EnvSettings(EnvSettingsSource):
+    """``EXACTLY_*`` variables, leaving the ``EXACTLY_DEDUPE__*`` that only flags read to them."""
+
+    def __call__(self) -> dict[str, Any]:
+        found = super().__call__()
+        dedupe = found.get("dedupe")
+        if isinstance(dedupe, dict):
+            found["dedupe"] = {
+                key: value for key, value in dedupe.items() if key in DedupeSettings.model_fields
+            }
+        return found
 
 
 def read_toml(path: Path) -> dict[str, Any]:

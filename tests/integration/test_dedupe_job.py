@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 from pyspark.sql import DataFrame, SparkSession
@@ -166,3 +167,52 @@ def test_age_out_keeps_the_store_small_and_older_duplicates_pass(
         events = [r.key for r in read_all(log, EVENTS, part.partition)]
         assert events[-5:] == [m.encode() for m in old[part.partition]]  # passed again
         assert len(events) == len(by_partition[part.partition]) + 5
+
+
+def from_sources(log: Log) -> list[tuple[int, str, str]]:
+    """The same messageIds from two sources (and from a tool writing no sourceId), each retried
+    once by its own source; appended to raw. Returns (partition, source, messageId) per record.
+
+    ``web`` writes the collector's layout (compact, sourceId last), ``ios`` puts sourceId first
+    with spaces (the task parses those), the tool none at all (source "").
+    """
+    sent: list[tuple[int, str, str]] = []
+    for round_ in range(2):  # the second round: every record retried by its own source
+        for n in range(12):
+            message_id = f"shared-{n}"
+            partition = partition_for(message_id, PARTITIONS)
+            records = []
+            for source in ("web", "ios", ""):
+                body: dict[str, object] = {"messageId": message_id, "n": n, "round": round_}
+                if source == "web":
+                    value = orjson.dumps({**body, "sourceId": "web"})
+                elif source == "ios":
+                    value = json.dumps({"sourceId": "ios", **body}).encode()
+                else:
+                    value = orjson.dumps(body)
+                records.append(Record(value, key=message_id.encode()))
+                sent.append((partition, source, message_id))
+            log.append(RAW, partition, records)
+    return sent
+
+
+@pytest.mark.parametrize("scope", ["source", "workspace"])
+@pytest.mark.parametrize("store", STORES)
+def test_the_same_message_id_from_two_sources_lands_twice_unless_deduped_workspace_wide(
+    spark: SparkSession, log: Log, tmp_path: Path, store: str, scope: str
+) -> None:
+    sent = from_sources(log)
+    changes = {} if scope == "source" else {"scope": scope}  # source is the default
+    plan = plan_for(log, tmp_path, store, **changes)
+    run(spark, plan, prepare(log, plan))
+    for partition in range(PARTITIONS):
+        got = [orjson.loads(value) for _, value, _ in actual_events(log, partition)]
+        landed = [(event.get("sourceId", ""), event["messageId"]) for event in got]
+        mine = [(source, m) for p, source, m in sent if p == partition]
+        if scope == "source":
+            want = list(dict.fromkeys(mine))  # the first of each (source, messageId)
+        else:
+            firsts = dict.fromkeys(m for _, m in mine)
+            want = [(next(s for s, m2 in mine if m2 == m), m) for m in firsts]
+        assert landed == want
+        assert all(event["round"] == 0 for event in got)  # retries are dropped

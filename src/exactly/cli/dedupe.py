@@ -107,6 +107,17 @@ def dedupe(
             envvar="EXACTLY_DEDUPE__REDIS_PREVIOUS_SLOT",
         ),
     ] = None,
+    scope: Annotated[
+        str | None,
+        typer.Option(
+            help="What makes a duplicate: the same messageId from the same source (source, so "
+            "no write key can suppress another source's events) or from any source "
+            "(workspace). Default: [dedupe] scope in the config, else source. A store keeps "
+            "the scope it was built with.",
+            envvar="EXACTLY_DEDUPE__SCOPE",
+            show_default=False,
+        ),
+    ] = None,
     redis_namespace: Annotated[
         str | None,
         typer.Option(
@@ -127,6 +138,9 @@ def dedupe(
     trigger_seconds: TriggerSeconds = 1.0,
 ) -> None:
     """Copy SOURCE to OUTPUT keeping the first record of each messageId within the window.
+
+    With --scope source (the default) a messageId counts once per sourceId, with workspace once
+    in all.
 
     Partition p of SOURCE goes to partition p of OUTPUT, values untouched, each record with its
     source offset in header exactly.source.offset. Records without a messageId go to
@@ -172,6 +186,7 @@ def dedupe(
         max_record_bytes=settings.log.max_record_bytes,
         redis=sharding,
         redis_namespace=redis_namespace,
+        scope=scope or settings.dedupe.scope,
     )
     summary = drive(settings, plan)
     done = "caught up" if until_caught_up else "stopped"

@@ -41,7 +41,7 @@ from types import TracebackType
 from typing import ClassVar, NamedTuple
 
 from exactly.dedupe.window import Bounds, effective_window
-from exactly.errors import InvalidId
+from exactly.errors import ConfigError, InvalidId
 from exactly.events.ids import ID_BYTES, MAX_PARTITION, OWNER_BYTES, owner_text
 
 
@@ -242,8 +242,43 @@ class DedupeStore(ABC):
             raise InvalidId(f"a partition is 0 to {MAX_PARTITION}, not {partition!r}")
         return self._open(partition)
 
+    def adopt_scope(self, scope: str, partitions: int) -> None:
+        """Record the dedupe scope with the store, or refuse at start one it was not built with.
+
+        A store's ids are packed for one scope (``exactly.events.ids``): read with another, no
+        lookup would find them and every duplicate within the window would pass. A store that
+        holds ids but no scope was built before scopes existed, by messageId alone
+        (``workspace``). Raises :class:`~exactly.errors.ConfigError` with one line saying what
+        to do.
+        """
+        found = self._recorded_scope(partitions)
+        if found is not None and found != scope:
+            raise ConfigError(
+                f"the {self.name} dedupe store ({self.location()}) holds ids deduplicated by "
+                f"scope {found!r}, not {scope!r}: set [dedupe] scope = {found!r} "
+                f"(EXACTLY_DEDUPE__SCOPE={found}), or {self.fresh_hint()} so that the job "
+                f"rebuilds it from the output with scope {scope!r}"
+            )
+        self._record_scope(scope)
+
     @abstractmethod
     def _open(self, partition: int) -> StorePartition: ...
+
+    @abstractmethod
+    def _recorded_scope(self, partitions: int) -> str | None:
+        """The scope recorded with the store; ``workspace`` if it has ids but none; else None."""
+
+    @abstractmethod
+    def _record_scope(self, scope: str) -> None:
+        """Record ``scope`` with the store (it matches what is recorded, if anything)."""
+
+    @abstractmethod
+    def location(self) -> str:
+        """Where the store keeps its data, for messages."""
+
+    @abstractmethod
+    def fresh_hint(self) -> str:
+        """How to start an empty store instead, for messages (``delete DIR`` ...)."""
 
     @abstractmethod
     def describe(self) -> str:

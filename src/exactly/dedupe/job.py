@@ -2,12 +2,16 @@
 
 A streaming query from the ``exactly`` source to the ``exactly`` sink (DESIGN.md boundaries 3
 and 4), partition *p* of ``raw`` to partition *p* of ``events``, values untouched, each output
-record carrying its source offset. Two ways to decide what is a duplicate:
+record carrying its source offset. A duplicate is a record whose messageId was seen before
+within the window, from the same source (scope ``source``, the default: one source cannot
+suppress another's events) or from any (scope ``workspace``); ``exactly.events.ids`` packs the
+key. Two ways to decide what is a duplicate:
 
 * **A claim store** (``rocksdb``, ``redis``): ``task.py`` runs in the source's own tasks
   (``mapInArrow``, no shuffle). Per task: lock the partition, repair the store from the output,
   resume what an earlier attempt wrote, claim, yield; the sink then appends and Spark commits.
-* **spark-state**: Spark's ``dropDuplicatesWithinWatermark`` on the messageId (the record key)
+* **spark-state**: Spark's ``dropDuplicatesWithinWatermark`` on the messageId (the record key;
+  with scope ``source`` the packed ``(source, messageId)`` the task adds as column ``id``)
   with the watermark on the receive time the log recorded, in the RocksDB state store with
   changelog checkpointing; the window is the watermark delay. The state store is versioned per
   micro-batch, so a replayed batch yields the same rows, which are then grouped by output
@@ -16,7 +20,9 @@ record carrying its source offset. Two ways to decide what is a duplicate:
   behind the newest one seen are *late* to Spark and dropped by its operator: the store's one
   way to lose a record, counted as ``late`` (keep the window well above any backlog).
 
-Both route records without a usable messageId to ``<raw>.rejected``.
+Both route records without a usable messageId to ``<raw>.rejected``. The scope is recorded with
+the store (or the spark-state checkpoint) and checked before Spark starts: ids packed for one
+scope are never read with another.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from exactly.dedupe.base import DedupeStore
 from exactly.dedupe.task import TaskPlan, dedupe_partition
 from exactly.dedupe.window import Bounds, format_duration
 from exactly.errors import ConfigError, StreamError, TopicExists
+from exactly.events.ids import DEFAULT_SCOPE, SCOPES
 from exactly.log import Log
 
 if TYPE_CHECKING:
@@ -41,6 +48,7 @@ if TYPE_CHECKING:
     from exactly.dedupe.sharding import Sharding
 
 STORES = ("rocksdb", "redis", "spark-state")
+SCOPE_FILE = "exactly-dedupe-scope"  # in a spark-state checkpoint: the scope of its state
 SCHEMA = (
     "partition int, offset bigint, key binary, value binary, timestamp timestamp, "
     "headers array<struct<key: string, value: binary>>"
@@ -66,6 +74,7 @@ class DedupePlan:
     max_record_bytes: int = 1024 * 1024
     redis: Sharding | None = None  # the redis store's servers; None: EXACTLY_DEDUPE__REDIS*
     redis_namespace: str | None = None  # None: EXACTLY_DEDUPE__REDIS_NAMESPACE, or default
+    scope: str = DEFAULT_SCOPE  # "source": (sourceId, messageId); "workspace": messageId alone
 
     @property
     def rejected(self) -> str:
@@ -108,14 +117,17 @@ def default_checkpoint(data_dir: Path, store: str, source: str, output: str) -> 
 def prepare(log: Log, plan: DedupePlan) -> int:
     """Check the topics before Spark starts; create ``events`` and the rejects like ``raw``.
 
-    Returns the partition count. Fails with one line if ``raw`` is missing or an output topic
-    has another partition count (the job keeps partitions: messageId's partition everywhere).
+    Returns the partition count. Fails with one line if ``raw`` is missing, an output topic
+    has another partition count (the job keeps partitions: messageId's partition everywhere), or
+    the store (spark-state: the checkpoint) was built with another dedupe scope.
     """
     from exactly.spark import owners
     from exactly.spark.sink import checkpoint_query_id
 
     if plan.store not in STORES:
         raise ConfigError(f"--store {plan.store!r}: use one of {', '.join(STORES)}")
+    if plan.scope not in SCOPES:
+        raise ConfigError(f"dedupe scope {plan.scope!r}: use one of {', '.join(SCOPES)}")
     partitions = log.describe(plan.source).partitions
     for topic in (plan.output, plan.rejected):
         try:
@@ -127,7 +139,38 @@ def prepare(log: Log, plan: DedupePlan) -> int:
                 f"has {partitions}; use another output topic"
             ) from None
     owners.check(log, plan.output, checkpoint_query_id(str(plan.checkpoint)))
+    store = plan.claim_store()
+    if store is not None:
+        store.adopt_scope(plan.scope, partitions)
+    else:
+        adopt_checkpoint_scope(plan.checkpoint, plan.scope)
     return partitions
+
+
+def adopt_checkpoint_scope(checkpoint: Path, scope: str) -> None:
+    """Record the scope in a spark-state checkpoint, or refuse one its state was not built with.
+
+    Spark's state holds the keys it deduplicated on; read with another scope it would find none.
+    A checkpoint with batches but no scope file predates scopes: ``workspace``.
+    """
+    path = checkpoint / SCOPE_FILE
+    try:
+        found: str | None = path.read_text().strip()
+    except FileNotFoundError:
+        offsets = checkpoint / "offsets"
+        started = offsets.is_dir() and any(e.name.isdigit() for e in offsets.iterdir())
+        found = "workspace" if started else None
+    if found is not None and found != scope:
+        raise ConfigError(
+            f"checkpoint {checkpoint} holds spark-state deduplicated by scope {found!r}, not "
+            f"{scope!r}: set [dedupe] scope = {found!r} (EXACTLY_DEDUPE__SCOPE={found}); another "
+            "scope needs a new checkpoint and output topic"
+        )
+    if not path.exists():
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{SCOPE_FILE}.tmp")
+        temporary.write_text(scope + "\n")
+        os.replace(temporary, path)
 
 
 def build(spark: SparkSession, plan: DedupePlan, partitions: int) -> DataFrame:
@@ -143,14 +186,25 @@ def build(spark: SparkSession, plan: DedupePlan, partitions: int) -> DataFrame:
     raw = reader.load()
     store = plan.claim_store()
     task = TaskPlan(
-        plan.log_url, plan.source, plan.output, plan.rejected, store, plan.max_record_bytes
+        plan.log_url,
+        plan.source,
+        plan.output,
+        plan.rejected,
+        store,
+        plan.max_record_bytes,
+        plan.scope,
     )
-    routed = raw.mapInArrow(partial(dedupe_partition, task), SCHEMA)
+    routed = raw.mapInArrow(
+        partial(dedupe_partition, task), SCHEMA + ", id binary" if task.adds_id else SCHEMA
+    )
     if store is not None:
         return routed.drop("offset")
-    deduped = routed.withWatermark(
-        "timestamp", f"{plan.window} milliseconds"
-    ).dropDuplicatesWithinWatermark(["key"])
+    key = "id" if task.adds_id else "key"  # workspace: the key, as checkpoints before scopes
+    deduped = (
+        routed.withWatermark("timestamp", f"{plan.window} milliseconds")
+        .dropDuplicatesWithinWatermark([key])
+        .drop("id")
+    )
     # Streaming queries cannot sort; a task-local sort in Python makes a replay's order the same.
     return deduped.repartition(partitions, "partition").mapInArrow(in_source_order, SCHEMA)
 
@@ -224,4 +278,7 @@ def describe(plan: DedupePlan) -> str:
         how = f"spark-state, watermark {format_duration(plan.window)}"
     else:
         how = store.describe()
-    return f"dedupe {plan.source} -> {plan.output} with {how} (checkpoint {plan.checkpoint})"
+    scope = "per source" if plan.scope == "source" else "workspace-wide"
+    return (
+        f"dedupe {plan.source} -> {plan.output} ({scope}) with {how} (checkpoint {plan.checkpoint})"
+    )

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 
 from exactly.dedupe.base import Claim, StorePartition
 from exactly.dedupe.window import Bounds
-from exactly.events.ids import pack_id, pack_owner
+from exactly.events.ids import DEFAULT_SCOPE, id_packer, pack_owner, record_sources
 from exactly.log import Log, LogRecord
 from exactly.log.base import Header
 
@@ -120,12 +120,20 @@ def rebuild_start(
     return start
 
 
-def rebuild(part: StorePartition, log: Log, topic: str, bounds: Bounds, last: int | None) -> int:
+def rebuild(
+    part: StorePartition,
+    log: Log,
+    topic: str,
+    bounds: Bounds,
+    last: int | None,
+    scope: str = DEFAULT_SCOPE,
+) -> int:
     """Restore into ``part`` the output's records it lacks; returns how many were restored.
 
     ``last`` is the output's last source offset (:func:`last_source`, read once by the caller,
     which needs it too). Nothing to do when the store's position is past it (the normal case:
-    claims are durable before the output is written).
+    claims are durable before the output is written). Ids are packed for ``scope`` exactly as
+    the task packs them (output values are the raw values, so their sources are the same).
     """
     partition = part.partition
     position = part.position()
@@ -134,13 +142,23 @@ def rebuild(part: StorePartition, log: Log, topic: str, bounds: Bounds, last: in
     offset = rebuild_start(log, topic, partition, position, bounds)
     restored = 0
     pending: list[Claim] = []
+    pack = id_packer(scope)
     while chunk := log.read(topic, partition, offset, max_records=RESTORE_CHUNK):
+        kept = []
         for record in chunk:
             found = source_offset(record.headers)
             if found is None or not record.key or (position is not None and found < position):
                 continue
+            kept.append((record, found))
+        sources = (
+            record_sources([record.value for record, _ in kept])
+            if scope == "source"
+            else [b""] * len(kept)
+        )
+        for (record, found), source in zip(kept, sources, strict=True):
+            assert record.key is not None
             pending.append(
-                Claim(pack_id(record.key), pack_owner(partition, found), record.timestamp)
+                Claim(pack(source, record.key), pack_owner(partition, found), record.timestamp)
             )
         if len(pending) >= RESTORE_CHUNK:
             part.restore(pending)

@@ -12,6 +12,8 @@ Layout on each server, per namespace (default ``exactly:dedupe:<raw topic>``) an
 * ``<ns>:<p>:meta``: this server's position for the partition, the newest receive time, counters,
   and per slot the ids written, the earliest receive time and when its buckets expire.
 * ``<ns>:<p>:lock``: the partition's lock, on the first current server.
+* ``<ns>:scope``: the dedupe scope the ids were packed for (``source`` or ``workspace``), on
+  every server, checked before the job starts.
 
 Commit protocol of :meth:`RedisPartition._claim`, one call per batch of records:
 
@@ -232,6 +234,33 @@ class RedisStore(DedupeStore):
                     used += client.memory_usage(key, samples=0) or 0
                     held += client.hlen(key)
         return used / held if held else 0.0
+
+    def location(self) -> str:
+        return f"namespace {self.namespace} on {','.join(self.sharding.servers)}"
+
+    def fresh_hint(self) -> str:
+        return "use another --redis-namespace (EXACTLY_DEDUPE__REDIS_NAMESPACE)"
+
+    def _recorded_scope(self, partitions: int) -> str | None:
+        found: set[str] = set()
+        built = False
+        for url in self.sharding.servers:
+            client = connect(url, self.timeout)
+            with guarded(url):
+                scope = client.get(f"{self.namespace}:scope")
+                if scope is not None:
+                    found.add(_text(scope))
+                elif partitions and not built:
+                    metas = [self.prefix(partition) + "meta" for partition in range(partitions)]
+                    built = bool(client.exists(*metas))
+        if built:
+            found.add("workspace")  # ids written before scopes existed
+        return ",".join(sorted(found)) or None
+
+    def _record_scope(self, scope: str) -> None:
+        for url in self.sharding.servers:
+            with guarded(url):
+                connect(url, self.timeout).set(f"{self.namespace}:scope", scope, nx=True)
 
     def servers(self) -> list[dict[str, Any]]:
         """Per server: memory used, keys, evictions and the listpack limits it has."""

@@ -73,6 +73,7 @@ from exactly.dedupe.window import (
 from exactly.errors import StoreUnavailable
 
 META_KEY = b"exactly:meta"
+SCOPE_FILE = "scope"  # ROOT/scope: the dedupe scope the ids were packed for
 SEQ = "seq"
 MULTI_GET = 1000  # ids per multi-get: much larger ones are slower in rocksdict
 MAX_AGE_OUT = 200_000  # ids aged out per call at most; a backlog drains over later calls
@@ -222,6 +223,32 @@ class RocksDBStore(DedupeStore):
     def drop(self, partition: int) -> None:
         """Delete a partition's database (tests, and a user's reset); the job rebuilds it."""
         shutil.rmtree(self.path(partition), ignore_errors=True)
+
+    def location(self) -> str:
+        return str(self.root)
+
+    def fresh_hint(self) -> str:
+        return f"delete {self.root}"
+
+    def _recorded_scope(self, partitions: int) -> str | None:
+        try:
+            return (self.root / SCOPE_FILE).read_text().strip()
+        except FileNotFoundError:
+            pass
+        built = any((path / "CURRENT").exists() for path in self.root.glob("p[0-9]*"))
+        return "workspace" if built else None
+
+    def _record_scope(self, scope: str) -> None:
+        path = self.root / SCOPE_FILE
+        if path.exists():
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{SCOPE_FILE}.tmp")
+        with temporary.open("w") as handle:
+            handle.write(scope + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
 
 
 class RocksPartition(StorePartition):

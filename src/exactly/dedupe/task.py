@@ -13,13 +13,17 @@ task (marked in the code):
 4. **Route** records with no usable messageId (no key and a value that is not a JSON object with
    a messageId) to ``<raw>.rejected`` with the reason, appended with producer sequences (the raw
    offsets), so a replay stores each once. Never lost, never a crash.
-5. **Claim** the rest: one store call per Arrow batch, durable before return.
+5. **Claim** the rest: one store call per Arrow batch, durable before return. A record's key is
+   its messageId packed for the plan's scope (``exactly.events.ids``): with ``source`` (the
+   default) together with the record's ``sourceId``, read from the value's tail in one vectorised
+   pass (the collector's layout) and parsed only when that fails.
 6. **Yield** the passing records, values untouched, with the messageId as key and the raw
    offset in header ``exactly.source.offset``. The sink appends them (durable), then Spark
    commits the batch: claim durable, output durable, Spark commit, in that order.
 
 With ``store`` None (the spark-state job) only step 4 runs and every other record is yielded:
-Spark's own operator deduplicates afterwards.
+Spark's own operator deduplicates afterwards, on the key, or with scope ``source`` on the packed
+``(source, messageId)`` the task adds as column ``id``.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 from exactly.dedupe import recovery
 from exactly.dedupe.base import Claim, DedupeStore, StorePartition
 from exactly.dedupe.recovery import SOURCE_HEADER
-from exactly.events.ids import pack_id
+from exactly.events.ids import DEFAULT_SCOPE, id_packer, record_sources
 from exactly.log import Log, Record
 from exactly.log.base import DEFAULT_MAX_RECORD_BYTES
 
@@ -53,6 +57,12 @@ class TaskPlan:
     rejected: str
     store: DedupeStore | None
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    scope: str = DEFAULT_SCOPE
+
+    @property
+    def adds_id(self) -> bool:
+        """Whether the rows carry the packed id as column ``id`` (spark-state, scope source)."""
+        return self.store is None and self.scope == "source"
 
 
 def message_id(key: bytes | None, value: bytes) -> tuple[bytes | None, str | None]:
@@ -92,7 +102,7 @@ def dedupe_partition(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> Itera
     with plan.store.open(partition) as part:
         # 2. repair the store from the output
         last = recovery.last_source(log, plan.output, partition)
-        recovery.rebuild(part, log, plan.output, plan.store.bounds, last)
+        recovery.rebuild(part, log, plan.output, plan.store.bounds, last, plan.scope)
         # 3. resume: what an earlier attempt at this batch already wrote
         start = first.column("offset")[0].as_py()
         if last is not None and last < start:
@@ -122,6 +132,10 @@ def _process(
     claims: list[Claim] = []
     claimed: list[int] = []
     prefix = partition << 48
+    pack = id_packer(plan.scope)
+    scoped = plan.scope == "source" and (part is not None or plan.adds_id)
+    sources = record_sources(values) if scoped else [b""] * count
+    ids: list[bytes | None] = [None] * count
     for index in range(count):
         offset = offsets[index]
         key = keys[index]
@@ -134,11 +148,15 @@ def _process(
             keys[index] = key
             rekeyed = True
         if part is None:
+            if plan.adds_id:
+                ids[index] = pack(sources[index], key)
             continue
         if last is not None and offset <= last:
             passes[index] = offset in done  # 3. as the earlier attempt decided
             continue
-        claims.append(Claim(pack_id(key), (prefix | offset).to_bytes(8, "big"), times[index]))
+        claims.append(
+            Claim(pack(sources[index], key), (prefix | offset).to_bytes(8, "big"), times[index])
+        )
         claimed.append(index)
     # 4. route what has no messageId
     if rejected:
@@ -151,17 +169,19 @@ def _process(
     key_column = pa.array(keys, pa.binary()) if rekeyed else batch.column("key")
     kept = pa.array(passes, pa.bool_())
     marked = _with_source(batch.column("headers"), batch.column("offset"))
-    return pa.RecordBatch.from_arrays(
-        [
-            batch.column("partition"),
-            batch.column("offset"),
-            key_column,
-            values,
-            batch.column("timestamp"),
-            marked,
-        ],
-        schema=batch.schema,
-    ).filter(kept)
+    columns = [
+        batch.column("partition"),
+        batch.column("offset"),
+        key_column,
+        values,
+        batch.column("timestamp"),
+        marked,
+    ]
+    schema = batch.schema
+    if plan.adds_id:
+        columns.append(pa.array(ids, pa.binary()))
+        schema = schema.append(pa.field("id", pa.binary()))
+    return pa.RecordBatch.from_arrays(columns, schema=schema).filter(kept)
 
 
 def _with_source(headers: pa.ListArray, offsets: pa.Array) -> pa.ListArray:

@@ -8,6 +8,18 @@ A dedupe store keeps ``messageId -> owner`` for millions of ids, so both sides a
   consequence to know: the same UUID written two ways (dashed and plain, upper and lower case,
   with ``ajs-``) packs to the same id. Such spellings are different strings, so the partitioner
   usually puts them in different partitions, and a store only ever compares ids of one partition.
+* **Scoped by source.** Dedupe keeps one messageId per *scope* (:data:`SCOPES`). With
+  ``workspace`` the packed messageId is the key, so every source shares one id space. With
+  ``source`` (the default) the key is :func:`pack_source_id`: the 128-bit BLAKE2b digest
+  (personalised ``exactly.source``) of the source's UTF-8 length (4 bytes, big-endian), the
+  source, and the packed messageId (16 bytes). The length prefix makes the input unambiguous, so
+  a source reaches another source's key only by a second preimage of BLAKE2b (about 2**128
+  tries): a holder of one write key cannot suppress another source's events by sending its ids
+  first. The same UUID spelled two ways is still one id within a source.
+* **The source of a record** (:func:`record_sources`) is the ``sourceId`` string at the top of
+  its JSON, as the collector sets it from the write key; ``""`` when there is none (not JSON, not
+  an object, no ``sourceId``, or not a string), so records written by other tools share the
+  source ``""``.
 * **Owners to 8 bytes.** The owner of an id is the raw record that claimed it first: a 2-byte
   partition and a 6-byte offset, big-endian (Tapjoy's layout). 2**48 offsets per partition is
   beyond any log's life, so the offset never wraps in practice.
@@ -19,8 +31,21 @@ from __future__ import annotations
 
 import binascii
 import hashlib
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from typing import TYPE_CHECKING, Literal
+
+import orjson
 
 from exactly.errors import InvalidId
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+Scope = Literal["source", "workspace"]
+SCOPES: tuple[Scope, ...] = ("source", "workspace")
+DEFAULT_SCOPE: Scope = "source"
+SOURCE_FIELD = "sourceId"
 
 ID_BYTES = 16
 OWNER_BYTES = 8
@@ -28,6 +53,12 @@ MAX_PARTITION = 0xFFFF
 MAX_OFFSET = (1 << 48) - 1
 
 _DASHES = (8, 13, 18, 23)
+_SOURCE_PERSON = b"exactly.source"
+# The collector's own layout (orjson, sourceId set last): ``...,"sourceId":"web"}``. In valid JSON
+# such a tail can only be the top-level sourceId (the member before the closing brace, its key
+# opened after a comma or the opening brace, its value a string without escapes). RE2 runs an
+# end-anchored pattern backwards from the end, so the cost does not grow with the value.
+_SOURCE_TAIL = r'[,{]"sourceId":"(?P<source>[^"\\]*)"}\z'
 
 
 def _hex16(text: bytes) -> bytes | None:
@@ -67,6 +98,61 @@ def pack_id(message_id: str | bytes) -> bytes:
     if packed is not None:
         return packed
     return hashlib.blake2b(raw, digest_size=ID_BYTES).digest()
+
+
+@lru_cache(maxsize=4096)
+def _source_prefix(source: bytes) -> hashlib.blake2b:
+    return hashlib.blake2b(
+        len(source).to_bytes(4, "big") + source, digest_size=ID_BYTES, person=_SOURCE_PERSON
+    )
+
+
+def pack_source_id(source: str | bytes, message_id: str | bytes) -> bytes:
+    """``(source, messageId)`` as 16 bytes: the key of scope ``source`` (module docstring).
+
+    ``source`` may be empty (records without a ``sourceId``); the messageId may not.
+    """
+    raw = source.encode() if isinstance(source, str) else source
+    state = _source_prefix(raw).copy()
+    state.update(pack_id(message_id))
+    return state.digest()
+
+
+def id_packer(scope: str) -> Callable[[bytes, bytes], bytes]:
+    """``(source, messageId) -> key`` for ``scope``: the one rule every store and rebuild uses."""
+    if scope == "source":
+        return pack_source_id
+    if scope == "workspace":
+        return lambda _source, message_id: pack_id(message_id)
+    raise InvalidId(f"dedupe scope {scope!r}: use one of {', '.join(SCOPES)}")
+
+
+def parsed_source(value: bytes) -> bytes:
+    """The top-level ``sourceId`` of a JSON record, parsed; ``b""`` when it has none."""
+    try:
+        event = orjson.loads(value)
+    except ValueError:  # orjson.JSONDecodeError, too deep, not UTF-8 ...
+        return b""
+    found = event.get(SOURCE_FIELD) if isinstance(event, dict) else None
+    return found.encode() if isinstance(found, str) else b""
+
+
+def record_sources(values: pa.Array | Sequence[bytes]) -> list[bytes]:
+    """The source of each record value (module docstring), vectorised with Arrow.
+
+    The collector's layout is read from the value's tail by one regular expression over the
+    whole column; any other value is parsed (:func:`parsed_source`). The dedupe task and the
+    rebuild from ``events`` both call this, so a record always gets the same source.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
+
+    column = values if isinstance(values, pa.Array) else pa.array(values, pa.binary())
+    tails = pc.struct_field(pc.extract_regex(column, pattern=_SOURCE_TAIL), [0]).to_pylist()
+    return [
+        tail if tail is not None else parsed_source(column[index].as_py() or b"")
+        for index, tail in enumerate(tails)
+    ]
 
 
 def pack_owner(partition: int, offset: int) -> bytes:
