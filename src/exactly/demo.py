@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import os
 import random
 import socket
 import subprocess
@@ -29,6 +30,7 @@ from typing import Any
 
 from exactly.config import Settings
 from exactly.errors import ExactlyError
+from exactly.urls import redact
 
 EVENT_NAMES = ["Order Completed", "Product Viewed", "Signed Up", "Cart Viewed", "Checkout Started"]
 PAGES = ["/", "/pricing", "/docs", "/blog", "/signup"]
@@ -86,11 +88,14 @@ class Collector:
     def __init__(self, settings: Settings, partitions: int) -> None:
         self.port = free_port()
         args = [sys.executable, "-m", "exactly", "--data-dir", str(settings.data_dir)]
-        args += ["--log", settings.log_url, "collect", "--port", str(self.port)]
+        args += ["collect", "--port", str(self.port)]
         args += ["--partitions", str(partitions)]
         for name, key in SOURCES.items():
             args += ["--source", f"{name}={key}"]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        env = {**os.environ, "EXACTLY_LOG__URL": settings.log_url}  # not in argv: ps shows argv
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+        )
         deadline = time.monotonic() + 60
         while not self.healthy():
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -236,7 +241,8 @@ def run_pipeline(
 
     raw_before, events_before = (topic_size(settings.log_url, t) for t in ("raw", "events"))
     clock = time.perf_counter()
-    say(f"1/4 collector on the embedded log {settings.log_url}; sending {events:,} events ...")
+    shown = redact(settings.log_url)
+    say(f"1/4 collector on the embedded log {shown}; sending {events:,} events ...")
     collector = Collector(settings, partitions)
     try:
         traffic = send(collector.port, events)
@@ -265,7 +271,7 @@ def run_pipeline(
         result.seconds["dedupe"] = time.perf_counter() - clock
         result.events = topic_size(settings.log_url, "events") - events_before
 
-        say(f"3/4 aggregate events -> {settings.aggregate_url} ...")
+        say(f"3/4 aggregate events -> {redact(settings.aggregate_url)} ...")
         clock = time.perf_counter()
         aggregate = AggregatePlan(
             settings.log_url,

@@ -39,6 +39,7 @@ from exactly.aggregate.spec import (
     TableSpec,
 )
 from exactly.errors import AggregateError, ConfigError, DatabaseUnavailable
+from exactly.urls import redact
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
@@ -124,7 +125,8 @@ class AggregateDB(ABC):
         return rows
 
     def describe(self) -> str:
-        return self.url
+        """The database for messages: never its password."""
+        return redact(self.url)
 
     # -- shared --------------------------------------------------------------------------
 
@@ -446,5 +448,5 @@ def open_db(
             ) from None
         return PostgresDB(url, retry_seconds=retry_seconds, say=say)
     raise ConfigError(
-        f"aggregate database URL {url!r}: use sqlite:///FILE or postgresql://USER@HOST/DB"
+        f"aggregate database URL {redact(url)!r}: use sqlite:///FILE or postgresql://USER@HOST/DB"
     )

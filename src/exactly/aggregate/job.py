@@ -44,7 +44,7 @@ KILL_AFTER_COMMIT = "EXACTLY_AGGREGATE_KILL_AFTER_COMMIT"
 class AggregatePlan:
     """Everything one run of the job needs, resolved from settings and flags."""
 
-    log_url: str
+    log_url: str = field(repr=False)  # may hold secrets: never in a repr
     checkpoint: Path
     tables: tuple[TableSpec, ...] = (EVENT_COUNTS,)
     topic: str = "events"

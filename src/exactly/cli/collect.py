@@ -11,6 +11,7 @@ import typer
 from exactly.cli.context import context
 from exactly.collector.settings import CollectorSettings, parse_source
 from exactly.errors import ConfigError, UnknownTopic
+from exactly.urls import redact
 
 
 def collect(
@@ -92,7 +93,7 @@ def collect(
     check_address(host, port)
     print(
         f"collecting on http://{host}:{port} into {topic} ({partitions} partitions) of "
-        f"{settings.log_url} "
+        f"{redact(settings.log_url)} "
         f"(sources: {', '.join(names)}; {workers} worker{'s' if workers > 1 else ''})",
         file=sys.stderr,
         flush=True,

@@ -13,6 +13,7 @@ import typer
 from exactly.cli.context import context
 from exactly.config import Settings
 from exactly.errors import ExactlyError
+from exactly.urls import redact
 
 Report = Callable[..., None]
 
@@ -49,9 +50,9 @@ def doctor(
     try:
         with context(ctx).open_log() as log:
             topics = log.topics()
-        report("log", True, f"{settings.log_url} reachable, {len(topics)} topic(s)")
+        report("log", True, f"{redact(settings.log_url)} reachable, {len(topics)} topic(s)")
     except ExactlyError as error:
-        report("log", False, f"{settings.log_url}: {error}", "start it or fix log.url")
+        report("log", False, f"{redact(settings.log_url)}: {error}", "start it or fix log.url")
     _finish(problems)
 
 

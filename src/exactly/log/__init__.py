@@ -3,6 +3,7 @@
 ``sqlite://PATH`` (PATH a directory; ``sqlite:///abs/dir`` or ``sqlite://relative/dir``) is the
 embedded default; ``kafka://HOST:PORT[,HOST:PORT...][?librdkafka.option=value...]`` uses any
 Kafka-protocol cluster and needs the ``kafka`` extra. Backends are imported only when asked for.
+A log's ``url`` and its messages show the URL with secrets masked (:mod:`exactly.urls`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 from exactly.errors import EnvironmentProblem, InvalidLogURL
 from exactly.log.base import AppendResult, Log, LogRecord, Record, TopicInfo
+from exactly.urls import redact
 
 __all__ = ["AppendResult", "Log", "LogRecord", "Record", "TopicInfo", "open_log"]
 
@@ -19,7 +21,7 @@ def open_log(url: str, **options: Any) -> Log:
     """Open the log at ``url``; ``options`` (such as ``max_record_bytes``) go to the backend."""
     if not isinstance(url, str) or "://" not in url:
         raise InvalidLogURL(
-            f"log URL {url!r} is not understood: use sqlite://DIR or kafka://HOST:PORT"
+            f"log URL {redact(str(url))!r} is not understood: use sqlite://DIR or kafka://HOST:PORT"
         )
     scheme, _, rest = url.partition("://")
     if scheme == "sqlite":

@@ -174,7 +174,7 @@ def now_ms() -> int:
 class Log(ABC):
     """A partitioned, append-only, durable log (see the module docstring for the contract)."""
 
-    url: str
+    url: str  # for people: secrets masked (exactly.urls.redact); reopen from the configured URL
 
     def __init__(self, *, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> None:
         self.max_record_bytes = max_record_bytes
@@ -336,6 +336,9 @@ class Log(ABC):
 
     def __enter__(self) -> Log:
         return self
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({getattr(self, 'url', '?')!r})"
 
     def __exit__(
         self,

@@ -1,6 +1,10 @@
 """The log on any Kafka-protocol cluster (``kafka://HOST:PORT[,HOST:PORT...][?option=value...]``).
 
-Query options go into the librdkafka configuration of every client, e.g. ``?linger.ms=5``.
+Query options go into the librdkafka configuration of every client, e.g. ``?linger.ms=5``. An
+option's value may be ``env:NAME`` or ``file:PATH`` (:func:`exactly.urls.resolve`), so that
+secrets such as ``sasl.password`` stay out of the URL. :attr:`KafkaLog.url`, and so every message,
+shows the URL with secrets masked (:func:`exactly.urls.redact`); the real values live only in the
+clients' configuration.
 
 Producer idempotency (DESIGN.md boundary 2) is built from plain produce and fetch: each record of an
 append with a producer name carries two headers, ``exactly.producer`` (the name) and ``exactly.seq``
@@ -45,6 +49,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from exactly.errors import (
+    ConfigError,
     InvalidLogURL,
     LogError,
     LogUnavailable,
@@ -66,6 +71,7 @@ from exactly.log.base import (
     fenced,
     now_ms,
 )
+from exactly.urls import is_secret_option, redact, resolve, scrub
 
 PRODUCER_HEADER = "exactly.producer"
 SEQUENCE_HEADER = "exactly.seq"
@@ -128,9 +134,10 @@ class KafkaLog(Log):
         url: str | None = None,
     ) -> None:
         super().__init__(max_record_bytes=max_record_bytes)
-        self.url = url or f"kafka://{bootstrap}"
+        self.url = redact(url or f"kafka://{bootstrap}")
         self.timeout = timeout
         options = dict(config or {})
+        self._secrets = [v for k, v in options.items() if is_secret_option(k)]
         for name, value in _FORCED.items():
             if str(options.get(name, value)).lower() != str(value).lower():
                 raise InvalidLogURL(f"{self.url}: exactly always sets {name}={value}; remove it")
@@ -148,8 +155,8 @@ class KafkaLog(Log):
             self._prober = self._consumer(reader)
         except KafkaException as error:
             raise InvalidLogURL(
-                f"{self.url}: {error.args[0]}; check the options after '?'"
-            ) from error
+                f"{self.url}: {self._scrub(error.args[0])}; check the options after '?'"
+            ) from None
         self._lock = threading.Lock()  # guards the dictionaries below
         self._produce_lock = threading.Lock()
         self._reader_lock = threading.Lock()
@@ -166,15 +173,20 @@ class KafkaLog(Log):
 
     @classmethod
     def from_url(cls, rest: str, **options: Any) -> KafkaLog:
+        shown = redact(f"kafka://{rest}")
         hosts, _, query = rest.partition("?")
         brokers = [host.strip() for host in hosts.rstrip("/").split(",")]
         if any(not b.rpartition(":")[0] or not b.rpartition(":")[2].isdigit() for b in brokers):
-            raise InvalidLogURL(f"log URL kafka://{rest} is not understood: use kafka://HOST:PORT")
+            raise InvalidLogURL(f"log URL {shown} is not understood: use kafka://HOST:PORT")
         try:
-            config = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)))
-        except ValueError as error:
-            raise InvalidLogURL(f"kafka://{rest}: bad options after '?' ({error})") from error
-        return cls(",".join(brokers), config=config, url=f"kafka://{rest}", **options)
+            given = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
+        except ValueError:
+            raise InvalidLogURL(f"{shown}: bad options after '?' (write name=value&...)") from None
+        try:
+            config = {name: resolve(name, value) for name, value in given}
+        except ConfigError as error:
+            raise InvalidLogURL(f"{shown}: {error}") from None
+        return cls(",".join(brokers), config=config, url=shown, **options)
 
     # -- topics ---------------------------------------------------------------------------------
 
@@ -544,8 +556,8 @@ class KafkaLog(Log):
         code = error.code() if isinstance(error, KafkaError) else None
         if code == KafkaError.MSG_SIZE_TOO_LARGE:
             return RecordTooLarge(
-                f"{self.url} refused a record as too large ({error}); raise the topic's "
-                "max.message.bytes or lower log.max_record_bytes"
+                f"{self.url} refused a record as too large ({self._scrub(error)}); raise the "
+                "topic's max.message.bytes or lower log.max_record_bytes"
             )
         if code in _UNKNOWN and topic is not None:
             with self._lock:  # a client that lost its broker says "unknown" too: ask again
@@ -555,9 +567,13 @@ class KafkaLog(Log):
             except LogError as found:
                 return found
         return LogUnavailable(
-            f"could not {what} on the Kafka log at {self.url} ({error}); check that the broker "
-            "is running and reachable (exactly doctor)"
+            f"could not {what} on the Kafka log at {self.url} ({self._scrub(error)}); check that "
+            "the broker is running and reachable (exactly doctor)"
         )
+
+    def _scrub(self, error: object) -> str:
+        """A client library's message with this log's secrets masked, should it quote one."""
+        return scrub(str(error), self._secrets)
 
 
 class KafkaWriter(PartitionWriter):

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class CopyPlan:
-    log_url: str
+    log_url: str = field(repr=False)  # may hold secrets: never in a repr
     source: str
     destination: str
     checkpoint: Path

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from exactly.errors import ConfigError
 from exactly.log import Log, open_log
@@ -24,7 +24,7 @@ AS_GIVEN, SORTED = "input", "sorted"
 
 @dataclass(frozen=True)
 class SourceOptions:
-    log: str
+    log: str = field(repr=False)  # may hold secrets: never in a repr
     topic: str
     starting: Spec = "earliest"
     ending: Spec = "latest"  # batch reads only
@@ -54,7 +54,7 @@ class SourceOptions:
 
 @dataclass(frozen=True)
 class SinkOptions:
-    log: str
+    log: str = field(repr=False)  # may hold secrets: never in a repr
     topic: str
     guarantee: str = EXACTLY_ONCE
     sink_id: str | None = None  # default: the streaming query's id, stable across restarts
