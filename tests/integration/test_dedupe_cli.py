@@ -37,6 +37,7 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         (["--store", "nope"], "error: --store 'nope': use one of rocksdb, spark-state"),
         (["--window", "5x"], "error: --window '5x' is not a duration"),
         (["--max-bytes", "lots"], "error: --max-bytes 'lots' is not a size"),
+        (["--scope", "tenant"], "error: dedupe scope 'tenant': use one of source, workspace"),
         ([], "error: topic 'raw' does not exist"),
     ],
 )

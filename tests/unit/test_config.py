@@ -43,6 +43,8 @@ def test_precedence_flag_over_env_over_file(
         ("[log\n", "not valid TOML"),
         ('[log]\nmax_record_bytes = "big"\n', "log.max_record_bytes"),
         ("[lgo]\nurl = 1\n", "lgo"),
+        ('[dedupe]\nscope = "tenant"\n', "dedupe.scope"),
+        ('[dedupe]\nscop = "workspace"\n', "dedupe.scop"),
     ],
 )
 def test_bad_config_names_the_problem(tmp_path: Path, text: str, message: str) -> None:
@@ -50,6 +52,18 @@ def test_bad_config_names_the_problem(tmp_path: Path, text: str, message: str) -
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):
         load_settings(path)
+
+
+def test_dedupe_scope_per_source_unless_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("EXACTLY_DEDUPE__SCOPE", raising=False)
+    monkeypatch.setenv("EXACTLY_DEDUPE__STORE", "redis")  # a flag's variable, not a setting
+    assert load_settings().dedupe.scope == "source"
+    (tmp_path / "exactly.toml").write_text('[dedupe]\nscope = "workspace"\n')
+    assert load_settings().dedupe.scope == "workspace"
+    monkeypatch.setenv("EXACTLY_DEDUPE__SCOPE", "source")
+    assert load_settings().dedupe.scope == "source"
 
 
 def test_missing_explicit_config(tmp_path: Path) -> None:

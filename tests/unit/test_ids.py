@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 
+import orjson
+import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exactly.errors import InvalidId
 from exactly.events.ids import (
     MAX_OFFSET,
     MAX_PARTITION,
+    id_packer,
     owner_text,
     pack_id,
     pack_owner,
+    pack_source_id,
+    parsed_source,
+    record_sources,
     unpack_owner,
     uuid_bytes,
 )
@@ -116,3 +123,110 @@ def test_owner_out_of_range_is_refused(partition: int, offset: int) -> None:
 def test_unpack_needs_8_bytes() -> None:
     with pytest.raises(InvalidId):
         unpack_owner(b"\x00" * 7)
+
+
+# -- scopes: (source, messageId) keys and the source of a record --------------------------------
+
+sources = st.text(max_size=40)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner),
+    max_leaves=12,
+)
+events = st.dictionaries(st.text(max_size=12), json_values, max_size=6)
+
+
+def layout(source: str, message_id: str) -> bytes:
+    """The rule of the module docstring, written out: BLAKE2b-128 of length, source, packed id."""
+    raw = source.encode()
+    data = len(raw).to_bytes(4, "big") + raw + pack_id(message_id)
+    return hashlib.blake2b(data, digest_size=16, person=b"exactly.source").digest()
+
+
+@given(sources, st.text(min_size=1))
+def test_a_scoped_id_is_16_bytes_of_the_documented_layout(source: str, message_id: str) -> None:
+    packed = pack_source_id(source, message_id)
+    assert len(packed) == 16
+    assert packed == layout(source, message_id)
+    assert pack_source_id(source.encode(), message_id.encode()) == packed
+    assert id_packer("source")(source.encode(), message_id.encode()) == packed
+    assert id_packer("workspace")(source.encode(), message_id.encode()) == pack_id(message_id)
+
+
+@given(sources, sources, st.text(min_size=1), st.text(min_size=1))
+def test_scoped_ids_differ_when_source_or_message_id_differ(a: str, b: str, m: str, n: str) -> None:
+    same = a == b and pack_id(m) == pack_id(n)
+    assert (pack_source_id(a, m) == pack_source_id(b, n)) == same
+
+
+@given(sources, uuids)
+def test_a_uuid_in_every_spelling_is_one_id_within_a_source(source: str, value: uuid.UUID) -> None:
+    spellings = [str(value), value.hex.upper(), f"ajs-{value.hex}"]
+    assert len({pack_source_id(source, s) for s in spellings}) == 1
+
+
+def test_the_source_boundary_is_unambiguous() -> None:
+    # without the length prefix these would hash the same bytes
+    a = pack_id("m-1")
+    assert pack_source_id("web", "m-1") != pack_source_id("we", "m-1")
+    assert pack_source_id("web" + a.decode("latin-1"), "m-1") != pack_source_id("web", "m-1")
+    assert pack_source_id("", "m-1") != pack_id("m-1")
+
+
+def test_scoped_ids_are_stable_across_releases() -> None:
+    # fixed values: changing them would make every store on disk forget what it has seen
+    assert pack_source_id("web", "ajs-65707fcf61352427e8f1666f0e7f6090").hex() == (
+        "3960a7eda5969c8f34b75b0ed9529416"
+    )
+
+
+def test_an_unknown_scope_is_refused() -> None:
+    with pytest.raises(InvalidId, match="use one of source, workspace"):
+        id_packer("tenant")
+
+
+@settings(deadline=None)  # the first call imports pyarrow.compute
+@given(events, sources)
+def test_the_collectors_layout_gives_its_source_without_parsing(
+    event: dict[str, object], source: str
+) -> None:
+    event.pop("sourceId", None)
+    value = orjson.dumps({**event, "sourceId": source})  # what normalise writes: sourceId last
+    assert record_sources([value]) == [source.encode()] == [parsed_source(value)]
+
+
+@settings(deadline=None)
+@given(events, json_values, st.booleans())
+def test_any_json_gets_the_source_a_parser_sees(
+    event: dict[str, object], decoy: object, spaced: bool
+) -> None:
+    # sourceId anywhere, nested decoys, keys that end like it: the tail never fools the rule
+    values = [
+        orjson.dumps({**event, "x": {"sourceId": decoy}}),
+        orjson.dumps({"sourceId": "real", **event, '"sourceId': "victim"}),
+        orjson.dumps({"sourceId": "real", **event, "y": ',"sourceId":"victim"}'}),
+        json.dumps(
+            {**event, "sourceId": decoy}, separators=None if spaced else (",", ":")
+        ).encode(),
+        orjson.dumps([event, {"sourceId": "victim"}]),
+    ]
+    assert record_sources(values) == [parsed_source(v) for v in values]
+    assert record_sources(pa.array(values, pa.binary())) == [parsed_source(v) for v in values]
+
+
+@pytest.mark.parametrize(
+    ("value", "source"),
+    [
+        (b'{"messageId":"m","sourceId":"web"}', b"web"),
+        (b'{"sourceId":"caf\\u00e9"}', "café".encode()),
+        (b'{"sourceId":7}', b""),
+        (b'{"messageId":"m"}', b""),
+        (b"not json", b""),
+        (b"", b""),
+        (b'["sourceId"]', b""),
+        (b'{"a":' * 2000 + b"1" + b"}" * 2000, b""),  # deeper than any parser: no crash
+        (b'{"p":' + b"[" * 300 + b"]" * 300 + b',"sourceId":"web"}', b"web"),
+    ],
+)
+def test_sources_of_odd_values(value: bytes, source: bytes) -> None:
+    assert record_sources([value]) == [source]
