@@ -8,22 +8,26 @@ defaults. Every embedded default lives under ``data_dir`` (default ``./.exactly`
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
 from exactly.errors import ConfigError
 
 DEFAULT_CONFIG = Path("exactly.toml")
+SOURCE_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")  # use fullmatch: "$" would let "web\n" pass
 
 
 class LogSettings(BaseModel):
@@ -74,6 +78,60 @@ class DedupeSettings(BaseModel):
     )
 
 
+class CollectorConfig(BaseModel):
+    """``[collector]``: the tracking API served by ``exactly collect`` (docs/collector.md)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = Field("127.0.0.1", description="address to listen on")
+    port: int = Field(8088, ge=0, le=65535, description="port to listen on")
+    workers: int = Field(1, ge=1, le=256, description="worker processes")
+    topic: str = Field("raw", description="topic the events go to")
+    partitions: int = Field(8, ge=1, le=4096, description="partitions of the topic, if created")
+    max_queue_mb: int = Field(64, ge=1, description="events waiting for the log, per worker")
+    sources: Annotated[dict[str, SecretStr], NoDecode] = Field(
+        default_factory=dict, description="source name -> write key"
+    )
+    max_event_bytes: int = Field(
+        32 * 1024, ge=1024, le=64 * 1024 * 1024, description="largest event, as stored"
+    )
+    max_append_mb: float = Field(
+        8.0, gt=0, description="most one request may append, as stored (after batch context)"
+    )
+    read_timeout: float = Field(10.0, gt=0, description="seconds a request body may stall")
+    shutdown_timeout: float = Field(10.0, gt=0, description="seconds SIGTERM waits for requests")
+
+    @field_validator("sources", mode="before")
+    @classmethod
+    def _sources_from_text(cls, value: object) -> object:
+        """``EXACTLY_COLLECTOR__SOURCES=web=KEY1,ios=KEY2`` (or a table in the file)."""
+        if not isinstance(value, str):
+            return value
+        sources: dict[str, str] = {}
+        for part in filter(None, (text.strip() for text in value.split(","))):
+            name, sep, key = part.partition("=")
+            if not sep or not key:
+                raise ValueError(f"a source is NAME=WRITE_KEY, not {name!r}")
+            sources[name] = key
+        return sources
+
+    @field_validator("sources")
+    @classmethod
+    def _source_names(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        for name, key in value.items():
+            if not SOURCE_NAME.fullmatch(name):
+                raise ValueError(
+                    f"source name {name!r} is not allowed: "
+                    "use 1 to 100 letters, digits, '.', '_' or '-'"
+                )
+            if not key.get_secret_value():
+                raise ValueError(f"source {name!r} has an empty write key")
+        keys = [key.get_secret_value() for key in value.values()]
+        if len(set(keys)) != len(keys):
+            raise ValueError("two sources have the same write key")
+        return value
+
+
 class Settings(BaseSettings):
     """Everything configurable; build it with :func:`load_settings`."""
 
@@ -86,6 +144,8 @@ class Settings(BaseSettings):
     spark: SparkSettings = SparkSettings()
     aggregate: AggregateSettings = AggregateSettings()
     dedupe: DedupeSettings = DedupeSettings()
+
+    collector: CollectorConfig = CollectorConfig()
 
     @property
     def log_url(self) -> str:
@@ -157,3 +217,5 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
         raise ConfigError(
             f"setting {where}{origin}: {first['msg']} (check the file or EXACTLY_* variables)"
         ) from error
+    except SettingsError as error:  # an EXACTLY_* variable that is not valid JSON for its key
+        raise ConfigError(f"{error} (check the EXACTLY_* variables)") from error

@@ -42,12 +42,14 @@ class Collector:
         args: tuple[str, ...] = (),
         log_url: str | None = None,
         topic: str = "raw",
+        env: dict[str, str] | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.sources = KEYS if sources is None else sources
         self.workers = workers
         self.args = args
         self.topic = topic
+        self.env = env or {}
         self._log_url = log_url
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
@@ -69,12 +71,16 @@ class Collector:
             "--port", str(self.port), "--workers", str(self.workers), "--topic", self.topic,
             "--log", self.log_url, *self.args,
         ]  # fmt: skip
-        for name, key in self.sources.items():
-            command += ["--source", f"{name}={key}"]
+        # write keys through the environment, as a user should: argv is visible in ps
+        env = {**os.environ, **self.env}
+        if self.sources:
+            env["EXACTLY_COLLECTOR__SOURCES"] = ",".join(
+                f"{n}={k}" for n, k in self.sources.items()
+            )
         with self.output.open("ab") as output:
             self.process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=output, stderr=output,
-                start_new_session=True,
+                start_new_session=True, env=env,
             )  # fmt: skip
         atexit.register(self._kill_group, self.process.pid)
         deadline = time.monotonic() + timeout

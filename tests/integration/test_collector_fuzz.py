@@ -2,8 +2,9 @@
 
 Two generators: schemathesis, from the collector's own OpenAPI document (valid requests and
 requests that break the schema), and hypothesis, for what no schema describes (arbitrary bytes,
-arbitrary JSON, broken and hostile gzip, odd headers, unknown paths). After both, the collector
-must still be healthy and every event it accepted must be in the log.
+arbitrary JSON, broken and hostile gzip, odd headers, unknown paths, events nested deeper than the
+encoder writes, small batches whose batch-level context expands to many megabytes). After both,
+the collector must still be healthy and every event it accepted must be in the log.
 """
 
 from __future__ import annotations
@@ -95,11 +96,29 @@ _FIELD = st.sampled_from(
      "integrations", "writeKey", "receivedAt", "batch"]
 )  # fmt: skip
 _EVENTISH = st.dictionaries(_FIELD, _JSON | st.sampled_from(["track", "2024-01-01T00:00:00Z"]))
+_VALID = {"type": "track", "event": "e", "userId": "u"}
+
+
+def _nested(levels: int, batch: bool) -> bytes:
+    """An event whose properties nest ``levels`` deep (orjson reads 1,024, writes ~250)."""
+    event = '{"type":"track","event":"e","userId":"u","properties":{"x":%s}}' % (
+        "[" * levels + "]" * levels
+    )
+    return (f'{{"batch":[{json.dumps(_VALID)},{event}]}}' if batch else event).encode()
+
+
+def _expanding(events: int, context_bytes: int) -> bytes:
+    """A batch whose batch-level context is copied into each of its events when stored."""
+    return json.dumps({"batch": [_VALID] * events, "context": {"c": "x" * context_bytes}}).encode()
+
+
 _BODY = st.one_of(
     st.binary(max_size=300),
     _JSON.map(lambda value: json.dumps(value).encode()),
     _EVENTISH.map(lambda value: json.dumps(value).encode()),
     st.lists(_EVENTISH, max_size=20).map(lambda batch: json.dumps({"batch": batch}).encode()),
+    st.builds(_nested, st.integers(200, 1015), st.booleans()),
+    st.builds(_expanding, st.integers(1, 3000), st.integers(0, 30_000)),
 )
 _PATHS = st.sampled_from(
     ["/v1/track", "/v1/identify", "/v1/page", "/v1/screen", "/v1/group", "/v1/alias",

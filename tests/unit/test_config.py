@@ -45,6 +45,9 @@ def test_precedence_flag_over_env_over_file(
         ("[lgo]\nurl = 1\n", "lgo"),
         ('[dedupe]\nscope = "tenant"\n', "dedupe.scope"),
         ('[dedupe]\nscop = "workspace"\n', "dedupe.scop"),
+        ('[collector.sources]\n"web\\n" = "k"\n', "collector.sources"),
+        ('[collector.sources]\nweb = "k"\napp = "k"\n', "same write key"),
+        ('[collector]\nsources = "web"\n', "NAME=WRITE_KEY"),
     ],
 )
 def test_bad_config_names_the_problem(tmp_path: Path, text: str, message: str) -> None:
@@ -86,3 +89,18 @@ def test_global_options_hoisted() -> None:
         "log",
         "stat",
     ]
+
+
+def test_collector_sources_from_the_file_or_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "exactly.toml"
+    path.write_text('[collector.sources]\nweb = "k1"\n')
+    keys = {n: k.get_secret_value() for n, k in load_settings(path).collector.sources.items()}
+    assert keys == {"web": "k1"}
+    monkeypatch.setenv("EXACTLY_COLLECTOR__SOURCES", "web=k2,ios=k=3")
+    keys = {n: k.get_secret_value() for n, k in load_settings(path).collector.sources.items()}
+    assert keys == {"web": "k2", "ios": "k=3"}
+    monkeypatch.setenv("EXACTLY_COLLECTOR__SOURCES", "web\n=k")
+    with pytest.raises(ConfigError, match="not allowed"):
+        load_settings(path)

@@ -218,3 +218,31 @@ def test_any_input_is_either_normalised_or_an_invalid_event(event: Any, kind: st
     assert document["type"] in VALID and document["sourceId"] == "web"
     for name in ("timestamp", "receivedAt"):
         parse_millis(document[name], name)
+
+
+@pytest.mark.parametrize("levels", [253, 300, 1020])
+def test_an_event_nested_deeper_than_the_encoder_writes_is_invalid(levels: int) -> None:
+    """orjson reads 1,024 levels but writes about 250: such an event is refused, not a crash."""
+    nested: list[Any] = []
+    inner = nested
+    for _ in range(levels - 1):
+        inner.append([])
+        inner = inner[0]
+    event = {"type": "track", "event": "e", "userId": "u", "properties": {"x": nested}}
+    assert code_of(event) == "too_deep"
+
+
+def test_the_record_limit_rejects_the_one_event() -> None:
+    event = {"type": "track", "event": "e", "userId": "u", "messageId": "m" * 200}
+    small = Receipt.of("web", received_at=NOW, max_record_bytes=300)
+    with pytest.raises(InvalidEvent) as error:
+        normalise(dict(event), small)
+    assert error.value.code == "too_large" and "record limit" in error.value.message
+    assert normalise(dict(event), Receipt.of("web", received_at=NOW, max_record_bytes=1000))
+
+
+def test_a_lower_event_limit() -> None:
+    event = {"type": "track", "event": "e", "userId": "u", "properties": {"p": "x" * 2000}}
+    with pytest.raises(InvalidEvent) as error:
+        normalise(dict(event), Receipt.of("web", received_at=NOW, max_event_bytes=1024))
+    assert error.value.code == "too_large" and "1024" in error.value.message

@@ -78,6 +78,14 @@ def main(argv: list[str] | None = None) -> None:
     except ExactlyError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(1)
+    except OSError as error:  # a read-only or full data dir, a missing permission: one line
+        where = f" {error.filename}" if error.filename else ""
+        print(
+            f"error: cannot use{where}: {error.strerror or error}; check that the data dir "
+            "(--data-dir, EXACTLY_DATA_DIR) and the files under it are writable",
+            file=sys.stderr,
+        )
+        sys.exit(1)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)

@@ -1,101 +1,139 @@
-"""``exactly collect``: serve the Segment-compatible tracking API into the ``raw`` topic."""
+"""``exactly collect``: serve the Segment-compatible tracking API into the ``raw`` topic.
+
+Every option falls back to ``[collector]`` in the config file and its ``EXACTLY_COLLECTOR__*``
+variables. Write keys come from there too (``[collector.sources]``, or
+``EXACTLY_COLLECTOR__SOURCES=web=KEY1,ios=KEY2``): a key given with ``--source NAME=KEY`` works
+but is visible to every user of the machine in ``ps``, and the command says so.
+"""
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Annotated
 
 import typer
+from pydantic import SecretStr, ValidationError
 
 from exactly.cli.context import context
-from exactly.collector.settings import CollectorSettings, parse_source
+from exactly.collector.settings import CollectorSettings, Source, check_record_limit, parse_source
 from exactly.errors import ConfigError, UnknownTopic
+from exactly.log.base import check_topic_name
 from exactly.urls import redact
 
 
 def collect(
     ctx: typer.Context,
     host: Annotated[
-        str, typer.Option(help="Address to listen on.", envvar="EXACTLY_COLLECTOR__HOST")
-    ] = "127.0.0.1",
+        str | None, typer.Option(help="Address to listen on [collector.host; default 127.0.0.1].")
+    ] = None,
     port: Annotated[
-        int, typer.Option(help="Port to listen on.", envvar="EXACTLY_COLLECTOR__PORT")
-    ] = 8088,
+        int | None, typer.Option(help="Port to listen on [collector.port; default 8088].")
+    ] = None,
     workers: Annotated[
-        int,
+        int | None,
         typer.Option(
-            help="Worker processes, each with its own appender.",
-            envvar="EXACTLY_COLLECTOR__WORKERS",
-            min=1,
+            help="Worker processes, each with its own appender [collector.workers].", min=1
         ),
-    ] = 1,
+    ] = None,
     source: Annotated[
         list[str] | None,
         typer.Option(
             "--source",
-            help="A source as NAME=WRITE_KEY; repeat for several. "
-            "Env: EXACTLY_COLLECTOR__SOURCES, comma-separated.",
+            help="A source as NAME=WRITE_KEY, repeatable. Prefer [collector.sources] in the config "
+            "or EXACTLY_COLLECTOR__SOURCES=NAME=KEY,...: keys on the command line show in ps.",
             show_default=False,
         ),
     ] = None,
     topic: Annotated[
-        str, typer.Option(help="Topic the events go to.", envvar="EXACTLY_COLLECTOR__TOPIC")
-    ] = "raw",
+        str | None, typer.Option(help="Topic the events go to [collector.topic; default raw].")
+    ] = None,
     partitions: Annotated[
-        int,
+        int | None,
         typer.Option(
-            help="Partitions of the topic when it is created (an existing topic keeps its own).",
-            envvar="EXACTLY_COLLECTOR__PARTITIONS",
+            help="Partitions of the topic when it is created (an existing topic keeps its own) "
+            "[collector.partitions; default 8].",
             min=1,
         ),
-    ] = 8,
+    ] = None,
     max_queue_mb: Annotated[
-        int,
+        int | None,
         typer.Option(
-            help="Events waiting for the log, per worker, beyond which requests get 503.",
-            envvar="EXACTLY_COLLECTOR__MAX_QUEUE_MB",
+            help="Events waiting for the log, per worker, beyond which requests get 503 "
+            "[collector.max_queue_mb; default 64].",
             min=1,
         ),
-    ] = 64,
+    ] = None,
 ) -> None:
-    """Serve the tracking API (POST /v1/track, /v1/batch, ...); 200 only once events are durable."""
-    given = list(source or [])
-    if not given and os.environ.get("EXACTLY_COLLECTOR__SOURCES"):
-        given = [part for part in os.environ["EXACTLY_COLLECTOR__SOURCES"].split(",") if part]
-    if not given:
-        raise ConfigError(
-            "no source: give at least one --source NAME=WRITE_KEY (or EXACTLY_COLLECTOR__SOURCES)"
+    """Serve the tracking API (POST /v1/track, /v1/batch, ...); 200 only once events are durable.
+
+    Every option also comes from [collector] in the config file or EXACTLY_COLLECTOR__<NAME>.
+    """
+    settings = context(ctx).settings
+    config = settings.collector
+    host = config.host if host is None else host
+    port = config.port if port is None else port
+    workers = config.workers if workers is None else workers
+    topic = config.topic if topic is None else topic
+    check_topic_name(topic)
+    sources = _sources(source, config.sources)
+    check_record_limit(settings.log.max_record_bytes, config.max_event_bytes)
+    try:
+        collector = CollectorSettings(
+            log_url=settings.log_url,
+            max_record_bytes=settings.log.max_record_bytes,
+            topic=topic,
+            partitions=config.partitions if partitions is None else partitions,
+            sources=sources,
+            max_pending_bytes=(config.max_queue_mb if max_queue_mb is None else max_queue_mb)
+            * 1024
+            * 1024,
+            max_event_bytes=config.max_event_bytes,
+            max_append_bytes=int(config.max_append_mb * 1024 * 1024),
+            read_timeout_seconds=config.read_timeout,
         )
-    sources = tuple(parse_source(text) for text in given)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise ConfigError(f"collector setting {where}: {first['msg']}") from None
+    with context(ctx).open_log() as log:  # fail here, in one line, rather than in each worker
+        try:
+            count = log.describe(topic).partitions
+        except UnknownTopic:
+            count = log.create_topic(topic, collector.partitions, exist_ok=True).partitions
+    from exactly.collector.server import check_address, serve
+
+    check_address(host, port)
+    names = ", ".join(s.name for s in sources)
+    print(
+        f"collecting on http://{host}:{port} into {topic} ({count} partitions) of "
+        f"{redact(settings.log_url)} "
+        f"(sources: {names}; {workers} worker{'s' if workers > 1 else ''})",
+        file=sys.stderr,
+        flush=True,
+    )
+    serve(collector, host, port, workers, shutdown_timeout=config.shutdown_timeout)
+
+
+def _sources(given: list[str] | None, configured: dict[str, SecretStr]) -> tuple[Source, ...]:
+    """The sources from --source when given (with a warning), else from the settings."""
+    if given:
+        print(
+            "warning: write keys given with --source are visible to other users in ps; "
+            "put them in [collector.sources] or EXACTLY_COLLECTOR__SOURCES",
+            file=sys.stderr,
+        )
+        sources = tuple(parse_source(text) for text in given)
+    else:
+        sources = tuple(Source(name=name, write_key=key) for name, key in configured.items())
+    if not sources:
+        raise ConfigError(
+            "no source: add write keys under [collector.sources] in exactly.toml "
+            '(web = "KEY") or set EXACTLY_COLLECTOR__SOURCES=web=KEY'
+        )
     names = [s.name for s in sources]
     if len(set(names)) != len(names):
         raise ConfigError("two sources have the same name")
     keys = [s.write_key.get_secret_value() for s in sources]
     if len(set(keys)) != len(keys):
         raise ConfigError("two sources have the same write key")
-    settings = context(ctx).settings
-    collector = CollectorSettings(
-        log_url=settings.log_url,
-        max_record_bytes=settings.log.max_record_bytes,
-        topic=topic,
-        partitions=partitions,
-        sources=sources,
-        max_pending_bytes=max_queue_mb * 1024 * 1024,
-    )
-    with context(ctx).open_log() as log:  # fail here, in one line, rather than in each worker
-        try:
-            partitions = log.describe(topic).partitions
-        except UnknownTopic:
-            partitions = log.create_topic(topic, partitions, exist_ok=True).partitions
-    from exactly.collector.server import check_address, serve
-
-    check_address(host, port)
-    print(
-        f"collecting on http://{host}:{port} into {topic} ({partitions} partitions) of "
-        f"{redact(settings.log_url)} "
-        f"(sources: {', '.join(names)}; {workers} worker{'s' if workers > 1 else ''})",
-        file=sys.stderr,
-        flush=True,
-    )
-    serve(collector, host, port, workers)
+    return sources

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColu
 
 from exactly.cli.context import context
 from exactly.collector.importer import import_file as run_import
-from exactly.collector.settings import SOURCE_NAME
+from exactly.config import SOURCE_NAME
 from exactly.errors import ConfigError, ExactlyError
 
 MAX_LISTED = 100
@@ -45,7 +45,7 @@ def import_file(
     ] = None,
 ) -> None:
     """Import FILE into the log; run it again after a crash: no line is lost or logged twice."""
-    if not SOURCE_NAME.match(source):
+    if not SOURCE_NAME.fullmatch(source):
         raise ConfigError(
             f"source name {source!r} is not allowed: use 1 to 100 letters, digits, '.', '_' or '-'"
         )

@@ -7,6 +7,14 @@ stage removes repeats by ``messageId``. No input, however malformed, is answered
 get a 4xx with a JSON body ``{"success": false, "code", "message"}``; 503 means only "the log
 is slow or unavailable, retry after ``Retry-After`` seconds".
 
+What one request may cost is bounded: its body (``max_request_bytes``, before and after
+inflating), each event as stored (``max_event_bytes``, and the log's record limit, so one event
+the log would refuse is rejected alone and never fails the group append it would share with other
+requests), and everything it appends, measured as stored, after the batch-level ``context`` is
+copied into each event (``max_append_bytes``, else 413 and nothing appended). A body that stalls
+longer than ``read_timeout_seconds`` gets 408. Long batches yield to the event loop every
+:data:`EVENTS_PER_SLICE` events, so a hostile batch cannot stall the worker's other requests.
+
 One request's life: route, write key (Basic header first), body within the size limit, gzip,
 JSON, events normalised (:mod:`exactly.events`), grouped by the partition of their messageId,
 queued for the appender, answered when durable.
@@ -17,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -43,6 +52,7 @@ SINGLE_EVENT_PATHS = {f"/v1/{kind}": kind for kind in openapi.SINGLE_EVENT_TYPES
 BATCH_PATHS = frozenset({"/v1/batch", "/v1/import"})
 GET_PATHS = frozenset({"/health", "/metrics", "/openapi.json"})
 MAX_LISTED_REJECTIONS = 1000
+EVENTS_PER_SLICE = 1000  # events normalised between two yields to the event loop
 
 _JSON = b"application/json"
 _OK = b'{"success":true}'
@@ -133,7 +143,10 @@ class CollectorApp:
         except HTTPError as error:
             status, body, headers = error.status, error.body(), error.headers
         except ClientGone:
-            return
+            # the client went away, or its chunked body was malformed (the server cannot tell
+            # us which): answer anyway, nobody hears it in the first case
+            failure = HTTPError(400, "invalid_body", "the request body could not be read")
+            status, body = failure.status, failure.body()
         except Exception:
             logger.exception("collector: unexpected error on %s", path)
             failure = HTTPError(500, "internal", "the collector failed; the request was not taken")
@@ -200,7 +213,8 @@ class CollectorApp:
             )
         except Unauthorized as error:
             raise self._unauthorized(str(error)) from None
-        raw = decode(await read_body(receive, limit, length), encoding, limit)
+        body = await read_body(receive, limit, length, self.settings.read_timeout_seconds)
+        raw = decode(body, encoding, limit)
         try:
             document = orjson.loads(raw)
         except orjson.JSONDecodeError as error:
@@ -231,18 +245,28 @@ class CollectorApp:
             401, "unauthorized", message, headers=((b"www-authenticate", b'Basic realm="exactly"'),)
         )
 
+    def _receipt(self, source: str, envelope: dict[str, Any] | None = None) -> Receipt:
+        settings = self.settings
+        return Receipt.of(
+            source,
+            envelope,
+            max_event_bytes=settings.max_event_bytes,
+            max_record_bytes=settings.max_record_bytes,
+        )
+
     async def _single(
         self, event: dict[str, Any], kind: str, source: str
     ) -> tuple[int, bytes, bytes]:
         try:
-            normalised = normalise(event, Receipt.of(source), kind)
+            normalised = normalise(event, self._receipt(source), kind)
         except InvalidEvent as error:
             self.metrics.reject(error.code)
             status = 413 if error.code == "too_large" else 400
             raise HTTPError(status, error.code, error.message) from None
         key, value = normalised.message_id.encode(), normalised.value
         partition = partition_for(key, self.partitions)
-        await self._append(_pack(partition, len(key), len(value)) + key + value, 1, len(value))
+        record = _pack(partition, len(key), len(value)) + key + value
+        await self._append(record, 1, len(record))
         self.metrics.accept(source, 1)
         return 200, _OK, _JSON
 
@@ -252,28 +276,44 @@ class CollectorApp:
             self.metrics.reject("invalid_batch")
             raise HTTPError(400, "invalid_batch", "batch must be a non-empty list of events")
         try:
-            receipt = Receipt.of(source, document)
+            receipt = self._receipt(source, document)
         except InvalidEvent as error:
             self.metrics.reject(error.code, len(events))
             raise HTTPError(400, error.code, error.message) from None
         parts: list[bytes] = []
         rejected: list[dict[str, Any]] = []
+        codes: Counter[str] = Counter()
         size = 0
+        most = self.settings.max_append_bytes
         partitions = self.partitions
         for index, event in enumerate(events):
+            if index and not index % EVENTS_PER_SLICE:
+                await asyncio.sleep(0)  # let the worker's other requests run
             try:
                 message_id, value = normalise(event, receipt)
             except InvalidEvent as error:
-                self.metrics.reject(error.code)
-                rejected.append(_rejection(index, event, error))
+                codes[error.code] += 1
+                if len(rejected) < MAX_LISTED_REJECTIONS:
+                    rejected.append(_rejection(index, event, error))
                 continue
             key = message_id.encode()
-            size += len(value)
+            size += RECORD.size + len(key) + len(value)
+            if size > most:
+                self.metrics.reject("too_large", len(events))
+                raise HTTPError(
+                    413,
+                    "too_large",
+                    f"the events of this request are more than {most} bytes as stored, after "
+                    "the batch's context and integrations are merged into each event; "
+                    "send smaller batches",
+                )
             parts += (_pack(partition_for(key, partitions), len(key), len(value)), key, value)
-        accepted = len(events) - len(rejected)
-        listed = {"rejected": rejected[:MAX_LISTED_REJECTIONS]} if rejected else {}
-        if len(rejected) > MAX_LISTED_REJECTIONS:
-            listed["rejectedNotListed"] = len(rejected) - MAX_LISTED_REJECTIONS  # type: ignore[assignment]
+        for code, count in codes.items():
+            self.metrics.reject(code, count)
+        accepted = len(events) - codes.total()
+        listed: dict[str, Any] = {"rejected": rejected} if rejected else {}
+        if codes.total() > len(rejected):
+            listed["rejectedNotListed"] = codes.total() - len(rejected)
         if not accepted:
             raise HTTPError(
                 400, "no_valid_events", "every event of the batch was rejected", extra=listed

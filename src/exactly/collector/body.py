@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -46,14 +47,23 @@ def too_large(limit: int) -> HTTPError:
     return HTTPError(413, "too_large", f"the request body is larger than {limit} bytes")
 
 
-async def read_body(receive: Receive, limit: int, declared: int | None) -> bytes:
-    """The raw body, at most ``limit`` bytes (413 beyond, checked before reading if declared)."""
+async def read_body(
+    receive: Receive, limit: int, declared: int | None, timeout: float | None = None
+) -> bytes:
+    """The raw body, at most ``limit`` bytes (413 beyond, checked before reading if declared);
+    408 when the client sends nothing for ``timeout`` seconds (a slow client must not hold a
+    worker, nor its shutdown, forever)."""
     if declared is not None and declared > limit:
         raise too_large(limit)
     chunks: list[bytes] = []
     size = 0
     while True:
-        message = await receive()
+        try:
+            message = await asyncio.wait_for(receive(), timeout)
+        except TimeoutError:
+            raise HTTPError(
+                408, "timeout", f"the request body stalled for more than {timeout:g} s"
+            ) from None
         if message["type"] == "http.disconnect":
             raise ClientGone
         chunk = message.get("body", b"")

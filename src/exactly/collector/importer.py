@@ -15,7 +15,8 @@ again ends with every valid line in the log exactly once (DESIGN.md boundary 2).
    left durable in each partition is a prefix of that partition's lines, and the log itself drops
    any line sent twice.
 
-Invalid lines are reported with their line numbers and never appended; blank lines are skipped.
+Invalid lines (not JSON, breaking the event rules, nested too deeply, larger than the log's record
+limit) are reported with their line numbers and never appended; blank lines are skipped.
 One import per file at a time (one writer per producer name).
 """
 
@@ -159,7 +160,8 @@ def import_file(
     last = [log.last_sequence(topic, p, name) for p in range(count)]
     handle, raw = _open(path)
     batch = _Batch()
-    receipt = Receipt.of(source, keep_received_at=True)
+    limit = log.max_record_bytes  # a line the log would refuse is an invalid line, alone
+    receipt = Receipt.of(source, keep_received_at=True, max_record_bytes=limit)
     with handle, raw, ThreadPoolExecutor(max_workers=min(count, 16)) as pool:
         try:
             for number, offset, line in lines_with_offsets(handle):
@@ -193,7 +195,7 @@ def import_file(
                 if batch.lines >= batch_lines:
                     report.imported += _flush(log, topic, name, batch, pool)
                     batch = _Batch()
-                    receipt = Receipt.of(source, keep_received_at=True)
+                    receipt = Receipt.of(source, keep_received_at=True, max_record_bytes=limit)
                     if on_progress is not None:
                         on_progress(raw.tell())
         except (OSError, EOFError, gzip.BadGzipFile) as error:

@@ -56,10 +56,25 @@ def check_address(host: str, port: int) -> None:
         ) from None
 
 
-def serve(settings: CollectorSettings, host: str, port: int, workers: int) -> None:
-    """Serve until SIGINT or SIGTERM; queued events are appended before the workers exit."""
+def serve(
+    settings: CollectorSettings,
+    host: str,
+    port: int,
+    workers: int,
+    *,
+    shutdown_timeout: float = 10.0,
+) -> None:
+    """Serve until SIGINT or SIGTERM; queued events are appended before the workers exit.
+
+    A stop waits for requests in flight at most ``shutdown_timeout`` seconds, then kills the
+    workers: their appender processes still append and acknowledge what they were sent, and a
+    client that got no answer retries (the dedupe stage removes what was appended twice). Clients
+    that stall are cut sooner: headers within ``shutdown_timeout``, each piece of a body within
+    the settings' ``read_timeout_seconds`` (408).
+    """
     from granian import Granian
     from granian.constants import Interfaces, Loops
+    from granian.http import HTTP1Settings
     from granian.log import LogLevels
 
     with _environment(settings, workers):
@@ -75,4 +90,6 @@ def serve(settings: CollectorSettings, host: str, port: int, workers: int) -> No
             log_level=LogLevels.warning,
             log_access=False,
             respawn_failed_workers=True,
+            workers_kill_timeout=max(1, round(shutdown_timeout)),
+            http1_settings=HTTP1Settings(header_read_timeout=int(shutdown_timeout * 1000)),
         ).serve()

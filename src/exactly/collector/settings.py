@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
+from exactly.config import SOURCE_NAME
 from exactly.errors import ConfigError
+from exactly.events.normalise import MAX_EVENT_BYTES, MAX_MESSAGE_ID_BYTES
 
 ENVIRONMENT_KEY = "EXACTLY_COLLECTOR_SPEC"
 MAX_REQUEST_BYTES = 500 * 1024
-SOURCE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 
 
 class Source(BaseModel):
@@ -20,7 +20,7 @@ class Source(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(pattern=SOURCE_NAME.pattern)
+    name: str = Field(pattern=f"^{SOURCE_NAME.pattern}$")
     write_key: SecretStr = Field(min_length=1)
 
 
@@ -39,6 +39,16 @@ class CollectorSettings(BaseModel):
         64 * 1024 * 1024, ge=MAX_REQUEST_BYTES, description="events queued for the log at most"
     )
     retry_after_seconds: int = Field(1, ge=1)
+    max_event_bytes: int = Field(MAX_EVENT_BYTES, ge=1024)
+    max_append_bytes: int = Field(
+        8 * 1024 * 1024, ge=1024, description="most one request may append, as stored"
+    )
+    read_timeout_seconds: float = Field(10.0, gt=0, description="a stalled body gets 408")
+
+    @model_validator(mode="after")
+    def _limits_fit(self) -> CollectorSettings:
+        check_record_limit(self.max_record_bytes, self.max_event_bytes)
+        return self
 
     def to_environment(self) -> dict[str, str]:
         """The settings as an environment variable for worker processes (keys included)."""
@@ -63,12 +73,24 @@ class CollectorSettings(BaseModel):
             raise ConfigError(f"{ENVIRONMENT_KEY} is not valid: {first}") from error
 
 
+def check_record_limit(max_record_bytes: int, max_event_bytes: int) -> None:
+    """:class:`ConfigError` when the log could refuse an event the collector accepts: such an
+    event would fail the whole group append it shares with other requests' events."""
+    needed = max_event_bytes + MAX_MESSAGE_ID_BYTES
+    if max_record_bytes < needed:
+        raise ConfigError(
+            f"log.max_record_bytes ({max_record_bytes}) is below what one event may take "
+            f"({needed}: collector.max_event_bytes {max_event_bytes} + the longest messageId); "
+            "raise log.max_record_bytes or lower collector.max_event_bytes"
+        )
+
+
 def parse_source(text: str) -> Source:
     """``NAME=WRITE_KEY`` as a :class:`Source`; :class:`ConfigError` naming the problem."""
     name, sep, key = text.partition("=")
     if not sep or not key:
         raise ConfigError(f"a source is NAME=WRITE_KEY, not {name!r}")
-    if not SOURCE_NAME.match(name):
+    if not SOURCE_NAME.fullmatch(name):
         raise ConfigError(
             f"source name {name!r} is not allowed: use 1 to 100 letters, digits, '.', '_' or '-'"
         )

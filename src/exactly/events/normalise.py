@@ -23,7 +23,11 @@ sent, except ``writeKey``, and sets:
 * ``sourceId``: the source the write key belongs to;
 * batch-level ``context`` and ``integrations`` merged under the event's own.
 
-The stored event (its JSON, with these fields) is at most :data:`MAX_EVENT_BYTES`.
+The stored event (its JSON, with these fields) is at most ``receipt.max_event_bytes`` (default
+:data:`MAX_EVENT_BYTES`), and with its messageId at most ``receipt.max_record_bytes`` (the log's
+record limit) when that is given, so one event the log would refuse is rejected alone instead of
+failing the append it would have been grouped with. An event nested deeper than the JSON encoder
+writes (orjson reads 1,024 levels but writes about 250) is rejected with ``too_deep``.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from exactly.events.ksuid import ksuid
 EVENT_TYPES = frozenset({"track", "identify", "page", "screen", "group", "alias"})
 MAX_EVENT_BYTES = 32 * 1024
 MAX_MESSAGE_ID_LENGTH = 255
+MAX_MESSAGE_ID_BYTES = 4 * MAX_MESSAGE_ID_LENGTH  # as UTF-8, the record key at most
 
 MessageIdFor = Callable[[dict[str, Any]], str]
 
@@ -137,6 +142,8 @@ class Receipt:
     context: dict[str, Any] | None = None
     integrations: dict[str, Any] | None = None
     keep_received_at: bool = False
+    max_event_bytes: int = MAX_EVENT_BYTES
+    max_record_bytes: int | None = None
     received_text: str = field(init=False)
     sent_millis: int | None = field(init=False)
 
@@ -153,6 +160,8 @@ class Receipt:
         *,
         received_at: datetime | None = None,
         keep_received_at: bool = False,
+        max_event_bytes: int = MAX_EVENT_BYTES,
+        max_record_bytes: int | None = None,
     ) -> Receipt:
         """A receipt for now (or ``received_at``); :class:`InvalidEvent` for a bad envelope."""
         envelope = envelope or {}
@@ -167,6 +176,8 @@ class Receipt:
             _object(envelope.get("context"), "context"),
             _object(envelope.get("integrations"), "integrations"),
             keep_received_at,
+            max_event_bytes,
+            max_record_bytes,
         )
 
 
@@ -293,10 +304,21 @@ def normalise(
     if "writeKey" in event:
         del event["writeKey"]
     event["sourceId"] = receipt.source_id
-    value = orjson.dumps(event)
-    if len(value) > MAX_EVENT_BYTES:
+    try:
+        value = orjson.dumps(event)
+    except orjson.JSONEncodeError as error:  # nested deeper than the encoder writes
+        raise InvalidEvent(
+            "too_deep", f"the event cannot be stored: {error} (it nests too deeply)"
+        ) from None
+    if len(value) > receipt.max_event_bytes:
         raise InvalidEvent(
             "too_large",
-            f"the event is {len(value)} bytes as stored; the limit is {MAX_EVENT_BYTES}",
+            f"the event is {len(value)} bytes as stored; the limit is {receipt.max_event_bytes}",
+        )
+    limit = receipt.max_record_bytes
+    if limit is not None and len(value) + len(message_id.encode()) > limit:
+        raise InvalidEvent(
+            "too_large",
+            f"the event and its messageId are more than the log's record limit, {limit} bytes",
         )
     return Normalised(message_id, value)

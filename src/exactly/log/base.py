@@ -46,7 +46,7 @@ Header = tuple[str, bytes]
 DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
 RESERVED_HEADERS = frozenset({"exactly.producer", "exactly.seq"})  # producer sequences on Kafka
 MAX_PARTITIONS = 4096
-_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")  # fullmatch: "$" passes "raw\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,7 +423,7 @@ class Log(ABC):
 
 
 def check_topic_name(topic: str) -> None:
-    if not isinstance(topic, str) or not _TOPIC_NAME.match(topic) or topic in {".", ".."}:
+    if not isinstance(topic, str) or not _TOPIC_NAME.fullmatch(topic) or topic in {".", ".."}:
         raise InvalidTopicName(
             f"topic name {topic!r} is not allowed: use 1 to 200 letters, digits, '.', '_' or '-'"
         )
