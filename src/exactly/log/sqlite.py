@@ -6,17 +6,36 @@ each producer per partition and the consumer-group offsets. A record's rowid is
 the table itself and the next offset is one b-tree seek, with no secondary index to maintain.
 One file per topic (not per partition) because an append that spans partitions, such as a
 collector request, then commits with one fsync; ``bench/log_layout.py`` measures the choice.
+Beside it, ``DIR/<topic>.lock`` (the write lock) and ``DIR/<topic>.synced`` (the synced watermark).
 
 The commit protocol of one write transaction (several appends grouped together):
 
 1. take the topic's write lock (``flock`` on ``DIR/<topic>.lock``), so writers from other
    processes queue in the kernel rather than in SQLite's sleeping busy handler;
 2. ``BEGIN IMMEDIATE``; per grouped append: next offset, producer-sequence check, insert; ``COMMIT``
-   (WAL mode, ``synchronous=NORMAL``: the commit writes the WAL, it does not fsync it);
+   (WAL mode, ``synchronous=NORMAL``: the commit writes the WAL, it does not fsync it), noting the
+   end offset each touched partition reached;
 3. release the lock;
 4. ``fdatasync`` the WAL, outside the lock, so fsyncs of several processes overlap and the kernel
    merges them;
-5. only then tell the appenders their offsets.
+5. raise the synced watermark (``DIR/<topic>.synced``, :mod:`exactly.log.watermark`) to the ends
+   of step 2: readers stop there, so no reader sees a record before it is durable;
+6. only then tell the appenders their offsets.
+
+Step 0, once per process and topic, before its first write: under the lock, fdatasync the WAL and
+the database and raise the watermark to every partition's committed end (:func:`recover`), so the
+records of a writer killed between steps 3 and 4 become visible once a writer opens. They were
+never acknowledged; a producer resuming from :meth:`SqliteLog.last_sequence` (read like a write,
+after step 4) sees them and does not repeat them. One fdatasync makes durable every commit written
+before it, other processes' too, so a watermark raised to my ends covers theirs below mine.
+
+If an fdatasync fails (EIO), the kernel may have dropped the pages it could not write and marked
+them clean, so no later fsync on that connection proves anything: the writer fails the write in
+flight and every one queued, commits nothing more, and the next write opens a fresh one, which
+drops the cached pages (``POSIX_FADV_DONTNEED``), reconnects and runs step 0 (reads back each
+partition's end, fsyncs) before acknowledging anything, or fails with a :class:`LogError` saying
+what to check. SQLite's own checkpoints keep the rule: a checkpoint fsyncs the WAL before copying
+pages into the database and the database before the WAL is reused.
 
 Within a process, appends from concurrent threads wait in a queue while the previous transaction
 commits and syncs, and are then committed together: that is the group commit.
@@ -26,7 +45,8 @@ Fenced writers (:meth:`SqliteLog.open_writer`): the table ``writers`` holds an e
 value; each of the writer's appends first reads the epoch inside its own write transaction (step 2)
 and stores nothing if it changed. The check and the insert share the transaction and the topic's
 lock, so no append of a superseded writer can land after its successor opened. Plain appends never
-touch the table.
+touch the table. Opening also notes the partition's end, so when it returns the watermark covers
+every record stored before, and the successor's tail read misses none.
 """
 
 from __future__ import annotations
@@ -456,10 +476,13 @@ def _fail(jobs: Sequence[_Job | None], error: LogError) -> None:
 class SqliteLog(Log):
     """The embedded log (see the module docstring for layout and commit protocol).
 
-    Guarantees: an append is durable when it returns (committed and the WAL fsynced); offsets are
-    dense per partition; any number of processes and threads may append and read the same topics
-    at once (writers serialise on a file lock, readers never block writers). Assumes a local
-    filesystem with working ``flock`` and ``fdatasync`` (not NFS).
+    Guarantees: an append is durable when it returns (committed and the WAL fsynced); readers
+    (``read``, ``end_offsets``) see a record only once it is durable, as they stop at the synced
+    watermark; offsets are dense per partition; any number of processes and threads may append and
+    read the same topics at once (writers serialise on a file lock, readers never block writers).
+    A write that fails may still be stored (an fsync error, then recovery): retry it with producer
+    sequences, or let dedupe drop the copy. Assumes a local filesystem with working ``flock`` and
+    ``fdatasync`` (not NFS), and a writable log directory for readers too (lock, watermark).
     """
 
     def __init__(self, directory: Path, **options: Any) -> None:
@@ -508,7 +531,11 @@ class SqliteLog(Log):
         with self._lock:
             watermark = self._watermarks.get(topic)
             if watermark is None:
-                watermark = Watermark(self.directory / f"{topic}.synced")
+                path = self.directory / f"{topic}.synced"
+                try:
+                    watermark = Watermark(path)
+                except OSError as error:
+                    raise LogError(f"cannot open the synced watermark {path}: {error}") from error
                 self._watermarks[topic] = watermark
             return watermark
 

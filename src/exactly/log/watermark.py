@@ -40,7 +40,10 @@ class Watermark:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except PermissionError:  # a reader without write access still reads a valid file
+            self._fd = os.open(path, os.O_RDONLY)
         self._mutex = threading.Lock()
 
     @contextlib.contextmanager
