@@ -306,8 +306,9 @@ def start_server(
     else:
         command = [
             python, "-m", "exactly", "--data-dir", str(workdir), "collect", "--port", str(port),
-            "--source", f"bench={WRITE_KEY}", "--workers", str(args.workers),
+            "--workers", str(args.workers),
         ]  # fmt: skip
+        env["EXACTLY_COLLECTOR__SOURCES"] = f"bench={WRITE_KEY}"
     process = subprocess.Popen(command, env=env, start_new_session=True, cwd=workdir)
     wait_healthy(port, process)
     return process

@@ -90,9 +90,11 @@ class Collector:
         args = [sys.executable, "-m", "exactly", "--data-dir", str(settings.data_dir)]
         args += ["collect", "--port", str(self.port)]
         args += ["--partitions", str(partitions)]
-        for name, key in SOURCES.items():
-            args += ["--source", f"{name}={key}"]
-        env = {**os.environ, "EXACTLY_LOG__URL": settings.log_url}  # not in argv: ps shows argv
+        env = {  # not in argv: ps shows argv
+            **os.environ,
+            "EXACTLY_LOG__URL": settings.log_url,
+            "EXACTLY_COLLECTOR__SOURCES": ",".join(f"{n}={k}" for n, k in SOURCES.items()),
+        }
         self.proc = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
         )
