@@ -296,3 +296,38 @@ def test_a_writer_that_cannot_fsync_refuses_with_a_clear_error(
             log.append("t", 0, [Record(b"b")])  # the reopen's own fsync fails: nothing answered
         monkeypatch.setattr(os, "fdatasync", real)
         assert log.append("t", 0, [Record(b"c")]).appended == 1
+
+
+_READ_AND_CLOSE = """
+import sys
+from exactly.log import open_log
+
+with open_log(sys.argv[1]) as log:
+    print(len(log.read(sys.argv[2], 0, 0)))
+"""
+
+
+def test_a_writer_start_keeps_sqlite_locks_so_no_other_process_deletes_its_wal(
+    tmp_path: Path,
+) -> None:
+    """Closing any descriptor of a database drops the process's SQLite (POSIX) locks on it; a
+    reader elsewhere then believes it is the last connection, checkpoints and deletes the WAL that
+    this writer keeps appending to. The writer's recovery must not open the database file."""
+    url = f"sqlite://{tmp_path / 'log'}"
+    with open_log(url) as log:
+        log.create_topic("t", 1)
+    with open_log(url) as log:
+        log.append("t", 0, [Record(b"a")])  # this process's writer starts: recovery
+        for expected in (1, 2):
+            out = subprocess.run(
+                [sys.executable, "-c", _READ_AND_CLOSE, url, "t"],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            assert out.stdout.strip() == str(expected)
+            log.append("t", 0, [Record(b"b")])
+        assert (tmp_path / "log" / "t.sqlite-wal").exists()
+    with open_log(url) as log:
+        assert [r.value for r in log.read("t", 0, 0)] == [b"a", b"b", b"b"]

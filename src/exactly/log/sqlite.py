@@ -408,13 +408,14 @@ def recover(path: Path, lock_fd: int, conn: sqlite3.Connection, watermark: Water
             if top is not None:
                 conn.execute("SELECT value FROM records WHERE id = ?", (top,)).fetchone()
             ends[partition] = 0 if top is None else int(top) - low + 1
-        for name in (f"{path}-wal", str(path)):
-            with contextlib.suppress(FileNotFoundError):
-                fd = os.open(name, os.O_RDONLY)
-                try:
-                    os.fdatasync(fd)
-                finally:
-                    os.close(fd)
+        # The WAL only: what left it for the database was synced by SQLite's checkpoint (WAL
+        # before copying, database after), and the database file must not be opened here at all.
+        with contextlib.suppress(FileNotFoundError):
+            fd = os.open(f"{path}-wal", os.O_RDONLY)
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
         watermark.raise_to(partitions, ends, complete=True)
         return partitions
     finally:
@@ -432,15 +433,27 @@ def _partitions(conn: sqlite3.Connection) -> int | None:
     return None if row is None else int(row[0])
 
 
+_DATABASE_FDS: dict[str, int] = {}
+
+
 def _drop_cached(path: Path) -> None:
-    """Evict the topic's cached pages, so a reopened writer reads what the disk holds."""
-    for name in (f"{path}-wal", str(path)):
-        with contextlib.suppress(FileNotFoundError):
-            fd = os.open(name, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+    """Evict the topic's cached pages, so a reopened writer reads what the disk holds.
+
+    Closing any descriptor of a database file drops every POSIX lock this process's SQLite
+    connections hold on it (so another process may checkpoint and delete the WAL under them):
+    the database's descriptor is opened once and kept for the process's life. The WAL carries no
+    SQLite locks; its descriptor is closed at once.
+    """
+    fd = _DATABASE_FDS.get(str(path))
+    if fd is None:
+        fd = _DATABASE_FDS[str(path)] = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    with contextlib.suppress(FileNotFoundError):
+        wal = os.open(f"{path}-wal", os.O_RDONLY)
+        try:
+            os.posix_fadvise(wal, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(wal)
 
 
 T = TypeVar("T")
