@@ -22,11 +22,11 @@ The commit protocol of one write transaction (several appends grouped together):
    of step 2: readers stop there, so no reader sees a record before it is durable;
 6. only then tell the appenders their offsets.
 
-Step 0, once per process and topic, before its first write: under the lock, fdatasync the WAL and
-the database and raise the watermark to every partition's committed end (:func:`recover`), so the
-records of a writer killed between steps 3 and 4 become visible once a writer opens. They were
-never acknowledged; a producer resuming from :meth:`SqliteLog.last_sequence` (read like a write,
-after step 4) sees them and does not repeat them. One fdatasync makes durable every commit written
+Step 0, once per process and topic, before its first write: under the lock, fdatasync the WAL
+and raise the watermark to every partition's committed end (:func:`recover`), so the records of
+a writer killed between steps 3 and 4 become visible once a writer opens. They were never
+acknowledged; a producer resuming from :meth:`SqliteLog.last_sequence` (read like a write, after
+step 4) sees them and does not repeat them. One fdatasync makes durable every commit written
 before it, other processes' too, so a watermark raised to my ends covers theirs below mine.
 
 If an fdatasync fails (EIO), the kernel may have dropped the pages it could not write and marked
@@ -35,7 +35,10 @@ flight and every one queued, commits nothing more, and the next write opens a fr
 drops the cached pages (``POSIX_FADV_DONTNEED``), reconnects and runs step 0 (reads back each
 partition's end, fsyncs) before acknowledging anything, or fails with a :class:`LogError` saying
 what to check. SQLite's own checkpoints keep the rule: a checkpoint fsyncs the WAL before copying
-pages into the database and the database before the WAL is reused.
+pages into the database and the database before the WAL is reused. So this module never opens
+the database file beside SQLite: closing any descriptor of it would drop every POSIX lock the
+process's connections hold, and another process could then checkpoint and delete the WAL that a
+writer here is still appending to.
 
 Within a process, appends from concurrent threads wait in a queue while the previous transaction
 commits and syncs, and are then committed together: that is the group commit.
