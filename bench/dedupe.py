@@ -1,6 +1,7 @@
 """Dedupe throughput: the rocksdb store alone, and the job with each store, in one run.
 
     .venv/bin/python bench/dedupe.py [--events 5000000] [--job-events 2000000] [--batch 10000]
+    .venv/bin/python bench/dedupe.py --task 200000
 
 (a) **Store layer**: claims/s on one core for the rocksdb store (one partition, batches of
 ``--batch`` claims, UUID messageIds, 1% duplicates of recent ids), steady state: the first 10% of
@@ -15,7 +16,14 @@ rocksdb and spark-state in the same run on the same raw topic. Each job runs in 
 (its own JVM, data dir and output topic), in the order rocksdb, spark-state, spark-state,
 rocksdb, so that warm-up and drifting machine load treat both alike; the table has each run and
 the ratio of the medians. Steady state = the batches after the first (which includes the query's
-and JIT's warm-up). Prints markdown tables.
+and JIT's warm-up). ``--scope`` is the jobs' dedupe scope (default: source). Prints markdown
+tables.
+
+(c) **Task** (``--task N``, instead of (a) and (b)): the dedupe job's task alone
+(``dedupe_partition`` over Arrow batches of 10,000 records, rocksdb store, no Spark) on one core,
+in records per CPU second (CPU time, so that other load on the machine counts less), for each
+dedupe scope over N values of ~300 B in the collector's layout (``sourceId`` last, read from the
+tail) and in another (``sourceId`` first, with spaces: parsed). Runs interleaved, median of 3.
 """
 
 from __future__ import annotations
@@ -128,8 +136,76 @@ def fill_raw(log_url: str, events: int) -> None:
         log.append_many("raw", pending)
 
 
+def task_rates(count: int, repeat: int = 3) -> dict[tuple[str, str], list[float]]:
+    """(c): records per CPU second of the dedupe task, per (layout, scope)."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    from exactly.dedupe.task import TaskPlan, dedupe_partition
+    from exactly.spark.source import ARROW_SCHEMA
+
+    root = Path(tempfile.mkdtemp(prefix="exactly-bench-task-"))
+    url = f"sqlite://{root / 'log'}"
+    with open_log(url) as log:
+        for topic in ("raw", "events", "raw.rejected"):
+            log.create_topic(topic, 1)
+    ids = [m.encode() for m in message_ids(count, random.Random(3))]
+    headers = ARROW_SCHEMA.field("headers").type
+
+    def value(message_id: bytes, n: int, layout: str) -> bytes:
+        event = {"messageId": message_id.decode(), "type": "track", "n": n, "p": "x" * 200}
+        if layout == "collector":
+            return orjson.dumps({**event, "sourceId": "web"})
+        return json.dumps({"sourceId": "web", **event}).encode()
+
+    def batches(layout: str) -> list[Any]:
+        out = []
+        for start in range(0, count, 10_000):
+            chunk = ids[start : start + 10_000]
+            n = len(chunk)
+            out.append(
+                pa.RecordBatch.from_arrays(
+                    [
+                        pa.array([0] * n, pa.int32()),
+                        pa.array(range(start, start + n), pa.int64()),
+                        pa.array(chunk, pa.binary()),
+                        pa.array([value(m, start + i, layout) for i, m in enumerate(chunk)]),
+                        pa.array(
+                            [1_700_000_000_000_000 + 1000 * (start + i) for i in range(n)],
+                            pa.timestamp("us", tz="UTC"),
+                        ),
+                        pa.array([[]] * n, headers),
+                    ],
+                    schema=ARROW_SCHEMA,
+                )
+            )
+        return out
+
+    inputs = {layout: batches(layout) for layout in ("collector", "parsed")}
+    rates: dict[tuple[str, str], list[float]] = {}
+    try:
+        for run in range(repeat):
+            for layout, found in inputs.items():
+                for scope in ("workspace", "source"):
+                    store = RocksDBStore(root / f"store-{run}-{layout}-{scope}")
+                    plan = TaskPlan(url, "raw", "events", "raw.rejected", store, scope=scope)
+                    began = time.process_time()
+                    passed = sum(b.num_rows for b in dedupe_partition(plan, iter(found)))
+                    rates.setdefault((layout, scope), []).append(
+                        passed / (time.process_time() - began)
+                    )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return rates
+
+
 def job(
-    log_url: str, data_dir: Path, store: str, events: int, per_trigger: int, output: str
+    log_url: str,
+    data_dir: Path,
+    store: str,
+    events: int,
+    per_trigger: int,
+    output: str,
+    scope: str = "source",
 ) -> dict[str, Any]:
     from exactly.config import Settings
     from exactly.dedupe.job import DedupePlan, prepare, run
@@ -148,6 +224,7 @@ def job(
         until_caught_up=True,
         max_records_per_trigger=per_trigger,
         read_records=10_000,
+        scope=scope,
     )
     with open_log(log_url) as log:
         partitions = prepare(log, plan)
@@ -177,12 +254,25 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=10_000, help="claims per call in (a)")
     parser.add_argument("--per-trigger", type=int, default=1_000_000, help="records per batch (b)")
     parser.add_argument("--skip-job", action="store_true")
+    parser.add_argument("--scope", default="source", help="the jobs' dedupe scope (b)")
+    parser.add_argument("--task", type=int, metavar="N", help="only (c), over N records")
     parser.add_argument("--one-job", nargs=4, metavar=("LOG", "DIR", "STORE", "OUTPUT"))
     args = parser.parse_args()
     if args.one_job:  # a child: one job, its figures as JSON on the last line
         log_url, data_dir, store, output = args.one_job
-        found = job(log_url, Path(data_dir), store, args.job_events, args.per_trigger, output)
+        found = job(
+            log_url, Path(data_dir), store, args.job_events, args.per_trigger, output, args.scope
+        )
         print(json.dumps(found))
+        return
+    if args.task:
+        print(f"machine: {platform.platform()}, load {os.getloadavg()[0]:.1f}")
+        print("\n| values | scope | records per CPU second (runs) | median | µs per record |")
+        print("| --- | --- | --- | ---: | ---: |")
+        for (layout, scope), found in task_rates(args.task).items():
+            median = statistics.median(found)
+            runs = ", ".join(f"{r:,.0f}" for r in found)
+            print(f"| {layout} | {scope} | {runs} | {median:,.0f} | {1e6 / median:.2f} |")
         return
     root = Path(tempfile.mkdtemp(prefix="exactly-bench-dedupe-"))
     os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:+UseParallelGC")
@@ -218,6 +308,8 @@ def main() -> None:
                     str(args.job_events),
                     "--per-trigger",
                     str(args.per_trigger),
+                    "--scope",
+                    args.scope,
                     "--one-job",
                     log_url,
                     str(root / f"data-{n}"),
