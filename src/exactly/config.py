@@ -24,6 +24,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from exactly.delivery.settings import DeliverySettings, DestinationSettings, unique_names
 from exactly.errors import ConfigError
 
 DEFAULT_CONFIG = Path("exactly.toml")
@@ -146,6 +147,17 @@ class Settings(BaseSettings):
     dedupe: DedupeSettings = DedupeSettings()
 
     collector: CollectorConfig = CollectorConfig()
+    delivery: DeliverySettings = DeliverySettings()
+    destinations: tuple[DestinationSettings, ...] = Field(
+        (), description="[[destinations]]: HTTP endpoints events are delivered to"
+    )
+
+    @field_validator("destinations")
+    @classmethod
+    def _unique_destinations(
+        cls, value: tuple[DestinationSettings, ...]
+    ) -> tuple[DestinationSettings, ...]:
+        return unique_names(value)
 
     @property
     def log_url(self) -> str:
@@ -154,6 +166,10 @@ class Settings(BaseSettings):
     @property
     def aggregate_url(self) -> str:
         return self.aggregate.url or f"sqlite://{self.data_dir.resolve() / 'aggregates.db'}"
+
+    @property
+    def jobdb_url(self) -> str:
+        return self.delivery.jobdb or f"sqlite://{self.data_dir.resolve() / 'jobdb'}"
 
     @classmethod
     def settings_customise_sources(
@@ -212,10 +228,26 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
         return FileSettings(**given)
     except ValidationError as error:
         first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "config"
+        where = _where(first["loc"], document) or "config"
         origin = f" in {path}" if path is not None else ""
         raise ConfigError(
             f"setting {where}{origin}: {first['msg']} (check the file or EXACTLY_* variables)"
         ) from error
     except SettingsError as error:  # an EXACTLY_* variable that is not valid JSON for its key
         raise ConfigError(f"{error} (check the EXACTLY_* variables)") from error
+
+
+def _where(loc: tuple[int | str, ...], document: dict[str, Any]) -> str:
+    """``destinations[0] (orders-hook).backoff.min`` for a location pydantic gives as a tuple."""
+    where = ""
+    node: Any = document
+    for part in loc:
+        if isinstance(part, int):
+            where += f"[{part}]"
+            node = node[part] if isinstance(node, list) and part < len(node) else None
+            if isinstance(node, dict) and isinstance(node.get("name"), str):
+                where += f" ({node['name']})"
+        else:
+            where += f".{part}" if where else str(part)
+            node = node.get(part) if isinstance(node, dict) else None
+    return where

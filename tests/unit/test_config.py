@@ -104,3 +104,73 @@ def test_collector_sources_from_the_file_or_the_environment(
     monkeypatch.setenv("EXACTLY_COLLECTOR__SOURCES", "web\n=k")
     with pytest.raises(ConfigError, match="not allowed"):
         load_settings(path)
+
+
+HOOK = 'name = "orders-hook"\nurl = "https://hooks.example.com/orders"\n'
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+
+def test_destinations_with_defaults_and_durations(tmp_path: Path) -> None:
+    path = tmp_path / "exactly.toml"
+    path.write_text(
+        f'[[destinations]]\n{HOOK}secret = "{SECRET}"\nevents = ["Order Completed"]\n'
+        'max_in_flight = 16\nexpire = "1h30m"\n[destinations.backoff]\nmin = "2s"\nmax = "5m"\n'
+        '[destinations.headers]\nAuthorization = "Bearer t"\n'
+        '[[destinations]]\nname = "all"\nurl = "http://127.0.0.1:9/x"\ntimeout = 2.5\n'
+    )
+    settings = load_settings(path)
+    orders, every = settings.destinations
+    assert (orders.name, orders.max_in_flight, orders.expire) == ("orders-hook", 16, 5400.0)
+    assert (orders.backoff.minimum, orders.backoff.maximum, orders.backoff.coefficient) == (
+        2.0,
+        300.0,
+        2.0,
+    )
+    assert orders.headers == {"Authorization": "Bearer t"}
+    assert orders.signing_key() is not None
+    assert orders.matches("web", "Order Completed") and not orders.matches("web", "Viewed")
+    assert (every.timeout, every.expire, every.backoff.minimum, every.rate) == (
+        2.5,
+        14400.0,
+        5,
+        None,
+    )
+    assert every.ordered is False and every.signing_key() is None
+    assert every.matches(None, None)
+    assert settings.jobdb_url.startswith("sqlite://")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            'name = "a b"\nurl = "http://x"\n',
+            r"destinations\[0\] \(a b\)\.name in .*: .*not allowed",
+        ),
+        ('name = "h"\nurl = "ftp://x"\n', r"destinations\[0\] \(h\)\.url in .*: .*http"),
+        (f'{HOOK}secret = "abc"\n', r"destinations\[0\] \(orders-hook\)\.secret in .*: .*whsec_"),
+        (f'{HOOK}secret = "whsec_!!"\n', r"\.secret in .*: .*base64"),
+        (f'{HOOK}timeout = "10 parsecs"\n', r"\.timeout in .*: .*not a duration"),
+        (f'{HOOK}expire = "-1s"\n', r"\.expire in "),
+        (f"{HOOK}max_in_flight = 0\n", r"\.max_in_flight in "),
+        (f"{HOOK}rate = 0\n", r"\.rate in "),
+        (f'{HOOK}colour = "red"\n', r"\.colour in "),
+        (f'{HOOK}[destinations.headers]\nwebhook-id = "x"\n', r"\.headers in .*: .*set by exactly"),
+        (
+            f'{HOOK}[destinations.backoff]\nmin = "5m"\nmax = "5s"\n',
+            r"\.backoff in .*: .*below min",
+        ),
+        (
+            f'{HOOK}[destinations.backoff]\nmin = "soon"\n',
+            r"\.backoff\.min in .*: .*not a duration",
+        ),
+        ('url = "http://x"\n', r"destinations\[0\]\.name in "),
+        (f"{HOOK}[[destinations]]\n{HOOK}", r"destinations in .*: .*two destinations"),
+    ],
+)
+def test_bad_destination_names_the_key(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(f"[[destinations]]\n{text}")
+    with pytest.raises(ConfigError, match=message) as caught:
+        load_settings(path)
+    assert "\n" not in str(caught.value)
