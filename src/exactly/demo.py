@@ -265,6 +265,7 @@ def run_pipeline(
             dedupe_checkpoint(settings.data_dir, "rocksdb", "raw", "events"),
             until_caught_up=True,
             max_record_bytes=settings.log.max_record_bytes,
+            scope=settings.dedupe.scope,
         )
         with open_log(settings.log_url) as log:
             dedupe_partitions = prepare_dedupe(log, plan)
