@@ -1,0 +1,178 @@
+"""The JobDB contract, the same assertions on every backend (sqlite, postgresql, mysql)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exactly.delivery import BACKENDS, open_jobdb
+from exactly.delivery.base import (
+    ARCHIVED,
+    AWAITING_RETRY,
+    AWAITING_SCHEDULING,
+    DISCARDED,
+    EXECUTING,
+    EXPIRED,
+    SUCCEEDED,
+    DirectorLockHeld,
+    JobDB,
+    NewJob,
+    Transition,
+)
+from tests.jobdb import jobdb_url
+
+
+@pytest.fixture(params=BACKENDS)
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    with jobdb_url(request.param, tmp_path) as found:
+        yield found
+
+
+@pytest.fixture
+def db(url: str) -> Iterator[JobDB]:
+    with open_jobdb(url, dataset_rows=10) as opened:
+        yield opened
+
+
+def jobs(
+    count: int, *, source: str = "web", destination: str = "hook", start: int = 0
+) -> list[NewJob]:
+    return [
+        NewJob(
+            source=source,
+            destination=destination,
+            endpoint="http://127.0.0.1:9/in",
+            payload=b'{"messageId":"m%d","event":"x\\u00e9"}' % i,
+            message_id=f"m{i}",
+            user_id=f"u{i % 3}",
+            headers={"X-Team": "a"},
+        )
+        for i in range(start, start + count)
+    ]
+
+
+def test_added_jobs_are_pending_in_order(db: JobDB) -> None:
+    assert db.add(jobs(5), query_id="q", batch_id=0) == 5
+    found = db.pending("web/hook")
+    assert [job.message_id for job in found] == [f"m{i}" for i in range(5)]
+    first = found[0]
+    assert first.state == AWAITING_SCHEDULING and first.attempt == 0
+    assert first.payload == b'{"messageId":"m0","event":"x\\u00e9"}'
+    assert first.headers == {"X-Team": "a"} and first.user_id == "u0"
+    assert first.expire_at > first.created_at
+    assert db.buckets() == ["web/hook"]
+    assert db.pending("web/other") == []
+    assert [job.message_id for job in db.pending("web/hook", after=found[2].id)] == ["m3", "m4"]
+    assert len(db.pending("web/hook", limit=2)) == 2
+
+
+def test_a_replayed_micro_batch_adds_nothing(db: JobDB, url: str) -> None:
+    assert db.add(jobs(3), query_id="q", batch_id=7) == 3
+    assert db.add(jobs(3), query_id="q", batch_id=7) == 0
+    assert db.add(jobs(3), query_id="q", batch_id=6) == 0
+    assert db.add(jobs(1, start=3), query_id="q", batch_id=8) == 1
+    assert db.add(jobs(2, start=4), query_id="other", batch_id=0) == 2
+    with open_jobdb(url) as again:  # the marker is durable
+        assert again.marker("q") == 8
+        assert again.add(jobs(3), query_id="q", batch_id=8) == 0
+        assert len(again.pending("web/hook")) == 6
+
+
+def test_transitions_set_the_state(db: JobDB) -> None:
+    db.add(jobs(4), query_id="q", batch_id=0)
+    a, b, c, d = db.pending("web/hook")
+    db.record([Transition(job.id, EXECUTING, 1) for job in (a, b, c, d)])
+    assert {job.state for job in db.pending("web/hook")} == {EXECUTING}
+    db.record(
+        [
+            Transition(a.id, SUCCEEDED, 1, status_code=200),
+            Transition(b.id, DISCARDED, 1, status_code=400, response="bad" * 1000),
+            Transition(c.id, AWAITING_RETRY, 1, retry_at=time.time() + 5, status_code=503),
+            Transition(d.id, EXPIRED, 1, error_type="expired"),
+        ]
+    )
+    (left,) = db.pending("web/hook")
+    assert (left.id, left.state, left.attempt) == (c.id, AWAITING_RETRY, 1)
+    assert left.retry_at is not None and left.retry_at > time.time()
+    history = db.history(b.id)
+    assert [step.state for step in history] == [EXECUTING, DISCARDED]
+    assert history[1].status_code == 400
+    assert history[1].response is not None and len(history[1].response) == 1024
+    assert db.states() == {"hook": {SUCCEEDED: 1, DISCARDED: 1, AWAITING_RETRY: 1, EXPIRED: 1}}
+    with pytest.raises(ValueError, match="unknown job state"):
+        db.record([Transition(a.id, "lost", 1)])
+
+
+def test_buckets_are_separate(db: JobDB) -> None:
+    db.add(jobs(2) + jobs(3, destination="other", start=2), query_id="q", batch_id=0)
+    db.add(jobs(1, source="ios", start=5), query_id="q", batch_id=1)
+    assert db.buckets() == ["ios/hook", "web/hook", "web/other"]
+    assert len(db.pending("web/other")) == 3
+    assert [job.destination for job in db.pending("ios/hook")] == ["hook"]
+
+
+def test_datasets_roll_and_archived_ones_are_dropped(db: JobDB) -> None:
+    for batch in range(3):  # 25 jobs, 10 per dataset
+        db.add(jobs(8 if batch < 2 else 9, start=batch * 10), query_id="q", batch_id=batch)
+    numbers = [dataset.number for dataset in db.datasets()]
+    assert numbers == [1, 2, 3]
+    assert db.archivable() == []  # all pending
+    everything = db.pending("web/hook")
+    assert len(everything) == 25
+    first = [job for job in everything if db.datasets()[0].holds(job.id)]
+    db.record([Transition(job.id, SUCCEEDED, 1) for job in first])
+    assert db.archivable() == [1]
+    archived: list[dict[str, Any]] = []
+    db.archive(1, archived.extend)
+    assert [record["message_id"] for record in archived] == [job.message_id for job in first]
+    assert [step["state"] for step in archived[0]["transitions"]] == [SUCCEEDED, "archiving"]
+    assert [dataset.number for dataset in db.datasets()] == [2, 3]
+    assert len(db.pending("web/hook")) == 25 - len(first)
+    # the newest dataset is never archived, even when all its jobs are done
+    db.record([Transition(job.id, DISCARDED, 1) for job in db.pending("web/hook")])
+    assert db.archivable() == [2]
+    db.archive(2, lambda records: None)
+    assert [dataset.number for dataset in db.datasets()] == [3]
+    assert ARCHIVED  # archived transitions go with the dropped tables
+
+
+def test_new_datasets_keep_ids_growing(db: JobDB) -> None:
+    ids: list[int] = []
+    for batch in range(4):
+        db.add(jobs(6, start=batch * 6), query_id="q", batch_id=batch)
+    ids = [job.id for job in db.pending("web/hook")]
+    assert ids == sorted(ids) and len(set(ids)) == 24
+
+
+def _hold(url: str, ready: Any) -> None:
+    with open_jobdb(url).director_lock():
+        ready.set()
+        time.sleep(600)
+
+
+def test_one_director_holds_the_lock_and_a_standby_takes_over(url: str) -> None:
+    context = multiprocessing.get_context("spawn")
+    ready = context.Event()
+    holder = context.Process(target=_hold, args=(url, ready))
+    holder.start()
+    try:
+        assert ready.wait(60)
+        db = open_jobdb(url)
+        with pytest.raises(DirectorLockHeld), db.director_lock(wait=False):
+            pass
+        os.kill(holder.pid or 0, signal.SIGKILL)
+        holder.join(30)
+        started = time.monotonic()
+        with db.director_lock():
+            assert time.monotonic() - started < 10
+        db.close()
+    finally:
+        if holder.is_alive():
+            holder.kill()
