@@ -43,8 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from exactly.aggregate import frame, job
-from exactly.aggregate.base import AggregateDB, Batch, open_db
+from exactly.aggregate import AggregateDB, Batch, frame, job, open_db
 from exactly.aggregate.spec import TableSpec
 from exactly.config import Settings
 from exactly.demo import Collector, generate_events, send

@@ -34,8 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import aggregate as bench_aggregate  # bench/aggregate.py: the events it fills a topic with
 import exactly.spark.streaming as streaming
-from exactly.aggregate import frame, job
-from exactly.aggregate.base import open_db
+from exactly.aggregate import frame, job, open_db
 from exactly.config import Settings
 from exactly.log import Record, open_log
 from exactly.spark.session import build_session

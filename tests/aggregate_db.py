@@ -7,8 +7,10 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from exactly.aggregate import BACKENDS
+
 POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
-BACKENDS = ["sqlite", "postgresql"]
+__all__ = ["BACKENDS", "Proxy", "database", "postgres_missing", "postgres_schema"]
 
 
 def postgres_missing() -> str | None:
@@ -47,9 +49,12 @@ def database(backend: str, tmp_path: Path) -> Iterator[str]:
     if backend == "sqlite":
         yield f"sqlite://{tmp_path / 'aggregates.db'}"
         return
-    require(postgres_missing())
-    with postgres_schema() as url:
-        yield url
+    if backend == "postgresql":
+        require(postgres_missing())
+        with postgres_schema() as url:
+            yield url
+        return
+    raise AssertionError(f"no test database for the aggregate backend {backend!r}: add one here")
 
 
 class Proxy:

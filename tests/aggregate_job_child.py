@@ -13,8 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from exactly.aggregate import frame, job
-from exactly.aggregate.base import open_db
+from exactly.aggregate import frame, job, open_db
 from exactly.aggregate.spec import EVENT_COUNTS, parse_table
 from exactly.config import Settings
 from exactly.log import open_log

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from exactly.log import Log, open_log
+from exactly.log import BACKENDS, Log, open_log
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-LOG_BACKENDS = ["sqlite", "kafka"]
+LOG_BACKENDS = list(BACKENDS)
 
 
 def require(reason: str | None) -> None:
@@ -94,8 +94,10 @@ def log_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The URL of an empty log (sqlite) or of the shared broker (kafka) for one test."""
     if request.param == "sqlite":
         return f"sqlite://{tmp_path / 'log'}"
-    url: str = request.getfixturevalue("kafka_url")
-    return url
+    if request.param == "kafka":
+        url: str = request.getfixturevalue("kafka_url")
+        return url
+    raise AssertionError(f"no test log for the backend {request.param!r}: add one here")
 
 
 @pytest.fixture

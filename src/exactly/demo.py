@@ -227,8 +227,8 @@ def run_pipeline(
     settings: Settings, events: int, partitions: int, say: Callable[[str], None]
 ) -> DemoResult:
     """Collector -> raw -> dedupe -> events -> aggregates -> audit; see the module docstring."""
+    from exactly.aggregate import open_db
     from exactly.aggregate.audit import run_audit
-    from exactly.aggregate.base import open_db
     from exactly.aggregate.driver import drive
     from exactly.aggregate.frame import check
     from exactly.aggregate.job import AggregatePlan, default_checkpoint

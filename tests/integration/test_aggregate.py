@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from exactly.aggregate import frame, job
+from exactly.aggregate import AggregateDB, Batch, frame, job, open_db
 from exactly.aggregate.audit import compare, render, run_audit
-from exactly.aggregate.base import AggregateDB, Batch, open_db
 from exactly.aggregate.spec import EVENT_COUNTS, parse_table
 from exactly.errors import ConfigError
 from exactly.log import open_log

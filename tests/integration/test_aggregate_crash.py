@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from exactly.aggregate import job
-from exactly.aggregate.base import open_db
+from exactly.aggregate import job, open_db
 from exactly.log import open_log
 from tests.aggregate_db import BACKENDS, database
 from tests.aggregate_stream import EventStream, append

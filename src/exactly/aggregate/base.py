@@ -38,7 +38,7 @@ from exactly.aggregate.spec import (
     TABLES_TABLE,
     TableSpec,
 )
-from exactly.errors import AggregateError, ConfigError, DatabaseUnavailable
+from exactly.errors import ConfigError, DatabaseUnavailable
 from exactly.urls import redact
 
 T = TypeVar("T")
@@ -428,25 +428,3 @@ def _summary(definition: str) -> str:
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def open_db(
-    url: str, *, retry_seconds: float = 600.0, say: Callable[[str], None] | None = None
-) -> AggregateDB:
-    """The aggregate database at ``url``: ``sqlite:///FILE`` or ``postgresql://...``."""
-    scheme = url.split(":", 1)[0].lower()
-    if scheme == "sqlite":
-        from exactly.aggregate.sqlite import SQLiteDB
-
-        return SQLiteDB(url, retry_seconds=retry_seconds, say=say)
-    if scheme in ("postgresql", "postgres"):
-        try:
-            from exactly.aggregate.postgres import PostgresDB
-        except ImportError:
-            raise AggregateError(
-                "postgresql:// aggregates need psycopg 3: pip install 'exactly[postgres]'"
-            ) from None
-        return PostgresDB(url, retry_seconds=retry_seconds, say=say)
-    raise ConfigError(
-        f"aggregate database URL {redact(url)!r}: use sqlite:///FILE or postgresql://USER@HOST/DB"
-    )

@@ -39,7 +39,7 @@ def aggregate(
     [[aggregate.tables]] in the config. Each micro-batch's upserts commit with its batch marker
     in one transaction, so a replayed batch changes nothing.
     """
-    from exactly.aggregate.base import open_db
+    from exactly.aggregate import open_db
     from exactly.aggregate.driver import configured_tables, drive
     from exactly.aggregate.job import AggregatePlan, default_checkpoint, say
     from exactly.spark.session import build_session
@@ -86,7 +86,7 @@ def stats(
     limit: Annotated[int, typer.Option(min=1, help="Show the newest N rows.")] = 50,
 ) -> None:
     """Print the event counts and revenue by time bucket, source, type and event."""
-    from exactly.aggregate.base import open_db
+    from exactly.aggregate import open_db
     from exactly.aggregate.stats import StatsQuery, event_counts, parse_since
 
     settings = context(ctx).settings
@@ -129,8 +129,8 @@ def audit(
     Exits 1 and prints the differing rows when any differ. The recount stops where the
     database's counting stopped, so it can run beside the aggregate job.
     """
+    from exactly.aggregate import open_db
     from exactly.aggregate.audit import render, run_audit
-    from exactly.aggregate.base import open_db
     from exactly.aggregate.driver import configured_tables
     from exactly.aggregate.frame import check
     from exactly.spark.session import build_session

@@ -14,7 +14,9 @@ from exactly.errors import EnvironmentProblem, InvalidLogURL
 from exactly.log.base import AppendResult, Log, LogRecord, Record, TopicInfo
 from exactly.urls import redact
 
-__all__ = ["AppendResult", "Log", "LogRecord", "Record", "TopicInfo", "open_log"]
+__all__ = ["BACKENDS", "AppendResult", "Log", "LogRecord", "Record", "TopicInfo", "open_log"]
+
+BACKENDS = ("sqlite", "kafka")  # URL schemes; the contract suite runs on each
 
 
 def open_log(url: str, **options: Any) -> Log:
