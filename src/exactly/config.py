@@ -101,6 +101,34 @@ class CollectorConfig(BaseModel):
     )
     read_timeout: float = Field(10.0, gt=0, description="seconds a request body may stall")
     shutdown_timeout: float = Field(10.0, gt=0, description="seconds SIGTERM waits for requests")
+    allowed_origins: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict,
+        description="source name -> origins of the pages it takes events from "
+        '(["https://shop.example"]); a source not named takes any',
+    )
+
+    rate_limit: float = Field(
+        0.0,
+        ge=0,
+        description="requests per second a client address may send to a source, per worker "
+        "(0: no limit); 429 with Retry-After beyond",
+    )
+    rate_limits: dict[str, float] = Field(
+        default_factory=dict, description="source name -> its own rate_limit (0: no limit)"
+    )
+    rate_limit_burst: int = Field(
+        20, ge=1, description="requests a quiet client may send at once before the rate applies"
+    )
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, value: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        from exactly.collector.cors import normalise_origin
+
+        return {
+            name: tuple(normalise_origin(origin) for origin in origins)
+            for name, origins in value.items()
+        }
 
     @field_validator("sources", mode="before")
     @classmethod
@@ -131,6 +159,18 @@ class CollectorConfig(BaseModel):
         if len(set(keys)) != len(keys):
             raise ValueError("two sources have the same write key")
         return value
+
+    @field_validator("rate_limits")
+    @classmethod
+    def _rates(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, rate in value.items():
+            if rate < 0:
+                raise ValueError(f"the rate limit of {name!r} is negative: use 0 for no limit")
+        return value
+
+    def rate_limit_of(self, source: str) -> float:
+        """Requests per second per client address for ``source`` (0: no limit)."""
+        return self.rate_limits.get(source, self.rate_limit)
 
 
 class Settings(BaseSettings):

@@ -283,7 +283,7 @@ def test_routes_methods_health_metrics_openapi(client: httpx.Client) -> None:
     response = client.get("/nope")
     assert response.status_code == 404 and response.json()["code"] == "not_found"
     response = client.get("/v1/track")
-    assert response.status_code == 405 and response.headers["allow"] == "POST"
+    assert response.status_code == 405 and response.headers["allow"] == "POST, OPTIONS"
     assert client.post("/health").status_code == 405
     document = client.get("/openapi.json").json()
     assert document["openapi"].startswith("3.")
@@ -319,6 +319,8 @@ def test_a_full_queue_answers_503_with_retry_after(tmp_path: Path) -> None:
         refused = [r for r in responses if r.status_code == 503]
         assert refused, "16 concurrent 440 KB batches should overflow a 1 MB queue"
         assert refused[0].headers["retry-after"] == "1"
+        assert refused[0].headers["access-control-allow-origin"] == "*"  # a page can read it
+        assert refused[0].headers["access-control-expose-headers"] == "retry-after"
         assert refused[0].json()["code"] == "queue_full"
         accepted = sum(r.json()["accepted"] for r in responses if r.status_code == 200)
         assert len(small.records()) == accepted

@@ -74,7 +74,8 @@ def test_openapi_generated_requests_never_get_a_5xx(collector: Collector) -> Non
                 assert isinstance(document, dict)
                 if response.status_code != 200:
                     assert document["code"] and document["message"]
-                accepted += accepted_count(response, response.status_code)
+                if case.path != "/v1/m":  # analytics.js's own metrics: taken, not kept
+                    accepted += accepted_count(response, response.status_code)
 
         check()
     assert sum(statuses.values()) >= 2 * SCHEMA_EXAMPLES * 0.9, statuses

@@ -256,3 +256,38 @@ def test_a_batch_of_integers_does_not_block_the_loop(
         done.set()
         thread.join()
     assert max(stalls) < 0.2, max(stalls)
+
+
+def test_a_client_over_its_source_rate_limit_gets_429_and_nothing_is_appended(
+    tmp_path: Path,
+) -> None:
+    """A public key cannot flood its source: 429 with Retry-After past the burst, per client
+    address and source; other sources keep their own (absent) limit."""
+    env = {
+        "EXACTLY_COLLECTOR__RATE_LIMITS": '{"web": 2}',
+        "EXACTLY_COLLECTOR__RATE_LIMIT_BURST": "3",
+    }
+    with Collector(tmp_path, env=env) as limited, httpx.Client(base_url=limited.url) as http:
+        sent = [track() for _ in range(6)]
+        answers = [
+            http.post("/v1/track", json=event, auth=WEB, headers={"Origin": "http://p.example"})
+            for event in sent
+        ]
+        statuses = [answer.status_code for answer in answers]
+        assert statuses[:3] == [200, 200, 200] and 429 in statuses[3:], statuses
+        refused = next(answer for answer in answers if answer.status_code == 429)
+        assert refused.json()["code"] == "rate_limited"
+        assert refused.headers["retry-after"] == "1"
+        assert refused.headers["access-control-allow-origin"] == "http://p.example"
+        assert refused.headers["access-control-expose-headers"] == "retry-after"
+        app = basic(KEYS["app"])
+        for _ in range(6):
+            assert http.post("/v1/track", json=track(), auth=app).status_code == 200
+        time.sleep(1.0)
+        assert http.post("/v1/track", json=track(), auth=WEB).status_code == 200
+        taken = {e["messageId"] for e, a in zip(sent, answers, strict=True) if a.status_code == 200}
+        found = set(ids_in(limited))
+        assert taken <= found
+        assert not ({event["messageId"] for event in sent} - taken) & found
+        metrics = http.get("/metrics").text
+        assert 'exactly_collector_events_rejected_total{reason="rate_limited"}' in metrics

@@ -15,7 +15,13 @@ import typer
 from pydantic import SecretStr, ValidationError
 
 from exactly.cli.context import context
-from exactly.collector.settings import CollectorSettings, Source, check_record_limit, parse_source
+from exactly.collector.settings import (
+    CollectorSettings,
+    RateLimit,
+    Source,
+    check_record_limit,
+    parse_source,
+)
 from exactly.errors import ConfigError, UnknownTopic
 from exactly.log.base import check_topic_name
 from exactly.urls import redact
@@ -76,6 +82,13 @@ def collect(
     topic = config.topic if topic is None else topic
     check_topic_name(topic)
     sources = _sources(source, config.sources)
+    for setting in ("allowed_origins", "rate_limits"):
+        unknown = sorted(set(getattr(config, setting)) - {s.name for s in sources})
+        if unknown:
+            raise ConfigError(
+                f"collector.{setting} names {', '.join(unknown)}, which is not a source: "
+                "use the names of [collector.sources]"
+            )
     check_record_limit(settings.log.max_record_bytes, config.max_event_bytes)
     try:
         collector = CollectorSettings(
@@ -90,6 +103,12 @@ def collect(
             max_event_bytes=config.max_event_bytes,
             max_append_bytes=int(config.max_append_mb * 1024 * 1024),
             read_timeout_seconds=config.read_timeout,
+            allowed_origins=config.allowed_origins,
+            rate_limits={
+                s.name: RateLimit(per_second=rate, burst=config.rate_limit_burst)
+                for s in sources
+                if (rate := config.rate_limit_of(s.name)) > 0
+            },
         )
     except ValidationError as error:
         first = error.errors()[0]

@@ -28,15 +28,17 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 import orjson
 
-from exactly.collector import openapi
+from exactly.collector import cors, openapi, sdk_settings
 from exactly.collector.appender import Appender, QueueFull
 from exactly.collector.appender_process import RECORD
 from exactly.collector.body import ClientGone, HTTPError, Receive, decode, read_body
 from exactly.collector.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from exactly.collector.metrics import Metrics
+from exactly.collector.ratelimit import Rate, RateLimiter
 from exactly.collector.settings import CollectorSettings
 from exactly.collector.sources import Sources, Unauthorized, basic_username
 from exactly.errors import LogUnavailable, UnknownTopic
@@ -48,9 +50,15 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 logger = logging.getLogger("exactly.collector")
 
-SINGLE_EVENT_PATHS = {f"/v1/{kind}": kind for kind in openapi.SINGLE_EVENT_TYPES}
-BATCH_PATHS = frozenset({"/v1/batch", "/v1/import"})
+SINGLE_EVENT_PATHS = {f"/v1/{kind}": kind for kind in openapi.SINGLE_EVENT_TYPES} | {
+    f"/v1/{kind[0]}": kind for kind in openapi.SINGLE_EVENT_TYPES
+}  # analytics.js posts to /v1/t, /v1/i, /v1/p, /v1/s, /v1/g, /v1/a
+BATCH_PATHS = frozenset({"/v1/batch", "/v1/import", "/v1/b"})
+BEACON_PATH = "/beacon/v1/batch"  # RudderStack's sendBeacon: the write key in the query string
+DISCARD_PATHS = frozenset({"/v1/m"})  # analytics.js's own metrics: taken, not kept
 GET_PATHS = frozenset({"/health", "/metrics", "/openapi.json"})
+POST_PATHS = SINGLE_EVENT_PATHS.keys() | BATCH_PATHS | DISCARD_PATHS | {BEACON_PATH}
+SEGMENT_SETTINGS_LABEL = "/v1/projects/settings"  # the metrics label: never the write key
 MAX_LISTED_REJECTIONS = 1000
 EVENTS_PER_SLICE = 1000  # events normalised between two yields to the event loop
 
@@ -74,6 +82,13 @@ class CollectorApp:
     def __init__(self, settings: CollectorSettings) -> None:
         self.settings = settings
         self.sources = Sources(settings.sources)
+        self.origins = cors.Origins((s.name for s in settings.sources), settings.allowed_origins)
+        self.rate_limiter = RateLimiter(
+            {
+                name: Rate(limit.per_second, limit.burst)
+                for name, limit in settings.rate_limits.items()
+            }
+        )
         self.metrics = Metrics()
         self.partitions = settings.partitions
         self.appender: Appender | None = None
@@ -138,8 +153,9 @@ class CollectorApp:
         path: str = scope["path"]
         content_type = _JSON
         headers: tuple[tuple[bytes, bytes], ...] = ()
+        origin = _header(scope, b"origin")
         try:
-            status, body, content_type = await self._route(scope, receive, path)
+            status, body, content_type, headers = await self._route(scope, receive, path, origin)
         except HTTPError as error:
             status, body, headers = error.status, error.body(), error.headers
         except ClientGone:
@@ -159,25 +175,114 @@ class CollectorApp:
                     (b"content-type", content_type),
                     (b"content-length", str(len(body)).encode()),
                     *headers,
+                    *cors.response_headers(origin, self.origins.any_allows(origin)),
                 ],
             }
         )
         await send({"type": "http.response.body", "body": body})
-        known = path in SINGLE_EVENT_PATHS or path in BATCH_PATHS or path in GET_PATHS
-        self.metrics.request(path if known else "other", status, time.perf_counter() - started)
+        self.metrics.request(_label(path), status, time.perf_counter() - started)
 
-    async def _route(self, scope: Scope, receive: Receive, path: str) -> tuple[int, bytes, bytes]:
+    async def _route(
+        self, scope: Scope, receive: Receive, path: str, origin: bytes | None
+    ) -> tuple[int, bytes, bytes, tuple[tuple[bytes, bytes], ...]]:
+        """Status, body, content type and extra headers of the answer to one request."""
         method = scope["method"]
-        if path in GET_PATHS:
-            if method != "GET":
-                raise HTTPError(405, "method_not_allowed", f"{path} takes GET", headers=_ALLOW_GET)
-            return self._get(path)
-        kind = SINGLE_EVENT_PATHS.get(path)
-        if kind is None and path not in BATCH_PATHS:
+        segment_key = sdk_settings.segment_write_key(path)
+        if path in POST_PATHS:
+            allowed = b"POST"
+        elif path in GET_PATHS or segment_key or path in sdk_settings.RUDDERSTACK_CONFIG_PATHS:
+            allowed = b"GET"
+        else:
             raise HTTPError(404, "not_found", f"there is no {path[:100]!r}; see /openapi.json")
-        if method != "POST":
-            raise HTTPError(405, "method_not_allowed", f"{path} takes POST", headers=_ALLOW_POST)
-        return await self._post(scope, receive, kind)
+        if method == "OPTIONS":  # a preflight: before the method check and before any key
+            return self._preflight(scope, origin, allowed)
+        if method != allowed.decode():
+            raise HTTPError(
+                405,
+                "method_not_allowed",
+                f"{path} takes {allowed.decode()}",
+                headers=((b"allow", allowed + b", OPTIONS"),),
+            )
+        if path in GET_PATHS:
+            return (*self._get(path), ())
+        if segment_key is not None or path in sdk_settings.RUDDERSTACK_CONFIG_PATHS:
+            return self._sdk_settings(scope, origin, segment_key)
+        if path in DISCARD_PATHS:
+            await read_body(
+                receive,
+                self.settings.max_request_bytes,
+                _length(scope),
+                self.settings.read_timeout_seconds,
+            )
+            return 200, _OK, _JSON, ()
+        return (*await self._post(scope, receive, SINGLE_EVENT_PATHS.get(path), origin), ())
+
+    def _preflight(
+        self, scope: Scope, origin: bytes | None, allowed: bytes
+    ) -> tuple[int, bytes, bytes, tuple[tuple[bytes, bytes], ...]]:
+        if not self.origins.any_allows(origin):
+            raise self._origin_refused()
+        headers = cors.preflight_headers(
+            allowed + b", OPTIONS",
+            _header(scope, b"access-control-request-headers"),
+            _header(scope, b"access-control-request-private-network") == b"true",
+        )
+        return 204, b"", _JSON, headers
+
+    def _origin_refused(self) -> HTTPError:
+        self.metrics.reject("origin_not_allowed")
+        return HTTPError(
+            403,
+            "origin_not_allowed",
+            "this source does not take events from pages on this origin; "
+            "see [collector.allowed_origins]",
+        )
+
+    def _sdk_settings(
+        self, scope: Scope, origin: bytes | None, segment_key: str | None
+    ) -> tuple[int, bytes, bytes, tuple[tuple[bytes, bytes], ...]]:
+        """analytics.js's CDN settings or RudderStack's source config, for a known write key."""
+        key = segment_key
+        if key is None:
+            found = _query_value(scope, b"writeKey")
+            authorization = _header(scope, b"authorization")
+            if found is None and authorization is not None:
+                try:
+                    found = basic_username(authorization)
+                except Unauthorized as error:
+                    raise self._unauthorized(str(error)) from None
+            key = None if found is None else found.decode("utf-8", "replace")
+        if not key:
+            raise self._unauthorized("no write key: pass writeKey in the query string")
+        try:
+            source = self.sources.source_of(key.encode())
+        except Unauthorized:
+            raise HTTPError(404, "unknown_write_key", "no source has this write key") from None
+        self._admit(scope, source, origin)
+        if segment_key is None:
+            document = sdk_settings.rudderstack_source_config(source)
+        else:
+            host = (_header(scope, b"host") or b"localhost")[:300].decode("latin-1")
+            scheme = "https" if scope.get("scheme") == "https" else "http"
+            document = sdk_settings.segment_settings(key, f"{host}/v1", scheme)
+        return 200, orjson.dumps(document), _JSON, ((b"cache-control", b"no-store"),)
+
+    def _admit(self, scope: Scope, source: str, origin: bytes | None) -> None:
+        """403 when ``source`` does not take events from pages on ``origin``; 429 when the
+        client sent more than the source's rate limit."""
+        if not self.origins.allows(source, origin):
+            raise self._origin_refused()
+        client = scope.get("client")
+        wait = self.rate_limiter.check(source, client[0] if client else None, time.monotonic())
+        if wait:
+            self.metrics.reject("rate_limited")
+            raise HTTPError(
+                429,
+                "rate_limited",
+                f"this client sent more requests to this source than its limit allows; "
+                f"retry in {wait} s",
+                headers=((b"retry-after", str(wait).encode()),),
+            )
 
     def _get(self, path: str) -> tuple[int, bytes, bytes]:
         if path == "/metrics":
@@ -194,25 +299,27 @@ class CollectorApp:
         return (200 if healthy else 503), orjson.dumps(document), _JSON
 
     async def _post(
-        self, scope: Scope, receive: Receive, kind: str | None
+        self, scope: Scope, receive: Receive, kind: str | None, origin: bytes | None
     ) -> tuple[int, bytes, bytes]:
-        authorization = encoding = length = None
+        authorization = encoding = None
         for name, value in scope["headers"]:
             if name == b"authorization":
                 authorization = value
             elif name == b"content-encoding":
                 encoding = value
-            elif name == b"content-length":
-                length = int(value) if value.isdigit() else None
+        length = _length(scope)
         limit = self.settings.max_request_bytes
         try:
-            source = (
-                None
-                if authorization is None
-                else self.sources.source_of(basic_username(authorization))
-            )
+            if authorization is not None:
+                source: str | None = self.sources.source_of(basic_username(authorization))
+            elif scope["path"] == BEACON_PATH:
+                source = self.sources.source_of(_query_value(scope, b"writeKey") or b"")
+            else:
+                source = None
         except Unauthorized as error:
             raise self._unauthorized(str(error)) from None
+        if source is not None:
+            self._admit(scope, source, origin)
         body = await read_body(receive, limit, length, self.settings.read_timeout_seconds)
         raw = decode(body, encoding, limit)
         try:
@@ -225,6 +332,7 @@ class CollectorApp:
             raise HTTPError(400, "invalid_json", "the body must be a JSON object")
         if source is None:
             source = self._source_from_body(document.get("writeKey"))
+            self._admit(scope, source, origin)
         if kind is not None:
             return await self._single(document, kind, source)
         return await self._batch(document, source)
@@ -339,8 +447,38 @@ class CollectorApp:
 
 
 _pack = RECORD.pack
-_ALLOW_GET = ((b"allow", b"GET"),)
-_ALLOW_POST = ((b"allow", b"POST"),)
+
+
+def _header(scope: Scope, wanted: bytes) -> bytes | None:
+    for name, value in scope["headers"]:
+        if name == wanted:
+            return value  # type: ignore[no-any-return]
+    return None
+
+
+def _length(scope: Scope) -> int | None:
+    value = _header(scope, b"content-length")
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def _query_value(scope: Scope, name: bytes) -> bytes | None:
+    """The first value of ``name`` in the query string, unquoted; None when absent."""
+    for pair in scope.get("query_string", b"").split(b"&"):
+        key, _, value = pair.partition(b"=")
+        if key == name:
+            return unquote_to_bytes(value.replace(b"+", b" "))
+    return None
+
+
+def _label(path: str) -> str:
+    """The path as a metrics label: a known path, or a name for a family of them."""
+    if path in POST_PATHS or path in GET_PATHS:
+        return path
+    if sdk_settings.segment_write_key(path) is not None:
+        return SEGMENT_SETTINGS_LABEL
+    if path in sdk_settings.RUDDERSTACK_CONFIG_PATHS:
+        return "/sourceConfig"
+    return "other"
 
 
 def from_environment() -> CollectorApp:

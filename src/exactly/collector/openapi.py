@@ -72,38 +72,63 @@ _ERROR = {
 _ERRORS = {
     "400": _error("invalid JSON, or an invalid event (batch: no valid event)"),
     "401": _error("no write key, or one no source has"),
+    "403": _error("the source does not take events from the page's origin"),
     "413": _error("body over 500 KB, or (single event) an event over 32 KB"),
     "415": _error("a Content-Encoding other than gzip, deflate or identity"),
     "503": _error("the queue to the log is full or the log failed: retry after Retry-After"),
 }
 
 
+_PREFLIGHT = {
+    "summary": "CORS preflight: answered before any write key is asked for",
+    "security": [],
+    "responses": {
+        "204": {"description": "the method and requested headers are allowed"},
+        "403": {"description": "no source takes events from this origin"},
+    },
+}
+
+
+def _single(kind: str, operation_id: str) -> dict[str, Any]:
+    return {
+        "post": {
+            "operationId": operation_id,
+            "summary": f"record one {kind} event",
+            "requestBody": {
+                "required": True,
+                "content": {
+                    media: {"schema": _event_schema(kind, typed=False)} for media in _MEDIA
+                },
+            },
+            "responses": {
+                "200": {
+                    "description": "the event is durable in the log",
+                    "content": {"application/json": {"schema": {"type": "object"}}},
+                },
+                **_ERRORS,
+            },
+        },
+        "options": {"operationId": f"{operation_id}_preflight", **_PREFLIGHT},
+    }
+
+
+# analytics.js sends text/plain (a "simple" content type); both are read as JSON
+_MEDIA = ("application/json", "text/plain")
+
+
 def document() -> dict[str, Any]:
     """The OpenAPI document."""
     paths: dict[str, Any] = {}
     for kind in SINGLE_EVENT_TYPES:
-        paths[f"/v1/{kind}"] = {
-            "post": {
-                "operationId": kind,
-                "summary": f"record one {kind} event",
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": _event_schema(kind, typed=False)}},
-                },
-                "responses": {
-                    "200": {
-                        "description": "the event is durable in the log",
-                        "content": {"application/json": {"schema": {"type": "object"}}},
-                    },
-                    **_ERRORS,
-                },
-            }
-        }
+        paths[f"/v1/{kind}"] = _single(kind, kind)
+        paths[f"/v1/{kind[0]}"] = _single(kind, f"{kind}_short")
     batch = {
         "summary": "record up to 500 KB of events; valid ones are taken, invalid ones named",
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Batch"}}},
+            "content": {
+                media: {"schema": {"$ref": "#/components/schemas/Batch"}} for media in _MEDIA
+            },
         },
         "responses": {
             "200": {
@@ -115,8 +140,62 @@ def document() -> dict[str, Any]:
             **_ERRORS,
         },
     }
-    paths["/v1/batch"] = {"post": {"operationId": "batch", **batch}}
-    paths["/v1/import"] = {"post": {"operationId": "import", **batch}}
+    for path, name in (("/v1/batch", "batch"), ("/v1/import", "import"), ("/v1/b", "b")):
+        paths[path] = {
+            "post": {"operationId": name, **batch},
+            "options": {"operationId": f"{name}_preflight", **_PREFLIGHT},
+        }
+    paths["/beacon/v1/batch"] = {
+        "post": {
+            "operationId": "beacon",
+            **batch,
+            "summary": "a batch sent with navigator.sendBeacon (RudderStack): the write key is "
+            "in the query string",
+            "security": [],
+            "parameters": [
+                {"name": "writeKey", "in": "query", "required": True, "schema": {"type": "string"}}
+            ],
+        },
+        "options": {"operationId": "beacon_preflight", **_PREFLIGHT},
+    }
+    paths["/v1/m"] = {
+        "post": {
+            "operationId": "sdk_metrics",
+            "summary": "analytics.js's own metrics: taken and discarded",
+            "security": [],
+            "requestBody": {"content": {"text/plain": {"schema": {"type": "object"}}}},
+            "responses": {"200": {"description": "discarded"}, "413": _ERRORS["413"]},
+        },
+        "options": {"operationId": "sdk_metrics_preflight", **_PREFLIGHT},
+    }
+    paths["/v1/projects/{writeKey}/settings"] = {
+        "get": {
+            "operationId": "segment_settings",
+            "summary": "analytics.js's CDN settings (point cdnURL at the collector)",
+            "security": [],
+            "parameters": [
+                {"name": "writeKey", "in": "path", "required": True, "schema": {"type": "string"}}
+            ],
+            "responses": {
+                "200": {"description": "the settings; events go to this collector"},
+                "404": {"description": "no source has this write key"},
+            },
+        }
+    }
+    paths["/sourceConfig/"] = {
+        "get": {
+            "operationId": "rudderstack_source_config",
+            "summary": "the RudderStack JS SDK's source config (point configUrl at the collector)",
+            "parameters": [
+                {"name": "writeKey", "in": "query", "required": False, "schema": {"type": "string"}}
+            ],
+            "responses": {
+                "200": {"description": "the source, enabled, without destinations"},
+                "401": {"description": "no write key"},
+                "404": {"description": "no source has this write key"},
+            },
+        }
+    }
     paths["/health"] = {
         "get": {
             "operationId": "health",

@@ -24,6 +24,15 @@ class Source(BaseModel):
     write_key: SecretStr = Field(min_length=1)
 
 
+class RateLimit(BaseModel):
+    """Requests per second per client address for one source, and how many may come at once."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    per_second: float = Field(gt=0)
+    burst: int = Field(ge=1)
+
+
 class CollectorSettings(BaseModel):
     """Everything a collector worker needs; built by ``exactly collect`` from flags and env."""
 
@@ -44,6 +53,12 @@ class CollectorSettings(BaseModel):
         8 * 1024 * 1024, ge=1024, description="most one request may append, as stored"
     )
     read_timeout_seconds: float = Field(10.0, gt=0, description="a stalled body gets 408")
+    allowed_origins: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict, description="source name -> page origins it takes (absent: any)"
+    )
+    rate_limits: dict[str, RateLimit] = Field(
+        default_factory=dict, description="source name -> its limit per client (absent: none)"
+    )
 
     @model_validator(mode="after")
     def _limits_fit(self) -> CollectorSettings:

@@ -1,0 +1,97 @@
+"""Requests per second per client address and source: GCRA, a pure function and its table.
+
+Write keys in pages are public, so one page (or a script with its key) could flood a source. Each
+source may set a rate (requests per second per client address) and a burst (requests a client may
+send at once after being quiet); beyond, the collector answers 429 with ``Retry-After`` and
+appends nothing, and the SDKs retry later.
+
+GCRA (the generic cell rate algorithm) keeps one number per client, its theoretical arrival time
+(TAT): the time at which the client would be back to an empty bucket. It is a token bucket
+without the refill arithmetic. IPv6 clients are limited per /64, the block one host usually has.
+
+Each worker process keeps its own table: with N workers a client may get up to N times the rate
+(its keep-alive connection stays on one worker, so in practice one). The table is bounded: when
+full, clients back to an empty bucket are forgotten first (forgetting them changes nothing),
+then the oldest entries.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from dataclasses import dataclass
+
+_SLACK = 1e-9  # seconds
+
+
+@dataclass(frozen=True)
+class Rate:
+    """``per_second`` requests per second on average, ``burst`` at once (>= 1)."""
+
+    per_second: float
+    burst: int
+
+    @property
+    def interval(self) -> float:
+        return 1.0 / self.per_second
+
+
+def gcra(tat: float, now: float, rate: Rate) -> tuple[float, float]:
+    """One request at ``now`` for a client whose TAT is ``tat`` (0 for a new client).
+
+    Returns ``(tat, wait)``: the client's new TAT and 0 when the request is allowed, else its
+    unchanged TAT and the seconds to wait before a request would be allowed.
+    """
+    interval = rate.interval
+    after = max(tat, now) + interval
+    allowed_at = after - rate.burst * interval
+    if allowed_at - now > _SLACK:  # float rounding must not refuse a client on its schedule
+        return tat, allowed_at - now
+    return after, 0.0
+
+
+def client_key(address: str) -> str:
+    """The address a limit applies to: an IPv4 address as is, an IPv6 one as its /64."""
+    if ":" not in address:
+        return address
+    try:
+        network = ipaddress.IPv6Network((address, 64), strict=False)
+    except ValueError:
+        return address
+    mapped = ipaddress.IPv6Address(address).ipv4_mapped
+    return str(mapped) if mapped is not None else str(network)
+
+
+class RateLimiter:
+    """The TATs of one worker's clients, per (source, client address), at most ``max_clients``."""
+
+    def __init__(self, rates: dict[str, Rate], *, max_clients: int = 100_000) -> None:
+        self.rates = rates
+        self.max_clients = max_clients
+        self._tats: dict[tuple[str, str], float] = {}
+
+    def check(self, source: str, address: str | None, now: float) -> int:
+        """0 when the request may go on, else the whole seconds to put in ``Retry-After``."""
+        rate = self.rates.get(source)
+        if rate is None or address is None:
+            return 0
+        key = (source, client_key(address))
+        tat, wait = gcra(self._tats.get(key, 0.0), now, rate)
+        if wait:
+            return max(1, math.ceil(wait))
+        if key not in self._tats and len(self._tats) >= self.max_clients:
+            self._forget(now)
+        self._tats[key] = tat
+        return 0
+
+    def __len__(self) -> int:
+        return len(self._tats)
+
+    def _forget(self, now: float) -> None:
+        """Make room: drop clients whose bucket is empty again, then the oldest, down to 90%."""
+        tats = self._tats
+        for key in [key for key, tat in tats.items() if tat <= now]:
+            del tats[key]
+        target = self.max_clients * 9 // 10
+        while len(tats) > target:
+            del tats[next(iter(tats))]
