@@ -97,6 +97,7 @@ def _register() -> None:
         collect,
         copy,
         dedupe,
+        deliver,
         demo,
         doctor,
         import_file,
@@ -117,6 +118,7 @@ def _register() -> None:
     app.command("aggregate")(aggregate.aggregate)
     app.command("stats")(aggregate.stats)
     app.command("audit")(aggregate.audit)
+    app.command("deliver")(deliver.deliver)
 
 
 _register()

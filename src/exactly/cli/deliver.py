@@ -1,0 +1,63 @@
+"""``exactly deliver``: the director, sending the JobDB's jobs to ``[[destinations]]``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from exactly.cli.context import context
+from exactly.errors import ConfigError
+
+JOBDB = typer.Option(
+    "--jobdb",
+    help="JobDB: sqlite://DIR, postgresql://USER@HOST/DB or mysql://USER@HOST/DB "
+    "(default: sqlite DATA_DIR/jobdb).",
+    envvar="EXACTLY_DELIVERY__JOBDB",
+)
+
+
+def deliver(
+    ctx: typer.Context,
+    jobdb: Annotated[str | None, JOBDB] = None,
+    until_drained: Annotated[
+        bool,
+        typer.Option(
+            help="Stop when no job is pending (retries waited for).",
+            envvar="EXACTLY_UNTIL_DRAINED",
+        ),
+    ] = False,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            help="Wait for the director lock if another director holds it (standby).",
+            envvar="EXACTLY_DELIVERY_WAIT",
+        ),
+    ] = True,
+) -> None:
+    """Deliver queued jobs to their destinations until stopped (SIGTERM) or drained.
+
+    One director per JobDB: a second one waits on the lock and takes over when the first dies.
+    Every job is recorded executing before its request leaves, so after a crash only the requests
+    that were in flight are sent again, with the same Idempotency-Key and webhook-id.
+    """
+    from exactly.delivery import open_jobdb
+    from exactly.delivery.director import Director
+
+    settings = context(ctx).settings
+    if not settings.destinations:
+        raise ConfigError("no [[destinations]] in the config: nothing to deliver to")
+    options = settings.delivery
+    with open_jobdb(
+        jobdb or settings.jobdb_url,
+        dataset_rows=options.dataset_rows,
+        dataset_minutes=options.dataset_minutes,
+    ) as database:
+        director = Director(database, settings.destinations, page_size=options.page_size)
+        tallies = director.run(until_drained=until_drained, wait=wait)
+    for name, tally in tallies.items():
+        print(
+            f"{name}: {tally.sent} requests, {tally.succeeded} succeeded, {tally.retried} to "
+            f"retry, {tally.discarded} discarded, {tally.expired} expired"
+            + (f"; last error {tally.last_error}" if tally.last_error else "")
+        )

@@ -1,0 +1,112 @@
+"""What to do with an answer, and when the next request may leave: pure functions.
+
+* :func:`outcome`: 2xx succeeded; 408, 429, 5xx, timeouts and connection errors retried; any other
+  status discarded (the receiver refused this event, and sending it again cannot help).
+* :func:`retry_after`: a ``Retry-After`` header (seconds or an HTTP date) in seconds from now.
+* :func:`next_step`: the transition that records an attempt's outcome, with its retry time from
+  :func:`exactly.backoff.backoff`; a retry that could only happen past the job's expiry is
+  ``expired`` now.
+* :func:`gcra`: the generic cell rate algorithm, a rate limit with one number of state.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+from collections.abc import Callable
+
+from exactly.backoff import backoff
+from exactly.delivery.base import (
+    AWAITING_RETRY,
+    DISCARDED,
+    EXPIRED,
+    MAX_RESPONSE,
+    SUCCEEDED,
+    Transition,
+)
+
+RETRIED_STATUSES = frozenset({408, 429})
+
+
+def outcome(status: int | None) -> str:
+    """``succeeded``, ``awaiting-retry`` or ``discarded`` for an HTTP status (None: no answer)."""
+    if status is None or status in RETRIED_STATUSES or status >= 500:
+        return AWAITING_RETRY
+    if 200 <= status < 300:
+        return SUCCEEDED
+    return DISCARDED
+
+
+def retry_after(value: str | None, now: float) -> float | None:
+    """Seconds to wait that a ``Retry-After`` header asks for; None if absent or unreadable."""
+    if not value:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+def next_step(
+    *,
+    job_id: int,
+    attempt: int,
+    expire_at: float,
+    now: float,
+    status: int | None,
+    error_type: str | None = None,
+    response: str | None = None,
+    retry_after_seconds: float | None = None,
+    minimum: float,
+    maximum: float,
+    coefficient: float,
+    jitter: Callable[[], float] | None = None,
+) -> Transition:
+    """The transition that ends attempt number ``attempt`` (counted from 1) of a job."""
+    state = outcome(status)
+    kept = None if response is None else response[:MAX_RESPONSE]
+    retry_at = None
+    if state == AWAITING_RETRY:
+        options = {} if jitter is None else {"jitter": jitter}
+        delay = backoff(
+            attempt,
+            minimum=minimum,
+            maximum=maximum,
+            coefficient=coefficient,
+            retry_after=retry_after_seconds,
+            **options,
+        )
+        retry_at = now + delay
+        if retry_at > expire_at:
+            state, retry_at = EXPIRED, None
+    if state == SUCCEEDED:
+        kept = None
+    return Transition(
+        job_id,
+        state,
+        attempt,
+        time=now,
+        retry_at=retry_at,
+        status_code=status,
+        error_type=error_type,
+        response=kept,
+    )
+
+
+def gcra(tat: float, now: float, *, rate: float, burst: float = 1.0) -> tuple[float, float]:
+    """GCRA: ``(send_at, new_tat)`` for one request given the theoretical arrival time ``tat``.
+
+    ``rate`` requests per second are allowed on average and ``burst`` at once; the request may
+    leave at ``send_at`` (``now`` if it is allowed now), after which the state is ``new_tat``.
+    """
+    if not rate > 0 or not math.isfinite(rate) or burst < 1:
+        raise ValueError(f"rate must be > 0 and burst >= 1, got {rate} and {burst}")
+    interval = 1.0 / rate
+    send_at = max(now, tat - (burst - 1) * interval)
+    return send_at, max(tat, send_at) + interval

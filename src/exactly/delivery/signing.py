@@ -1,0 +1,40 @@
+"""The headers every request carries, so a receiver can check it and drop a duplicate.
+
+* ``Idempotency-Key`` and ``webhook-id``: the event's messageId, the same on every retry and after
+  every crash, so a receiver that remembers ids keeps one copy.
+* ``webhook-timestamp`` and ``webhook-signature`` (Standard Webhooks, standardwebhooks.com):
+  ``v1,`` then base64 of HMAC-SHA256 over ``{id}.{timestamp}.{body}`` with the key the
+  destination's ``whsec_`` secret encodes. Receivers verify with any Standard Webhooks library.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+
+
+def signature(key: bytes, message_id: str, timestamp: int, body: bytes) -> str:
+    """The ``webhook-signature`` value for one request."""
+    signed = f"{message_id}.{timestamp}.".encode() + body
+    digest = hmac.new(key, signed, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode()
+
+
+def request_headers(
+    *,
+    message_id: str,
+    body: bytes,
+    timestamp: int,
+    key: bytes | None,
+    extra: dict[str, str],
+) -> dict[str, str]:
+    """Every header of one request: the configured ones, then the ones exactly owns."""
+    headers = dict(extra)
+    headers["Content-Type"] = "application/json"
+    headers["Idempotency-Key"] = message_id
+    headers["webhook-id"] = message_id
+    headers["webhook-timestamp"] = str(timestamp)
+    if key is not None:
+        headers["webhook-signature"] = signature(key, message_id, timestamp, body)
+    return headers

@@ -1,0 +1,113 @@
+"""A scripted HTTP receiver on loopback for delivery tests, run in a thread of the test process.
+
+Paths choose the behaviour (``N`` counts the requests for one ``webhook-id``):
+
+* ``/ok``: 200;  ``/status/C``: always status C with a body naming it;
+* ``/flaky/K``: 500 for the first K requests of an id, then 200;
+* ``/throttle/K``: 429 with ``Retry-After: 1`` for the first K requests of an id, then 200;
+* ``/hang/S``: answers 200 after S seconds (past the destination's timeout, a timeout);
+* ``/flap``: 503 while :attr:`Receiver.down` is set, else 200.
+
+Every request is kept (path, headers, body, time) in :attr:`Receiver.requests`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from types import TracebackType
+
+from aiohttp import web
+
+from tests.servers import free_port
+
+
+@dataclass(frozen=True)
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    at: float
+
+
+class Receiver:
+    def __init__(self, *, delay: float = 0.0) -> None:
+        self.port = free_port()
+        self.delay = delay
+        self.requests: list[Received] = []
+        self.down = False
+        self._seen: Counter[tuple[str, str]] = Counter()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def ids(self, path: str | None = None) -> Counter[str]:
+        """How many requests each webhook-id got (on ``path`` only, if given)."""
+        return Counter(
+            r.headers["webhook-id"] for r in list(self.requests) if path in (None, r.path)
+        )
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        path = request.path
+        kept = Received(path, dict(request.headers), body, time.time())
+        self.requests.append(kept)
+        key = (path, request.headers.get("webhook-id", ""))
+        self._seen[key] += 1
+        count = self._seen[key]
+        parts = path.strip("/").split("/")
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if parts[0] == "status":
+            return web.Response(status=int(parts[1]), text=f"status {parts[1]} " + "x" * 2000)
+        if parts[0] == "flaky" and count <= int(parts[1]):
+            return web.Response(status=500, text="try again")
+        if parts[0] == "throttle" and count <= int(parts[1]):
+            return web.Response(status=429, headers={"Retry-After": "1"}, text="slow down")
+        if parts[0] == "hang":
+            await asyncio.sleep(float(parts[1]))
+        if parts[0] == "flap" and self.down:
+            return web.Response(status=503, text="down")
+        return web.Response(text="ok")
+
+    async def _serve(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", self.port, backlog=1024)
+        await site.start()
+        self._stop = asyncio.Event()
+        self._ready.set()
+        await self._stop.wait()
+        await runner.cleanup()
+
+    def __enter__(self) -> Receiver:
+        def main() -> None:
+            self._loop = asyncio.new_event_loop()
+            self._loop.run_until_complete(self._serve())
+            self._loop.close()
+
+        self._thread = threading.Thread(target=main, daemon=True)
+        self._thread.start()
+        assert self._ready.wait(30), "the receiver did not start"
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(30)
