@@ -55,25 +55,27 @@ class Watermark:
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
 
-    def _valid(self, partitions: int) -> bool:
-        header = os.pread(self._fd, _HEADER.size, 0)
-        if len(header) != _HEADER.size or _HEADER.unpack(header) != (MAGIC, partitions):
-            return False
-        return os.fstat(self._fd).st_size == _HEADER.size + _SLOT.size * partitions
+    def _raw(self, partitions: int) -> bytes | None:
+        """The whole file in one read (one byte more, to catch a longer file); None if invalid."""
+        size = _HEADER.size + _SLOT.size * partitions
+        raw = os.pread(self._fd, size + 1, 0)
+        if len(raw) != size or _HEADER.unpack_from(raw) != (MAGIC, partitions):
+            return None
+        return raw
 
     def _read(self, partitions: int) -> list[int] | None:
-        if not self._valid(partitions):
+        raw = self._raw(partitions)
+        if raw is None:
             return None
-        raw = os.pread(self._fd, _SLOT.size * partitions, _HEADER.size)
-        return list(struct.unpack(f"<{partitions}Q", raw))
+        return list(struct.unpack_from(f"<{partitions}Q", raw, _HEADER.size))
 
     def get(self, partitions: int, partition: int) -> int | None:
         """The durable end of one partition; None when the file is missing or invalid."""
         with self._locked(fcntl.LOCK_SH):
-            if not self._valid(partitions):
+            raw = self._raw(partitions)
+            if raw is None:
                 return None
-            raw = os.pread(self._fd, _SLOT.size, _HEADER.size + _SLOT.size * partition)
-            return int(_SLOT.unpack(raw)[0])
+            return int(_SLOT.unpack_from(raw, _HEADER.size + _SLOT.size * partition)[0])
 
     def get_all(self, partitions: int) -> list[int] | None:
         """The durable end of every partition; None when the file is missing or invalid."""
@@ -94,9 +96,15 @@ class Watermark:
                     return False
                 self._write(partitions, [ends.get(p, 0) for p in range(partitions)])
                 return True
-            for partition, end in ends.items():
-                if end > current[partition]:
-                    os.pwrite(self._fd, _SLOT.pack(end), _HEADER.size + _SLOT.size * partition)
+            raised = {p: end for p, end in ends.items() if end > current[p]}
+            if raised:  # one write for the slots from the lowest raised to the highest
+                low, high = min(raised), max(raised)
+                values = [max(raised.get(p, 0), current[p]) for p in range(low, high + 1)]
+                os.pwrite(
+                    self._fd,
+                    struct.pack(f"<{len(values)}Q", *values),
+                    _HEADER.size + _SLOT.size * low,
+                )
             return True
 
     def reset(self, partitions: int) -> None:
