@@ -100,7 +100,19 @@ class CollectorConfig(BaseModel):
         8.0, gt=0, description="most one request may append, as stored (after batch context)"
     )
     read_timeout: float = Field(10.0, gt=0, description="seconds a request body may stall")
+    body_timeout: float = Field(
+        30.0, gt=0, description="seconds a whole request body may take to arrive (408 beyond)"
+    )
     shutdown_timeout: float = Field(10.0, gt=0, description="seconds SIGTERM waits for requests")
+    idle_timeout: float = Field(
+        5.0,
+        gt=0,
+        description="seconds a connection may stay open without a whole request head "
+        "(idle keep-alive, a new connection that sends nothing, slow headers)",
+    )
+    max_connections: int = Field(
+        10_000, ge=16, description="open connections per worker; more wait in the listen backlog"
+    )
     allowed_origins: dict[str, tuple[str, ...]] = Field(
         default_factory=dict,
         description="source name -> origins of the pages it takes events from "

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import uuid
+from base64 import b64encode
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -291,3 +292,28 @@ def test_a_client_over_its_source_rate_limit_gets_429_and_nothing_is_appended(
         assert not ({event["messageId"] for event in sent} - taken) & found
         metrics = http.get("/metrics").text
         assert 'exactly_collector_events_rejected_total{reason="rate_limited"}' in metrics
+
+
+def test_a_trickled_body_gets_408_at_the_body_deadline(tmp_path: Path) -> None:
+    """One byte every half second never stalls a single read, yet the whole body has a deadline."""
+    env = {"EXACTLY_COLLECTOR__BODY_TIMEOUT": "2", "EXACTLY_COLLECTOR__READ_TIMEOUT": "5"}
+    with Collector(tmp_path, env=env) as running:
+        before = len(running.records())
+        with socket.create_connection(("127.0.0.1", running.port), timeout=10) as sock:
+            sock.sendall(
+                b"POST /v1/track HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n"
+                b"Authorization: Basic " + b64encode(KEYS["web"].encode() + b":") + b"\r\n\r\n"
+            )
+            started = time.monotonic()
+            sock.settimeout(0.5)
+            answer = b""
+            while not answer and time.monotonic() - started < 8:
+                with contextlib.suppress(OSError):
+                    sock.sendall(b" ")
+                with contextlib.suppress(TimeoutError):
+                    answer = sock.recv(4096)
+        took = time.monotonic() - started
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+        assert b"took more than 2 s" in answer
+        assert 1.5 < took < 4, took
+        assert len(running.records()) == before

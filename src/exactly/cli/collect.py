@@ -103,6 +103,7 @@ def collect(
             max_event_bytes=config.max_event_bytes,
             max_append_bytes=int(config.max_append_mb * 1024 * 1024),
             read_timeout_seconds=config.read_timeout,
+            body_timeout_seconds=config.body_timeout,
             allowed_origins=config.allowed_origins,
             rate_limits={
                 s.name: RateLimit(per_second=rate, burst=config.rate_limit_burst)
@@ -130,7 +131,15 @@ def collect(
         file=sys.stderr,
         flush=True,
     )
-    serve(collector, host, port, workers, shutdown_timeout=config.shutdown_timeout)
+    serve(
+        collector,
+        host,
+        port,
+        workers,
+        shutdown_timeout=config.shutdown_timeout,
+        idle_timeout=config.idle_timeout,
+        max_connections=config.max_connections,
+    )
 
 
 def _sources(given: list[str] | None, configured: dict[str, SecretStr]) -> tuple[Source, ...]:

@@ -12,7 +12,8 @@ inflating), each event as stored (``max_event_bytes``, and the log's record limi
 the log would refuse is rejected alone and never fails the group append it would share with other
 requests), and everything it appends, measured as stored, after the batch-level ``context`` is
 copied into each event (``max_append_bytes``, else 413 and nothing appended). A body that stalls
-longer than ``read_timeout_seconds`` gets 408. Long batches yield to the event loop every
+longer than ``read_timeout_seconds``, or arrives slower than ``body_timeout_seconds`` in all, gets
+408. Long batches yield to the event loop every
 :data:`EVENTS_PER_SLICE` events, so a hostile batch cannot stall the worker's other requests.
 
 One request's life: route, write key (Basic header first), body within the size limit, gzip,
@@ -208,12 +209,7 @@ class CollectorApp:
         if segment_key is not None or path in sdk_settings.RUDDERSTACK_CONFIG_PATHS:
             return self._sdk_settings(scope, origin, segment_key)
         if path in DISCARD_PATHS:
-            await read_body(
-                receive,
-                self.settings.max_request_bytes,
-                _length(scope),
-                self.settings.read_timeout_seconds,
-            )
+            await self._read_body(scope, receive)
             return 200, _OK, _JSON, ()
         return (*await self._post(scope, receive, SINGLE_EVENT_PATHS.get(path), origin), ())
 
@@ -307,7 +303,6 @@ class CollectorApp:
                 authorization = value
             elif name == b"content-encoding":
                 encoding = value
-        length = _length(scope)
         limit = self.settings.max_request_bytes
         try:
             if authorization is not None:
@@ -320,7 +315,7 @@ class CollectorApp:
             raise self._unauthorized(str(error)) from None
         if source is not None:
             self._admit(scope, source, origin)
-        body = await read_body(receive, limit, length, self.settings.read_timeout_seconds)
+        body = await self._read_body(scope, receive)
         raw = decode(body, encoding, limit)
         try:
             document = orjson.loads(raw)
@@ -336,6 +331,16 @@ class CollectorApp:
         if kind is not None:
             return await self._single(document, kind, source)
         return await self._batch(document, source)
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        settings = self.settings
+        return await read_body(
+            receive,
+            settings.max_request_bytes,
+            _length(scope),
+            settings.read_timeout_seconds,
+            settings.body_timeout_seconds,
+        )
 
     def _source_from_body(self, write_key: object) -> str:
         if type(write_key) is not str or not write_key:

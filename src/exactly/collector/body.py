@@ -48,22 +48,37 @@ def too_large(limit: int) -> HTTPError:
 
 
 async def read_body(
-    receive: Receive, limit: int, declared: int | None, timeout: float | None = None
+    receive: Receive,
+    limit: int,
+    declared: int | None,
+    timeout: float | None = None,
+    total: float | None = None,
 ) -> bytes:
-    """The raw body, at most ``limit`` bytes (413 beyond, checked before reading if declared);
-    408 when the client sends nothing for ``timeout`` seconds (a slow client must not hold a
-    worker, nor its shutdown, forever)."""
+    """The raw body, at most ``limit`` bytes (413 beyond, checked before reading if declared).
+
+    408 when the client sends nothing for ``timeout`` seconds, or has not sent the whole body
+    within ``total`` seconds: a slow client (one byte, then nothing; or a trickle) must not hold
+    a worker, nor its shutdown, for long.
+    """
     if declared is not None and declared > limit:
         raise too_large(limit)
+    loop = asyncio.get_running_loop()
+    deadline = None if total is None else loop.time() + total
     chunks: list[bytes] = []
     size = 0
     while True:
+        wait = timeout
+        if deadline is not None:
+            left = max(0.0, deadline - loop.time())
+            wait = left if wait is None else min(wait, left)
         try:
-            message = await asyncio.wait_for(receive(), timeout)
+            message = await asyncio.wait_for(receive(), wait)
         except TimeoutError:
-            raise HTTPError(
-                408, "timeout", f"the request body stalled for more than {timeout:g} s"
-            ) from None
+            if deadline is not None and loop.time() >= deadline:
+                stalled = f"took more than {total:g} s"
+            else:
+                stalled = f"stalled for more than {timeout:g} s"
+            raise HTTPError(408, "timeout", f"the request body {stalled}") from None
         if message["type"] == "http.disconnect":
             raise ClientGone
         chunk = message.get("body", b"")

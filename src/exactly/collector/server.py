@@ -8,8 +8,10 @@ processes appending at once, and a Kafka log takes any number of producers.
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import socket
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +20,7 @@ from exactly.collector.settings import CollectorSettings
 from exactly.errors import ConfigError
 
 FACTORY = "exactly.collector.app:from_environment"
+BACKLOG = 4096  # connections the kernel queues before granian accepts them (somaxconn caps it)
 
 
 @contextmanager
@@ -56,6 +59,16 @@ def check_address(host: str, port: int) -> None:
         ) from None
 
 
+def raise_file_limit(wanted: int) -> int:
+    """Raise this process's open-file limit (inherited by the workers) towards ``wanted``;
+    returns the limit in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        soft = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    return wanted if soft == resource.RLIM_INFINITY else soft
+
+
 def serve(
     settings: CollectorSettings,
     host: str,
@@ -63,20 +76,40 @@ def serve(
     workers: int,
     *,
     shutdown_timeout: float = 10.0,
+    idle_timeout: float = 5.0,
+    max_connections: int = 10_000,
 ) -> None:
     """Serve until SIGINT or SIGTERM; queued events are appended before the workers exit.
 
     A stop waits for requests in flight at most ``shutdown_timeout`` seconds, then kills the
     workers: their appender processes still append and acknowledge what they were sent, and a
-    client that got no answer retries (the dedupe stage removes what was appended twice). Clients
-    that stall are cut sooner: headers within ``shutdown_timeout``, each piece of a body within
-    the settings' ``read_timeout_seconds`` (408).
+    client that got no answer retries (the dedupe stage removes what was appended twice).
+
+    Connections (issue 11: 2,000 idle connections used to stop the collector): HTTP/1.1 only, so
+    that a connection that sends nothing is under the header timeout from its first moment
+    (granian's protocol detection for HTTP/2 waits for bytes without one); a connection without a
+    whole request head for ``idle_timeout`` seconds is closed (new, idle keep-alive, or slow
+    headers), so idle ones go oldest first; each worker holds at most ``max_connections`` (more
+    wait in the listen backlog; the open-file limit is raised to fit); a body's pieces must come
+    within the settings' ``read_timeout_seconds`` and the whole within ``body_timeout_seconds``
+    (408).
     """
     from granian import Granian
-    from granian.constants import Interfaces, Loops
+    from granian.constants import HTTPModes, Interfaces, Loops
     from granian.http import HTTP1Settings
     from granian.log import LogLevels
 
+    reserve = 256 * workers  # logs, sockets to appenders, the interpreter's own files
+    limit = raise_file_limit(max_connections * workers + reserve)
+    per_worker = max(16, min(max_connections, (limit - reserve) // workers))
+    if per_worker < max_connections:
+        print(
+            f"warning: the open-file limit ({limit}) allows {per_worker} connections per worker, "
+            f"not {max_connections}; raise it (ulimit -n) or lower collector.max_connections",
+            file=sys.stderr,
+            flush=True,
+        )
+    header_timeout = min(idle_timeout, shutdown_timeout)
     with _environment(settings, workers):
         Granian(
             FACTORY,
@@ -84,12 +117,15 @@ def serve(
             address=host,
             port=port,
             interface=Interfaces.ASGI,
+            http=HTTPModes.http1,
             workers=workers,
             loop=Loops.uvloop,
             websockets=False,
+            backlog=BACKLOG,
+            backpressure=per_worker,
             log_level=LogLevels.warning,
             log_access=False,
             respawn_failed_workers=True,
             workers_kill_timeout=max(1, round(shutdown_timeout)),
-            http1_settings=HTTP1Settings(header_read_timeout=int(shutdown_timeout * 1000)),
+            http1_settings=HTTP1Settings(header_read_timeout=max(1, int(header_timeout * 1000))),
         ).serve()

@@ -53,6 +53,7 @@ class CollectorSettings(BaseModel):
         8 * 1024 * 1024, ge=1024, description="most one request may append, as stored"
     )
     read_timeout_seconds: float = Field(10.0, gt=0, description="a stalled body gets 408")
+    body_timeout_seconds: float = Field(30.0, gt=0, description="a body slower than this: 408")
     allowed_origins: dict[str, tuple[str, ...]] = Field(
         default_factory=dict, description="source name -> page origins it takes (absent: any)"
     )
