@@ -4,12 +4,14 @@ Arguments: DATA_DIR LOG_URL DB_URL CHECKPOINT MODE. Like ``tests/dedupe_job_chil
 Spark, prints ``warm``, waits for ``go`` on stdin, prints ``running``, then counts ``events`` into
 ``event_counts`` and the test's ``plan_hours`` in small micro-batches, printing ``batch N`` after
 each: MODE ``streaming`` until killed, ``catch-up`` until caught up, then ``done``. With
-``EXACTLY_AGGREGATE_KILL_AFTER_COMMIT=N`` in its environment the job kills itself right after its
-N-th SQL commit, before Spark's.
+``EXACTLY_TEST_KILL_AFTER_COMMIT=N`` in its environment the run kills its process group right
+after its N-th SQL commit, before Spark's: ``on_batch`` runs between the two.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -19,6 +21,8 @@ from exactly.config import Settings
 from exactly.log import open_log
 from exactly.spark.session import build_session
 from tests.aggregate_stream import PLAN_TABLE
+
+KILL_AFTER_COMMIT = "EXACTLY_TEST_KILL_AFTER_COMMIT"
 
 
 def main(data_dir: str, log_url: str, db_url: str, checkpoint: str, mode: str) -> None:
@@ -39,17 +43,20 @@ def main(data_dir: str, log_url: str, db_url: str, checkpoint: str, mode: str) -
     if sys.stdin.readline().strip() != "go":
         return
     print("running", flush=True)
+    kill_after = int(os.environ.get(KILL_AFTER_COMMIT) or 0)
+    commits = 0
+
+    def on_batch(batch: int, _events: int, counted: bool) -> None:
+        nonlocal commits
+        print(f"batch {batch}", flush=True)
+        commits += counted
+        if kill_after and commits >= kill_after:
+            os.killpg(os.getpgrp(), signal.SIGKILL)  # after the SQL commit, before Spark's
+
     with open_db(db_url, retry_seconds=60) as db:
         with open_log(log_url) as log:
             start = job.prepare(log, db, plan, specs)
-        job.run(
-            spark,
-            plan,
-            db,
-            specs,
-            start,
-            on_batch=lambda batch, _events, _counted: print(f"batch {batch}", flush=True),
-        )
+        job.run(spark, plan, db, specs, start, on_batch=on_batch)
     print("done", flush=True)
     spark.stop()
 

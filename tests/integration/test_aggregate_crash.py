@@ -3,7 +3,7 @@
 Each run is a real job process (Spark's JVM and Python workers in its process group), killed
 with SIGKILL at a random moment: while Spark or the query starts, inside micro-batches. Some runs
 kill themselves at the worst moment on purpose: right after the SQL commit of a batch and before
-Spark's commit (``EXACTLY_AGGREGATE_KILL_AFTER_COMMIT``), so the next run replays a batch the
+Spark's commit (``EXACTLY_TEST_KILL_AFTER_COMMIT``), so the next run replays a batch the
 database already holds. The next run warms up while the previous one works
 (``tests/aggregate_job_child.py``). At the end one run catches up undisturbed, and every table
 must equal the recount in plain Python of the events appended, on each backend.
@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from exactly.aggregate import job, open_db
+from exactly.aggregate import open_db
 from exactly.log import open_log
 from tests.aggregate_db import BACKENDS, database
+from tests.aggregate_job_child import KILL_AFTER_COMMIT
 from tests.aggregate_stream import EventStream, append
 from tests.integration.test_aggregate import assert_exact, distinct_raw
 from tests.job_child import FAST_JVM, ROOT, Child
@@ -39,7 +40,7 @@ def test_aggregate_killed_at_random_points_stays_exact(tmp_path: Path, backend: 
     log_url = f"sqlite://{tmp_path / 'log'}"
     stream = EventStream(seed=9, duplicate_rate=0.0)
     env = {**os.environ, "JDK_JAVA_OPTIONS": FAST_JVM, "PYTHONPATH": str(ROOT)}
-    env.pop(job.KILL_AFTER_COMMIT, None)
+    env.pop(KILL_AFTER_COMMIT, None)
     with database(backend, tmp_path) as db_url, open_log(log_url) as log:
         args = [str(tmp_path / "data"), log_url, db_url, str(tmp_path / "checkpoint")]
         log.create_topic("events", PARTITIONS)
@@ -56,7 +57,7 @@ def test_aggregate_killed_at_random_points_stays_exact(tmp_path: Path, backend: 
         def child(last: bool) -> tuple[Child, bool]:
             """The next run; one in four kills itself between the SQL and Spark commits."""
             suicidal = not last and rng.random() < 0.25
-            own = dict(env, **{job.KILL_AFTER_COMMIT: str(rng.randint(1, 3))}) if suicidal else env
+            own = dict(env, **{KILL_AFTER_COMMIT: str(rng.randint(1, 3))}) if suicidal else env
             return Child(MODULE, args, own, "catch-up" if last else "streaming"), suicidal
 
         appender = threading.Thread(target=grow, daemon=True)

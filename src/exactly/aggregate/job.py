@@ -17,8 +17,6 @@ last batch the database counted, so the database, not the checkpoint, is the sou
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,10 +32,6 @@ from exactly.spark import offsets
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-# Test hook: SIGKILL the job's process group right after the N-th SQL commit of this process,
-# before Spark commits that batch (the crash tests' deterministic kill point).
-KILL_AFTER_COMMIT = "EXACTLY_AGGREGATE_KILL_AFTER_COMMIT"
 
 
 @dataclass(frozen=True)
@@ -125,8 +119,6 @@ class BatchCounter:
         self.plan = plan
         self.specs = list(specs)
         self.on_batch = on_batch
-        self.commits = 0
-        self.kill_after = int(os.environ.get(KILL_AFTER_COMMIT) or 0)
         self.failure: BaseException | None = None
         self._query_id: str | None = None
 
@@ -165,10 +157,7 @@ class BatchCounter:
         )
         # 3. upserts and marker in one transaction; a replay stops at the marker
         counted = self.db.commit(batch, self.specs)
-        if counted:
-            self.commits += 1
-            if self.kill_after and self.commits >= self.kill_after:
-                os.killpg(os.getpgrp(), signal.SIGKILL)  # before Spark's commit (step 4)
+        # ``on_batch`` runs after the SQL commit and before Spark's (step 4)
         if self.on_batch is not None:
             self.on_batch(batch_id, events, counted)
 
