@@ -6,16 +6,19 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from exactly.events import (
     MAX_EVENT_BYTES,
+    MAX_MESSAGE_ID_LENGTH,
     InvalidEvent,
     Receipt,
     format_millis,
     format_time,
+    message_id_of,
     normalise,
     parse_millis,
 )
@@ -246,3 +249,26 @@ def test_a_lower_event_limit() -> None:
     with pytest.raises(InvalidEvent) as error:
         normalise(dict(event), Receipt.of("web", received_at=NOW, max_event_bytes=1024))
     assert error.value.code == "too_large" and "1024" in error.value.message
+
+
+@given(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(st.characters(blacklist_categories=["Cs"]), max_size=300)
+    | st.lists(st.integers(0, 9), max_size=2)
+)
+def test_dedupe_reads_a_message_id_by_the_collectors_rule(found: object) -> None:
+    from exactly.dedupe.task import message_id
+
+    event = {"type": "track", "messageId": found}
+    try:
+        expected = message_id_of(event)
+    except InvalidEvent:
+        expected = None
+    key, reason = message_id(None, orjson.dumps(event))
+    assert key == (None if expected is None else expected.encode())
+    assert (reason is None) == (expected is not None)
+    if isinstance(found, str) and len(found) > MAX_MESSAGE_ID_LENGTH:
+        assert reason == f"messageId is longer than {MAX_MESSAGE_ID_LENGTH} characters"

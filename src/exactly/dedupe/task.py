@@ -40,6 +40,7 @@ from exactly.dedupe import recovery
 from exactly.dedupe.base import Claim, DedupeStore, StorePartition
 from exactly.dedupe.recovery import SOURCE_HEADER
 from exactly.events.ids import DEFAULT_SCOPE, id_packer, record_sources
+from exactly.events.normalise import InvalidEvent, message_id_of
 from exactly.log import Log, Record
 from exactly.log.base import DEFAULT_MAX_RECORD_BYTES
 
@@ -66,7 +67,10 @@ class TaskPlan:
 
 
 def message_id(key: bytes | None, value: bytes) -> tuple[bytes | None, str | None]:
-    """The messageId of a raw record, as UTF-8 (its key, else its JSON's); or why there is none."""
+    """The messageId of a raw record, as UTF-8 (its key, else its JSON's); or why there is none.
+
+    The JSON's is read by :func:`exactly.events.normalise.message_id_of`, the collector's rule.
+    """
     if key:
         return key, None
     try:
@@ -75,10 +79,13 @@ def message_id(key: bytes | None, value: bytes) -> tuple[bytes | None, str | Non
         return None, "the value is not JSON"
     if not isinstance(event, dict):
         return None, "the value is not a JSON object"
-    found = event.get("messageId")
-    if isinstance(found, int) and not isinstance(found, bool):
-        found = str(found)
-    if not isinstance(found, str) or not found:
+    try:
+        found = message_id_of(event)  # the collector's rule
+    except InvalidEvent as error:
+        if isinstance(event.get("messageId"), str):
+            return None, error.message  # too long
+        found = None
+    if found is None:
         return None, "no messageId (no key, and no messageId string in the value)"
     return found.encode(), None
 

@@ -252,18 +252,35 @@ def _timestamps(event: dict[str, Any], receipt: Receipt) -> None:
     event["receivedAt"] = received_text
 
 
-def _message_id(event: dict[str, Any], message_id_for: MessageIdFor | None) -> str:
+def message_id_of(event: dict[str, Any]) -> str | None:
+    """The messageId an event carries, by the one rule every reader of events applies.
+
+    A string of at most :data:`MAX_MESSAGE_ID_LENGTH` characters, or an integer (as its digits);
+    None when it is missing or empty. Raises :class:`InvalidEvent` for any other value.
+    """
     value = event.get("messageId")
     if value is None or value == "":
-        value = message_id_for(event) if message_id_for is not None else ksuid()
-    elif type(value) is int:
+        return None
+    if type(value) is int:
         value = str(value)
     elif type(value) is not str:
         raise InvalidEvent("invalid_field", "messageId must be a string")
+    _check_message_id(value)
+    return value
+
+
+def _check_message_id(value: str) -> None:
     if len(value) > MAX_MESSAGE_ID_LENGTH:
         raise InvalidEvent(
             "invalid_field", f"messageId is longer than {MAX_MESSAGE_ID_LENGTH} characters"
         )
+
+
+def _message_id(event: dict[str, Any], message_id_for: MessageIdFor | None) -> str:
+    value = message_id_of(event)
+    if value is None:
+        value = message_id_for(event) if message_id_for is not None else ksuid()
+        _check_message_id(value)
     event["messageId"] = value
     return value
 
