@@ -10,10 +10,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exactly.collector.appender_process import REQUEST, encode_record, parse
 from exactly.collector.body import HTTPError, decode
 from exactly.collector.settings import CollectorSettings, parse_source
 from exactly.collector.sources import Sources, Unauthorized, basic_username
+from exactly.collector.wire import (
+    encode_ack,
+    encode_record,
+    encode_request,
+    parse_acks,
+    parse_requests,
+)
 from exactly.errors import ConfigError
 from exactly.log import Record
 
@@ -90,16 +96,16 @@ def test_appender_frames_round_trip_whatever_the_cut(
     requests: list[list[tuple[int, bytes, bytes]]], cut: int
 ) -> None:
     stream = b"".join(
-        REQUEST.pack(n, len(body)) + body
+        encode_request(n, body)
         for n, body in enumerate(b"".join(encode_record(*r) for r in rs) for rs in requests)
     )
     cut = min(cut, len(stream))
     buffer = bytearray(stream[: len(stream) - cut])
     merged: dict[int, list[Record]] = {}
-    consumed, last = parse(buffer, merged)
+    consumed, last = parse_requests(buffer, merged)
     del buffer[:consumed]
     buffer += stream[len(stream) - cut :]
-    consumed, last_rest = parse(buffer, merged)
+    consumed, last_rest = parse_requests(buffer, merged)
     assert consumed == len(buffer)
     assert max(last, last_rest) == len(requests) - 1
     expected: dict[int, list[Record]] = {}
@@ -107,3 +113,18 @@ def test_appender_frames_round_trip_whatever_the_cut(
         for partition, key, value in rs:
             expected.setdefault(partition, []).append(Record(value, key))
     assert merged == expected
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 2**63), st.floats(0, 10), st.text(max_size=40)), max_size=5),
+    st.integers(0, 50),
+)
+def test_acks_round_trip_whatever_the_cut(acks: list[tuple[int, float, str]], cut: int) -> None:
+    stream = b"".join(encode_ack(last, seconds, error.encode()) for last, seconds, error in acks)
+    cut = min(cut, len(stream))
+    buffer = bytearray(stream[: len(stream) - cut])
+    found = parse_acks(buffer)
+    buffer += stream[len(stream) - cut :]
+    found += parse_acks(buffer)
+    assert not buffer
+    assert found == [(last, seconds, error.encode().decode()) for last, seconds, error in acks]

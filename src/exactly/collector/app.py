@@ -35,13 +35,13 @@ import orjson
 
 from exactly.collector import cors, openapi, sdk_settings
 from exactly.collector.appender import Appender, QueueFull
-from exactly.collector.appender_process import RECORD
 from exactly.collector.body import ClientGone, HTTPError, Receive, decode, read_body
 from exactly.collector.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from exactly.collector.metrics import Metrics
 from exactly.collector.ratelimit import Rate, RateLimiter
 from exactly.collector.settings import CollectorSettings
 from exactly.collector.sources import Sources, Unauthorized, basic_username
+from exactly.collector.wire import RECORD
 from exactly.errors import LogUnavailable, UnknownTopic
 from exactly.events import InvalidEvent, Receipt, normalise, partition_for
 from exactly.log import open_log

@@ -29,8 +29,8 @@ import sys
 from collections import deque
 from dataclasses import dataclass
 
-from exactly.collector.appender_process import ACK, REQUEST
 from exactly.collector.metrics import Metrics
+from exactly.collector.wire import encode_request, parse_acks
 from exactly.errors import LogUnavailable
 
 logger = logging.getLogger("exactly.collector")
@@ -56,12 +56,7 @@ class _Acks(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
-        while len(self.buffer) >= ACK.size:
-            last, seconds, length = ACK.unpack_from(self.buffer)
-            if len(self.buffer) < ACK.size + length:
-                return
-            error = self.buffer[ACK.size : ACK.size + length].decode(errors="replace")
-            del self.buffer[: ACK.size + length]
+        for last, seconds, error in parse_acks(self.buffer):
             self.appender._acknowledged(last, seconds, error)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -128,7 +123,7 @@ class Appender:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         request = self._next_request
         self._next_request += 1
-        transport.write(REQUEST.pack(request, len(body)) + body)
+        transport.write(encode_request(request, body))
         self._waiting.append(_Pending(request, size, future))
         self.pending_bytes += size
         self._gauge()

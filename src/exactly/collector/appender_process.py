@@ -4,14 +4,10 @@ It runs apart from the worker so that the log's own work (building rows, binding
 page writes) never competes with the event loop for one GIL: measured, an appender *thread* in
 the worker capped the collector at about half the throughput (docs/benchmarks.md).
 
-Protocol, over a Unix stream socket inherited from the worker (fd in ``EXACTLY_APPENDER_FD``):
-
-* worker → appender, one frame per request: ``request id (u64), body length (u32)``, then the
-  body, records back to back: ``partition (u16), key length (u16), value length (u32), key,
-  value``. Request ids increase by one.
-* appender → worker, one ack per group: ``last request id (u64), seconds the append took (f64),
-  error length (u32)``, then the error text (empty on success). An ack covers every request up to
-  and including that id.
+Protocol: frames over a Unix stream socket inherited from the worker (fd in
+``EXACTLY_APPENDER_FD``), one per request one way and one ack per group the other; their layout
+is :mod:`exactly.collector.wire`, which both ends use. An ack covers every request up to and
+including its id.
 
 The loop (group commit):
 
@@ -29,52 +25,12 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import struct
 import time
 
+from exactly.collector.wire import encode_ack, parse_requests
 from exactly.log import Log, Record, open_log
 
-REQUEST = struct.Struct("!QI")
-RECORD = struct.Struct("!HHI")
-ACK = struct.Struct("!QdI")
 ENVIRONMENT = ("EXACTLY_APPENDER_FD", "EXACTLY_APPENDER_LOG", "EXACTLY_APPENDER_TOPIC")
-
-
-def encode_record(partition: int, key: bytes, value: bytes) -> bytes:
-    """One record of a request body (see the module docstring)."""
-    return RECORD.pack(partition, len(key), len(value)) + key + value
-
-
-def parse(buffer: bytearray, merged: dict[int, list[Record]]) -> tuple[int, int]:
-    """Move the complete frames at the head of ``buffer`` into ``merged``.
-
-    Returns (bytes consumed, last request id or -1 when no frame was complete).
-    """
-    at, last, end = 0, -1, len(buffer)
-    view = memoryview(buffer)
-    try:
-        while at + REQUEST.size <= end:
-            request, length = REQUEST.unpack_from(buffer, at)
-            stop = at + REQUEST.size + length
-            if stop > end:
-                break
-            cursor = at + REQUEST.size
-            while cursor < stop:
-                partition, key_length, value_length = RECORD.unpack_from(buffer, cursor)
-                cursor += RECORD.size
-                key = bytes(view[cursor : cursor + key_length])
-                cursor += key_length
-                value = bytes(view[cursor : cursor + value_length])
-                cursor += value_length
-                records = merged.get(partition)
-                if records is None:
-                    merged[partition] = [Record(value, key)]
-                else:
-                    records.append(Record(value, key))
-            at, last = stop, request
-    finally:
-        view.release()
-    return at, last
 
 
 def serve(sock: socket.socket, log: Log, topic: str) -> None:
@@ -97,7 +53,7 @@ def serve(sock: socket.socket, log: Log, topic: str) -> None:
         finally:
             sock.setblocking(True)
         merged: dict[int, list[Record]] = {}
-        consumed, last = parse(buffer, merged)
+        consumed, last = parse_requests(buffer, merged)
         del buffer[:consumed]
         if last < 0:
             continue
@@ -110,7 +66,7 @@ def serve(sock: socket.socket, log: Log, topic: str) -> None:
             error = f"{type(failed).__name__}: {failed}".encode(errors="replace")
         # 3. only now acknowledge
         try:
-            sock.sendall(ACK.pack(last, time.perf_counter() - started, len(error)) + error)
+            sock.sendall(encode_ack(last, time.perf_counter() - started, error))
         except OSError:  # the worker is gone; what was appended stays appended
             return
 
