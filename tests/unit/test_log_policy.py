@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exactly.log.base import Record, accept_sequences
-from exactly.log.sqlite import OFFSET_BITS, decode_headers, encode_headers, partition_range
+from exactly.log.sqlite_format import OFFSET_BITS, decode_headers, encode_headers, partition_range
 
 sequences = st.lists(st.integers(min_value=0, max_value=2**62), max_size=50)
 

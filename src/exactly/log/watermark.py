@@ -13,7 +13,7 @@ per partition: the end offset below which that partition's records are known dur
   reached, and only ever grows while the topic lives; so it never exceeds what is durable. The file
   itself is never fsynced: after a power cut it may be stale, short or zeroed, hence too low or
   invalid, never too high. Too low stalls readers until the next sync raises it; invalid is
-  rebuilt from the committed ends after an fsync (``exactly.log.sqlite.recover``).
+  rebuilt from the committed ends after an fsync (``exactly.log.group_commit.recover``).
 * Every access holds ``flock`` on the file (shared to read, exclusive to write) and, within a
   process, a mutex (an ``flock`` belongs to the open file, which threads share), so no reader sees
   a half-written value. Reads use ``pread``: a file truncated under a reader cannot kill it with

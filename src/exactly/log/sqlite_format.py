@@ -1,0 +1,97 @@
+"""The sqlite log's files: the schema, rowids as positions, the headers' encoding, connections.
+
+A record's rowid is ``partition << OFFSET_BITS | offset``: a partition is a contiguous rowid
+range (:func:`partition_range`). Headers are stored as one blob (:func:`encode_headers`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import struct
+from collections.abc import Sequence
+from pathlib import Path
+
+from exactly.log.base import Header
+
+OFFSET_BITS = 40
+SUFFIX = ".sqlite"
+
+WRITERS_TABLE = """CREATE TABLE IF NOT EXISTS writers (
+    writer TEXT NOT NULL, partition INTEGER NOT NULL, epoch INTEGER NOT NULL,
+    PRIMARY KEY (writer, partition)) WITHOUT ROWID"""
+
+SCHEMA = (
+    """
+CREATE TABLE IF NOT EXISTS topic (
+    name TEXT PRIMARY KEY, partitions INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS records (
+    id INTEGER PRIMARY KEY, timestamp INTEGER NOT NULL, key BLOB, value BLOB NOT NULL,
+    headers BLOB);
+CREATE TABLE IF NOT EXISTS producers (
+    producer TEXT NOT NULL, partition INTEGER NOT NULL, last_sequence INTEGER NOT NULL,
+    PRIMARY KEY (producer, partition)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS group_offsets (
+    grp TEXT NOT NULL, partition INTEGER NOT NULL, next_offset INTEGER NOT NULL,
+    PRIMARY KEY (grp, partition)) WITHOUT ROWID;
+"""
+    + WRITERS_TABLE
+)
+
+_HEADER = struct.Struct(">HI")
+
+
+def encode_headers(headers: Sequence[Header]) -> bytes | None:
+    """Headers as ``(u16 name length, u32 value length, name, value)*``; None when empty."""
+    if not headers:
+        return None
+    if len(headers) == 1:  # the common case (the sink's mark): no list to build
+        name, value = headers[0]
+        raw = name.encode()
+        return _HEADER.pack(len(raw), len(value)) + raw + bytes(value)
+    parts: list[bytes] = []
+    for name, value in headers:
+        raw = name.encode()
+        parts += [_HEADER.pack(len(raw), len(value)), raw, bytes(value)]
+    return b"".join(parts)
+
+
+def decode_headers(blob: bytes | None) -> tuple[Header, ...]:
+    if not blob:
+        return ()
+    headers: list[Header] = []
+    at = 0
+    while at < len(blob):
+        name_len, value_len = _HEADER.unpack_from(blob, at)
+        at += _HEADER.size
+        name = blob[at : at + name_len].decode()
+        at += name_len
+        headers.append((name, blob[at : at + value_len]))
+        at += value_len
+    return tuple(headers)
+
+
+def partition_range(partition: int) -> tuple[int, int]:
+    """The rowids ``[low, high)`` a partition occupies."""
+    return partition << OFFSET_BITS, (partition + 1) << OFFSET_BITS
+
+
+def connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=60)
+    conn.execute("PRAGMA busy_timeout = 60000")
+    if readonly:
+        conn.execute("PRAGMA query_only = ON")
+    else:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+    return conn
+
+
+def partitions_of(conn: sqlite3.Connection) -> int | None:
+    """The topic's partition count; None while the topic is not created."""
+    try:
+        row = conn.execute("SELECT partitions FROM topic").fetchone()
+    except sqlite3.OperationalError as error:
+        if "no such table" not in str(error):
+            raise
+        return None
+    return None if row is None else int(row[0])
