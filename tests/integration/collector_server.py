@@ -1,8 +1,8 @@
 """A real collector for tests: ``exactly collect`` as a subprocess on a free port, always stopped.
 
-The collector runs in its own session (process group) so that stopping it, gracefully or with
-SIGKILL, reaches its granian worker and appender processes too; an ``atexit`` hook kills the group
-if a test run dies before the ``with`` block ends.
+A :class:`~tests.servers.ServerProcess`. The collector runs in its own session (process group) so
+that stopping it, gracefully or with SIGKILL, reaches its granian worker and appender processes
+too; the ``atexit`` hook kills the group if a test run dies before the ``with`` block ends.
 """
 
 from __future__ import annotations
@@ -15,12 +15,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import TracebackType
 
 import httpx
 
 from exactly.log import LogRecord, open_log
-from tests.servers import free_port
+from tests.servers import ServerProcess
 
 KEYS = {"web": "web-key-0123", "app": "app-key-4567"}
 
@@ -30,8 +29,11 @@ def basic(key: str) -> tuple[str, str]:
     return (key, "")
 
 
-class Collector:
+class Collector(ServerProcess):
     """``exactly collect`` with a sqlite log under ``data_dir``; ``url`` once started."""
+
+    name = "the collector"
+    startup_timeout = 60.0
 
     def __init__(
         self,
@@ -44,6 +46,7 @@ class Collector:
         topic: str = "raw",
         env: dict[str, str] | None = None,
     ) -> None:
+        super().__init__()
         self.data_dir = data_dir
         self.sources = KEYS if sources is None else sources
         self.workers = workers
@@ -51,8 +54,6 @@ class Collector:
         self.topic = topic
         self.env = env or {}
         self._log_url = log_url
-        self.port = 0
-        self.process: subprocess.Popen[bytes] | None = None
         self.output = data_dir / "collector.out"
 
     @property
@@ -63,9 +64,8 @@ class Collector:
     def log_url(self) -> str:
         return self._log_url or f"sqlite://{self.data_dir / 'log'}"
 
-    def start(self, *, timeout: float = 60.0) -> Collector:
+    def _spawn(self) -> subprocess.Popen[bytes]:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
         command = [
             sys.executable, "-m", "exactly", "--data-dir", str(self.data_dir), "collect",
             "--port", str(self.port), "--workers", str(self.workers), "--topic", self.topic,
@@ -78,22 +78,18 @@ class Collector:
                 f"{n}={k}" for n, k in self.sources.items()
             )
         with self.output.open("ab") as output:
-            self.process = subprocess.Popen(
+            return subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=output, stderr=output,
                 start_new_session=True, env=env,
             )  # fmt: skip
-        atexit.register(self._kill_group, self.process.pid)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the collector exited: {self.tail()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return self
-            if time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError(f"the collector did not become healthy: {self.tail()}")
-            time.sleep(0.05)
+
+    def _ready(self) -> bool:
+        with contextlib.suppress(httpx.HTTPError):
+            return httpx.get(f"{self.url}/health", timeout=1).status_code == 200
+        return False
+
+    def _output(self) -> str:
+        return self.tail()
 
     def tail(self) -> str:
         try:
@@ -106,13 +102,16 @@ class Collector:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
 
+    def _kill(self, process: subprocess.Popen[bytes]) -> None:
+        """SIGKILL the collector and every process it started; wait for them to be gone."""
+        self._kill_group(process.pid)
+        process.wait(timeout=30)
+        self._wait_group_gone(process.pid)
+
     def kill(self) -> None:
         """SIGKILL the collector and every process it started; wait for them to be gone."""
-        if self.process is None:
-            return
-        self._kill_group(self.process.pid)
-        self.process.wait(timeout=30)
-        self._wait_group_gone(self.process.pid)
+        if self.process is not None:
+            self._kill(self.process)
 
     def stop(self, *, timeout: float = 30.0) -> int | None:
         """SIGTERM (graceful: queued events are appended), SIGKILL after ``timeout``."""
@@ -126,6 +125,7 @@ class Collector:
             self.kill()
             return None
         self._wait_group_gone(self.process.pid, kill_after=timeout)
+        atexit.unregister(self._kill)
         return code
 
     def _wait_group_gone(self, pgid: int, kill_after: float = 10.0) -> None:
@@ -139,17 +139,6 @@ class Collector:
             if time.monotonic() > deadline:
                 self._kill_group(pgid)
             time.sleep(0.05)
-
-    def __enter__(self) -> Collector:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def records(self) -> list[LogRecord]:
         """Every record of the collector's topic, partition by partition."""
