@@ -31,6 +31,7 @@ class Received:
     headers: dict[str, str]
     body: bytes
     at: float
+    status: int = 0
 
 
 class Receiver:
@@ -57,9 +58,19 @@ class Receiver:
 
     async def _handle(self, request: web.Request) -> web.Response:
         body = await request.read()
+        at = time.time()
+        answer = await self._answer(request)
+        self.requests.append(Received(request.path, dict(request.headers), body, at, answer.status))
+        return answer
+
+    def successes(self) -> Counter[str]:
+        """How many 2xx answers each webhook-id got."""
+        return Counter(
+            r.headers["webhook-id"] for r in list(self.requests) if 200 <= r.status < 300
+        )
+
+    async def _answer(self, request: web.Request) -> web.Response:
         path = request.path
-        kept = Received(path, dict(request.headers), body, time.time())
-        self.requests.append(kept)
         key = (path, request.headers.get("webhook-id", ""))
         self._seen[key] += 1
         count = self._seen[key]

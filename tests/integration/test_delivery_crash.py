@@ -1,0 +1,167 @@
+"""``exactly deliver`` as a process: killed with SIGKILL at random points, and two directors.
+
+Kill counts are asserted: the crash test kills 20 times and bounds the duplicates a receiver sees by
+the jobs left ``executing`` at the kills (the requests in flight), the only duplicate window.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from standardwebhooks.webhooks import Webhook
+
+from exactly.delivery import BACKENDS, open_jobdb
+from exactly.delivery.base import EXECUTING, SUCCEEDED, JobDB, NewJob
+from tests.jobdb import jobdb_url
+from tests.receiver import Receiver
+
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+
+def config(tmp_path: Path, receivers: dict[str, str], *, max_in_flight: int = 4) -> Path:
+    path = tmp_path / "exactly.toml"
+    text = f'data_dir = "{tmp_path / "data"}"\n'
+    for name, url in receivers.items():
+        text += (
+            f'[[destinations]]\nname = "{name}"\nurl = "{url}"\nsecret = "{SECRET}"\n'
+            f'timeout = "1s"\nmax_in_flight = {max_in_flight}\n'
+            '[destinations.backoff]\nmin = "50ms"\nmax = "300ms"\n'
+        )
+    path.write_text(text)
+    return path
+
+
+def enqueue(db: JobDB, name: str, url: str, count: int) -> None:
+    db.add(
+        [
+            NewJob(
+                source="web",
+                destination=name,
+                endpoint=url,
+                payload=b'{"messageId":"%s-%d"}' % (name.encode(), i),
+                message_id=f"{name}-{i}",
+                expire_at=time.time() + 3600,
+            )
+            for i in range(count)
+        ],
+        query_id=f"route-{name}",
+        batch_id=0,
+    )
+
+
+def deliver(config_path: Path, url: str, *extra: str) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "exactly", "--config", str(config_path), "deliver"]
+    return subprocess.Popen(
+        [*command, "--jobdb", url, *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ},
+    )
+
+
+def executing(db: JobDB) -> int:
+    return sum(states.get(EXECUTING, 0) for states in db.states().values())
+
+
+def verify(receiver: Receiver, path: str, expected: set[str]) -> None:
+    webhook = Webhook(SECRET)
+    got = [r for r in receiver.requests if r.path == path]
+    assert {r.headers["webhook-id"] for r in got if 200 <= r.status < 300} == expected
+    for request in got:
+        assert request.headers["Idempotency-Key"] == request.headers["webhook-id"]
+        assert (
+            webhook.verify(request.body, request.headers)["messageId"]
+            == (request.headers["webhook-id"])
+        )
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> Iterator[str]:
+    with jobdb_url("sqlite", tmp_path) as url:
+        yield url
+
+
+@pytest.mark.slow
+def test_deliver_killed_20_times_while_receivers_flap(tmp_path: Path, sqlite_url: str) -> None:
+    rng = random.Random(int(os.environ.get("EXACTLY_CRASH_SEED", "13")))
+    with Receiver(delay=0.05) as steady, Receiver(delay=0.02) as flapping:
+        paths = {"steady": "/ok", "flapping": "/flap"}
+        urls = {"steady": steady.url + "/ok", "flapping": flapping.url + "/flap"}
+        config_path = config(tmp_path, urls)
+        with open_jobdb(sqlite_url) as db:
+            for name, url in urls.items():
+                enqueue(db, name, url, 500)
+        stop_flapping = threading.Event()
+
+        def flap() -> None:
+            while not stop_flapping.wait(rng.uniform(0.1, 0.5)):
+                flapping.down = not flapping.down
+
+        flapper = threading.Thread(target=flap, daemon=True)
+        flapper.start()
+        kills, in_flight_at_kills = 0, 0
+        try:
+            while kills < 20:
+                process = deliver(config_path, sqlite_url)
+                time.sleep(rng.uniform(0.8, 2.0))
+                if process.poll() is not None:
+                    pytest.fail(f"deliver exited early: {process.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+                process.send_signal(signal.SIGKILL)
+                process.wait(30)
+                kills += 1
+                with open_jobdb(sqlite_url) as db:
+                    in_flight_at_kills += executing(db)
+        finally:
+            stop_flapping.set()
+            flapper.join(5)
+        flapping.down = False
+        final = deliver(config_path, sqlite_url, "--until-drained")
+        _, stderr = final.communicate(timeout=300)
+        assert final.returncode == 0, stderr.decode()[-2000:]
+        with open_jobdb(sqlite_url) as db:
+            assert db.states() == {"steady": {SUCCEEDED: 500}, "flapping": {SUCCEEDED: 500}}
+        duplicates = 0
+        for name, receiver in (("steady", steady), ("flapping", flapping)):
+            verify(receiver, paths[name], {f"{name}-{i}" for i in range(500)})
+            duplicates += sum(n - 1 for n in receiver.successes().values())
+        assert kills == 20
+        assert in_flight_at_kills <= 20 * 2 * 4  # max_in_flight per destination at each kill
+        assert duplicates <= in_flight_at_kills
+        print(f"kills={kills} in_flight_at_kills={in_flight_at_kills} duplicates={duplicates}")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_standby_director_takes_over_after_kill_9(tmp_path: Path, backend: str) -> None:
+    with jobdb_url(backend, tmp_path) as url, Receiver(delay=0.05) as receiver:
+        config_path = config(tmp_path, {"hook": receiver.url + "/ok"}, max_in_flight=2)
+        with open_jobdb(url) as db:
+            enqueue(db, "hook", receiver.url + "/ok", 200)
+        first = deliver(config_path, url)
+        deadline = time.time() + 60
+        while not receiver.requests and time.time() < deadline:
+            time.sleep(0.05)
+        assert receiver.requests, "the first director sent nothing"
+        second = deliver(config_path, url, "--until-drained")
+        time.sleep(1.5)
+        assert second.poll() is None
+        with open_jobdb(url) as db:
+            before = db.states()["hook"].get(SUCCEEDED, 0)
+        assert 0 < before < 200  # the first delivers, the second waits on the lock
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+        _, stderr = second.communicate(timeout=120)
+        assert second.returncode == 0, stderr.decode()[-2000:]
+        assert b"waiting for the director lock" in stderr
+        with open_jobdb(url) as db:
+            assert db.states() == {"hook": {SUCCEEDED: 200}}
+        verify(receiver, "/ok", {f"hook-{i}" for i in range(200)})
+        assert sum(n - 1 for n in receiver.successes().values()) <= 2  # max_in_flight
