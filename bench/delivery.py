@@ -164,7 +164,7 @@ def director_rate(backend: str, url: str, count: int, concurrency: int) -> float
         for batch, start in enumerate(range(0, count, 10_000)):
             db.add(jobs[start : start + 10_000], query_id="bench", batch_id=batch)
         director = Director(db, [target], poll_seconds=0.05, report=lambda _: None)
-        seconds = timed(lambda: asyncio.run(director.deliver(until_drained=True)))
+        seconds = timed(lambda: director.run(until_drained=True))
         assert director.tallies["bench"].succeeded == count, director.tallies
         return count / seconds
 

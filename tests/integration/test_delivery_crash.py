@@ -6,6 +6,7 @@ the jobs left ``executing`` at the kills (the requests in flight), the only dupl
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -165,3 +166,36 @@ def test_a_standby_director_takes_over_after_kill_9(tmp_path: Path, backend: str
             assert db.states() == {"hook": {SUCCEEDED: 200}}
         verify(receiver, "/ok", {f"hook-{i}" for i in range(200)})
         assert sum(n - 1 for n in receiver.successes().values()) <= 2  # max_in_flight
+
+
+def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "exactly", "--config", str(tmp_path / "exactly.toml"), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, env={**os.environ})
+
+
+def test_deliver_and_deliveries_from_the_command_line(tmp_path: Path) -> None:
+    (tmp_path / "exactly.toml").write_text(f'data_dir = "{tmp_path / "data"}"\n')
+    result = run_cli(tmp_path, "deliver", "--until-drained")
+    assert result.returncode == 1 and result.stderr.strip().count("\n") == 0
+    assert "no [[destinations]]" in result.stderr
+    (tmp_path / "exactly.toml").write_text('[[destinations]]\nname = "a"\nurl = "gopher://x"\n')
+    result = run_cli(tmp_path, "deliveries")
+    assert result.returncode == 1 and "destinations[0] (a).url" in result.stderr
+    with Receiver() as receiver:
+        config(tmp_path, {"hook": receiver.url + "/ok", "refusing": receiver.url + "/status/404"})
+        url = f"sqlite://{tmp_path / 'data' / 'jobdb'}"
+        with open_jobdb(url) as db:
+            enqueue(db, "hook", receiver.url + "/ok", 3)
+            enqueue(db, "refusing", receiver.url + "/status/404", 2)
+        result = run_cli(tmp_path, "deliver", "--until-drained")
+        assert result.returncode == 0, result.stderr
+        assert "hook: 3 requests, 3 succeeded" in result.stdout
+        assert "refusing: 2 requests, 0 succeeded, 0 to retry, 2 discarded" in result.stdout
+    result = run_cli(tmp_path, "deliveries", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = {row["destination"]: row for row in json.loads(result.stdout)}
+    assert rows["hook"]["states"] == {"succeeded": 3} and rows["hook"]["queued"] == 0
+    assert rows["refusing"]["states"] == {"discarded": 2}
+    assert rows["refusing"]["last_error"].startswith("404: status 404")
+    table = run_cli(tmp_path, "deliveries")
+    assert table.returncode == 0 and "refusing" in table.stdout

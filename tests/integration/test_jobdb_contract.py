@@ -176,3 +176,29 @@ def test_one_director_holds_the_lock_and_a_standby_takes_over(url: str) -> None:
     finally:
         if holder.is_alive():
             holder.kill()
+
+
+def test_summary_per_destination(db: JobDB) -> None:
+    db.add(jobs(3) + jobs(2, destination="other", start=3), query_id="q", batch_id=0)
+    a, b, _ = db.pending("web/hook")
+    db.record([Transition(job.id, EXECUTING, 1) for job in (a, b)])
+    db.record(
+        [
+            Transition(a.id, SUCCEEDED, 1, status_code=200),
+            Transition(
+                b.id,
+                AWAITING_RETRY,
+                1,
+                retry_at=time.time() + 9,
+                status_code=503,
+                response="busy\n  now",
+            ),
+        ]
+    )
+    found = db.summary(time.time() + 30)
+    hook, other = found["hook"], found["other"]
+    assert hook.states == {SUCCEEDED: 1, AWAITING_RETRY: 1, AWAITING_SCHEDULING: 1}
+    assert hook.queued == 1 and other.queued == 2
+    assert hook.last_error == "503: busy now" and hook.last_error_at is not None
+    assert other.last_error is None
+    assert hook.oldest_pending_seconds is not None and hook.oldest_pending_seconds >= 30

@@ -98,6 +98,7 @@ def _register() -> None:
         copy,
         dedupe,
         deliver,
+        deliveries,
         demo,
         doctor,
         import_file,
@@ -119,6 +120,7 @@ def _register() -> None:
     app.command("stats")(aggregate.stats)
     app.command("audit")(aggregate.audit)
     app.command("deliver")(deliver.deliver)
+    app.command("deliveries")(deliveries.deliveries)
 
 
 _register()

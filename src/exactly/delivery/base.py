@@ -130,6 +130,21 @@ class Dataset:
         return self.first_id <= job_id < self.first_id + self.rows
 
 
+@dataclass(slots=True)
+class Summary:
+    """One destination's jobs at a glance (``exactly deliveries``)."""
+
+    destination: str
+    states: dict[str, int]
+    oldest_pending_seconds: float | None = None
+    last_error: str | None = None
+    last_error_at: float | None = None
+
+    @property
+    def queued(self) -> int:
+        return self.states.get(AWAITING_SCHEDULING, 0) + self.states.get(EXECUTING, 0)
+
+
 _JOB_COLUMNS = ", ".join(
     [
         "id",
@@ -536,6 +551,56 @@ class JobDB(ABC):
                     into[key] = into.get(key, 0) + int(count)
             self._connection.commit()
             return counts
+
+    def summary(self, now: float | None = None) -> dict[str, Summary]:
+        """Per destination: jobs per state, the oldest pending job's age and the last error.
+
+        Counts cover the live datasets (archived datasets are dropped, with their counts).
+        """
+        now = time.time() if now is None else now
+        found: dict[str, Summary] = {}
+        for destination, states in self.states().items():
+            found[destination] = Summary(destination, dict(states))
+        with self._mutex:
+            cursor = self._cursor()
+            last: dict[str, tuple[int, int]] = {}  # destination -> (dataset, transition id)
+            for dataset in self._datasets:
+                n = dataset.number
+                self._execute(
+                    cursor,
+                    f"SELECT j.destination, MIN(j.created_at) FROM jobs_{n} j LEFT JOIN "
+                    f"job_state_transitions_{n} t ON t.id = (SELECT MAX(id) FROM "
+                    f"job_state_transitions_{n} WHERE job_id = j.id) WHERE t.state IS NULL OR "
+                    "t.state IN (?, ?, ?) GROUP BY j.destination",
+                    PENDING,
+                )
+                for destination, oldest in cursor.fetchall():
+                    entry = found.setdefault(str(destination), Summary(str(destination), {}))
+                    age = max(0.0, now - float(oldest))
+                    entry.oldest_pending_seconds = max(entry.oldest_pending_seconds or 0.0, age)
+                self._execute(
+                    cursor,
+                    f"SELECT j.destination, MAX(t.id) FROM job_state_transitions_{n} t JOIN "
+                    f"jobs_{n} j ON j.id = t.job_id WHERE t.state IN (?, ?, ?) AND (t.status_code "
+                    "IS NOT NULL OR t.error_type IS NOT NULL) GROUP BY j.destination",
+                    (AWAITING_RETRY, DISCARDED, EXPIRED),
+                )
+                for destination, step in cursor.fetchall():
+                    last[str(destination)] = (n, int(step))
+            for destination, (n, step) in last.items():
+                self._execute(
+                    cursor,
+                    "SELECT time, status_code, error_type, response "
+                    f"FROM job_state_transitions_{n} WHERE id = ?",
+                    (step,),
+                )
+                at, status, error_type, response = cursor.fetchone()
+                what = str(status) if status is not None else str(error_type)
+                text = " ".join(str(response or "").split())[:200]
+                found[destination].last_error = f"{what}: {text}" if text else what
+                found[destination].last_error_at = float(at)
+            self._connection.commit()
+        return found
 
     # -- archiving and dropping datasets -------------------------------------------------------
 

@@ -1,0 +1,62 @@
+"""``exactly deliveries``: per destination, what is queued, retrying, delivered and why not."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Column, Table
+
+from exactly.cli.context import context
+from exactly.cli.deliver import JOBDB
+
+
+def deliveries(
+    ctx: typer.Context,
+    jobdb: Annotated[str | None, JOBDB] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Per destination: queued, retrying, succeeded, discarded, expired, oldest queued, last error.
+
+    Read from the JobDB's live datasets; jobs of archived (dropped) datasets are not counted.
+    """
+    from exactly.delivery import open_jobdb
+    from exactly.delivery.base import AWAITING_RETRY, DISCARDED, EXPIRED, SUCCEEDED, Summary
+
+    settings = context(ctx).settings
+    with open_jobdb(jobdb or settings.jobdb_url) as database:
+        found = database.summary(time.time())
+    for destination in settings.destinations:
+        found.setdefault(destination.name, Summary(destination.name, {}))
+    if as_json:
+        rows = [{**asdict(entry), "queued": entry.queued} for _, entry in sorted(found.items())]
+        print(json.dumps(rows, indent=1))
+        return
+    widest = max((len(name) for name in found), default=11)
+    table = Table(
+        Column("destination", no_wrap=True, min_width=widest),
+        Column("queued", justify="right"),
+        Column("retrying", justify="right"),
+        Column("succeeded", justify="right"),
+        Column("discarded", justify="right"),
+        Column("expired", justify="right"),
+        Column("oldest queued", justify="right"),
+        Column("last error", overflow="fold"),
+    )
+    for name, entry in sorted(found.items()):
+        age = entry.oldest_pending_seconds
+        table.add_row(
+            name,
+            str(entry.queued),
+            str(entry.states.get(AWAITING_RETRY, 0)),
+            str(entry.states.get(SUCCEEDED, 0)),
+            str(entry.states.get(DISCARDED, 0)),
+            str(entry.states.get(EXPIRED, 0)),
+            "-" if age is None else f"{age:.0f} s",
+            (entry.last_error or "")[:40],
+        )
+    Console(soft_wrap=True).print(table)
