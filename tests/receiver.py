@@ -14,6 +14,7 @@ Every request is kept (path, headers, body, time) in :attr:`Receiver.requests`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections import Counter
@@ -58,9 +59,11 @@ class Receiver:
 
     async def _handle(self, request: web.Request) -> web.Response:
         body = await request.read()
-        at = time.time()
+        kept = Received(request.path, dict(request.headers), body, time.time())
+        self.requests.append(kept)  # kept on arrival, its status set once answered
+        at = len(self.requests) - 1
         answer = await self._answer(request)
-        self.requests.append(Received(request.path, dict(request.headers), body, at, answer.status))
+        self.requests[at] = dataclasses.replace(kept, status=answer.status)
         return answer
 
     def successes(self) -> Counter[str]:
