@@ -212,6 +212,11 @@ def test_segment_settings_point_analytics_js_at_the_collector(
     segment = response.json()["integrations"]["Segment.io"]
     assert segment["apiHost"] == f"127.0.0.1:{collector.port}/v1"
     assert segment["protocol"] == "http" and segment["apiKey"] == KEYS["web"]
+    proxied = client.get(
+        f"/v1/projects/{KEYS['web']}/settings",
+        headers={"X-Forwarded-Proto": "https", "X-Forwarded-Host": "collector.example, inner"},
+    ).json()["integrations"]["Segment.io"]
+    assert (proxied["apiHost"], proxied["protocol"]) == ("collector.example/v1", "https")
     assert client.get("/v1/projects/nope/settings").status_code == 404
     assert client.get("/v1/projects/a/b/settings").status_code == 404
     metrics = client.get("/metrics").text

@@ -258,8 +258,12 @@ class CollectorApp:
         if segment_key is None:
             document = sdk_settings.rudderstack_source_config(source)
         else:
-            host = (_header(scope, b"host") or b"localhost")[:300].decode("latin-1")
-            scheme = "https" if scope.get("scheme") == "https" else "http"
+            # behind a TLS proxy the page reached https://PUBLIC_HOST: the proxy says so
+            forwarded_host = _header(scope, b"x-forwarded-host")
+            host_header = forwarded_host.split(b",")[0].strip() if forwarded_host else None
+            host = (host_header or _header(scope, b"host") or b"localhost")[:300].decode("latin-1")
+            proto = (_header(scope, b"x-forwarded-proto") or b"").split(b",")[0].strip()
+            scheme = "https" if b"https" in (proto, scope.get("scheme", "").encode()) else "http"
             document = sdk_settings.segment_settings(key, f"{host}/v1", scheme)
         return 200, orjson.dumps(document), _JSON, ((b"cache-control", b"no-store"),)
 
