@@ -179,11 +179,16 @@ def test_a_read_only_data_dir_is_one_line(tmp_path: Path) -> None:
     exactly = [sys.executable, "-m", "exactly", "--data-dir", str(data)]
     subprocess.run([*exactly, "import", str(events), "--source", "web"], check=True)
     with read_only(data):
-        for args in (["import", str(events), "--source", "web"], ["log", "create", "other"]):
+        for args in (
+            ["import", str(events), "--source", "web"],
+            ["log", "create", "other"],
+            ["log", "read", "raw"],
+        ):
             result = subprocess.run([*exactly, *args], capture_output=True, text=True, timeout=60)
             assert result.returncode == 1, (args, result.stderr)
             assert "Traceback" not in result.stderr, result.stderr
             assert result.stderr.strip().count("\n") == 0, result.stderr
+            assert "does not exist" not in result.stderr, result.stderr  # it does: say why
 
 
 def test_keys_on_the_command_line_are_not_needed(tmp_path: Path) -> None:

@@ -255,7 +255,13 @@ class SqliteLog(Log):
             raise UnknownTopic(self._unknown(topic))
         try:
             row = self._reader(topic).execute("SELECT name, partitions FROM topic").fetchone()
-        except sqlite3.OperationalError:  # the file exists but its creation never committed
+        except sqlite3.OperationalError as error:
+            if "no such table" not in str(error):  # not "its creation never committed"
+                raise LogError(
+                    f"cannot read topic {topic!r} at {self._path(topic)}: {error}; SQLite needs "
+                    "to write beside the file even to read it, so check that the directory is "
+                    "writable (the data dir: --data-dir, EXACTLY_DATA_DIR)"
+                ) from None
             row = None
         if row is None:
             raise UnknownTopic(self._unknown(topic))
