@@ -5,9 +5,13 @@ sendBeacon path and the settings documents both SDKs fetch at load."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import uuid
 from base64 import b64encode
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -239,3 +243,26 @@ def test_rudderstack_source_config(client: httpx.Client) -> None:
         client.get(f"/sourceConfig/?writeKey={KEYS['app']}", headers={"Origin": PAGE}).status_code
         == 403
     )
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [("ALLOWED_ORIGINS", '{"nope": ["https://a.example"]}'), ("RATE_LIMITS", '{"nope": 5}')],
+)
+def test_settings_that_name_no_source_stop_the_start(
+    tmp_path: Path, setting: str, value: str
+) -> None:
+    env = {
+        **os.environ,
+        "EXACTLY_COLLECTOR__SOURCES": "web=k",
+        f"EXACTLY_COLLECTOR__{setting}": value,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "exactly", "--data-dir", str(tmp_path), "collect", "--port", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert f"collector.{setting.lower()} names nope, which is not a source" in done.stderr

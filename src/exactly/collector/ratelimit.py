@@ -17,8 +17,8 @@ then the oldest entries.
 
 from __future__ import annotations
 
-import ipaddress
 import math
+import socket
 from dataclasses import dataclass
 
 _SLACK = 1e-9  # seconds
@@ -51,15 +51,19 @@ def gcra(tat: float, now: float, rate: Rate) -> tuple[float, float]:
 
 
 def client_key(address: str) -> str:
-    """The address a limit applies to: an IPv4 address as is, an IPv6 one as its /64."""
+    """The address a limit applies to: an IPv4 address as is, an IPv6 one as its /64 (hex)."""
     if ":" not in address:
         return address
     try:
-        network = ipaddress.IPv6Network((address, 64), strict=False)
-    except ValueError:
+        packed = socket.inet_pton(socket.AF_INET6, address.partition("%")[0])
+    except OSError:
         return address
-    mapped = ipaddress.IPv6Address(address).ipv4_mapped
-    return str(mapped) if mapped is not None else str(network)
+    if packed[:12] == _V4_MAPPED:
+        return socket.inet_ntop(socket.AF_INET, packed[12:])
+    return packed[:8].hex() + "::/64"
+
+
+_V4_MAPPED = bytes(10) + b"\xff\xff"
 
 
 class RateLimiter:
