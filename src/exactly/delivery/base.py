@@ -25,19 +25,17 @@ Guarantees, on every backend:
 * **One director.** Only the holder of :meth:`JobDB.director_lock` records transitions; the lock
   is released by the database or the kernel when its holder dies, however it dies.
 
-Backends give a connection, their SQL dialect and their lock; the SQL itself lives here once.
+Backends give a connection, their SQL dialect and their lock; the SQL itself is written once in
+``sql.py``.
 """
 
 from __future__ import annotations
 
-import json
-import threading
-import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from exactly.errors import ExactlyError
 
@@ -145,70 +143,19 @@ class Summary:
         return self.states.get(AWAITING_SCHEDULING, 0) + self.states.get(EXECUTING, 0)
 
 
-_JOB_COLUMNS = ", ".join(
-    [
-        "id",
-        "bucket",
-        "destination",
-        "endpoint",
-        "headers",
-        "payload",
-        "message_id",
-        "user_id",
-        "created_at",
-        "expire_at",
-    ]
-)
-
-
 class JobDB(ABC):
-    """A JobDB backend; open one with :func:`exactly.delivery.open_jobdb`."""
+    """The interface every JobDB backend keeps; open one with :func:`exactly.delivery.open_jobdb`.
 
-    scheme: ClassVar[str]
-    #: SQL types: ``id`` (64-bit int), ``serial`` (auto-increment primary key), ``text`` (short,
-    #: indexable), ``body`` (long text), ``blob``, ``real``
-    types: ClassVar[dict[str, str]]
+    The SQL that implements it is written once, in :mod:`exactly.delivery.sql`.
+    """
 
-    def __init__(
-        self, url: str, *, dataset_rows: int = 100_000, dataset_minutes: float = 60.0
-    ) -> None:
-        self.url = url
-        self.dataset_rows = dataset_rows
-        self.dataset_minutes = dataset_minutes
-        self._connection: Any = None
-        self._datasets: list[Dataset] = []
-        self._mutex = threading.RLock()  # one connection, used from one thread at a time
-
-    # -- what a backend provides ---------------------------------------------------------------
-
-    @abstractmethod
-    def _connect(self) -> Any:
-        """A new DB-API connection, outside autocommit."""
-
-    @abstractmethod
-    def _begin(self, cursor: Any) -> None:
-        """Start a write transaction (SQLite takes its write lock here)."""
-
-    @abstractmethod
-    def _upsert_marker(self) -> str:
-        """SQL setting ``batch_id`` of ``query_id`` (two ``?`` parameters)."""
-
-    @abstractmethod
-    def director_lock(self, *, wait: bool = True) -> AbstractContextManager[None]:
-        """Hold the director's lock while inside; wait for it, or raise DirectorLockHeld."""
+    url: str
 
     def describe(self) -> str:
+        """The URL with its secrets masked, for messages."""
         from exactly.urls import redact
 
         return redact(self.url)
-
-    def _sql(self, text: str) -> str:
-        """``text`` with the backend's placeholder for ``?``."""
-        return text
-
-    _for_update = " FOR UPDATE"
-
-    # -- connection ----------------------------------------------------------------------------
 
     def __enter__(self) -> JobDB:
         return self
@@ -216,506 +163,58 @@ class JobDB(ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @abstractmethod
     def close(self) -> None:
-        with self._mutex:
-            if self._connection is not None:
-                try:
-                    self._connection.close()
-                finally:
-                    self._connection = None
+        """Close the connection (the next call opens another)."""
 
-    def _cursor(self) -> Any:
-        if self._connection is None:
-            self._connection = self._connect()
-            self._create_schema()
-        return self._connection.cursor()
+    @abstractmethod
+    def director_lock(self, *, wait: bool = True) -> AbstractContextManager[None]:
+        """Hold the director's lock while inside; wait for it, or raise DirectorLockHeld."""
 
-    def _execute(self, cursor: Any, sql: str, params: Sequence[Any] = ()) -> Any:
-        cursor.execute(self._sql(sql), tuple(params))
-        return cursor
-
-    def _create_schema(self) -> None:
-        t = self.types
-        cursor = self._connection.cursor()
-        self._execute(
-            cursor,
-            f"CREATE TABLE IF NOT EXISTS jobdb_datasets (number {t['id']} PRIMARY KEY, "
-            f"first_id {t['id']} NOT NULL, n_rows {t['id']} NOT NULL, created_at {t['real']} "
-            "NOT NULL)",
-        )
-        self._execute(
-            cursor,
-            f"CREATE TABLE IF NOT EXISTS jobdb_markers (query_id {t['text']} PRIMARY KEY, "
-            f"batch_id {t['id']} NOT NULL)",
-        )
-        self._connection.commit()
-        if not self._load_datasets(cursor):
-            self._create_dataset(cursor, 1)
-            try:
-                self._begin(cursor)
-                self._execute(cursor, "SELECT COUNT(*) FROM jobdb_datasets")
-                if int(cursor.fetchone()[0]) == 0:
-                    self._execute(
-                        cursor,
-                        "INSERT INTO jobdb_datasets (number, first_id, n_rows, created_at) "
-                        "VALUES (?, ?, ?, ?)",
-                        (1, 1, 0, time.time()),
-                    )
-                self._connection.commit()
-            except Exception:  # noqa: BLE001 (another process created it first)
-                self._connection.rollback()
-            self._load_datasets(cursor)
-
-    def _create_dataset(self, cursor: Any, number: int) -> None:
-        """Create dataset ``number``'s tables (outside a transaction: MariaDB commits on DDL)."""
-        t = self.types
-        self._execute(
-            cursor,
-            f"CREATE TABLE IF NOT EXISTS jobs_{number} (id {t['id']} PRIMARY KEY, "
-            f"bucket {t['text']} NOT NULL, destination {t['text']} NOT NULL, endpoint {t['body']} "
-            f"NOT NULL, headers {t['body']} NOT NULL, payload {t['blob']} NOT NULL, message_id "
-            f"{t['text']} NOT NULL, user_id {t['text']}, created_at {t['real']} NOT NULL, "
-            f"expire_at {t['real']} NOT NULL)",
-        )
-        self._execute(
-            cursor,
-            f"CREATE TABLE IF NOT EXISTS job_state_transitions_{number} (id {t['serial']}, "
-            f"job_id {t['id']} NOT NULL, time {t['real']} NOT NULL, attempt {t['id']} NOT NULL, "
-            f"state {t['text']} NOT NULL, retry_at {t['real']}, status_code {t['id']}, "
-            f"error_type {t['text']}, response {t['body']})",
-        )
-        self._execute(
-            cursor, f"CREATE INDEX IF NOT EXISTS jobs_{number}_bucket ON jobs_{number} (bucket, id)"
-        )
-        self._execute(
-            cursor,
-            f"CREATE INDEX IF NOT EXISTS job_state_transitions_{number}_job "
-            f"ON job_state_transitions_{number} (job_id, id)",
-        )
-        self._connection.commit()
-
-    def _load_datasets(self, cursor: Any) -> list[Dataset]:
-        self._execute(
-            cursor,
-            "SELECT number, first_id, n_rows, created_at FROM jobdb_datasets ORDER BY number",
-        )
-        self._datasets = [Dataset(int(a), int(b), int(c), float(d)) for a, b, c, d in cursor]
-        self._connection.commit()
-        return self._datasets
-
-    # -- the router's side ---------------------------------------------------------------------
-
+    # the router's side
+    @abstractmethod
     def add(self, jobs: Sequence[NewJob], *, query_id: str, batch_id: int) -> int:
-        """Add a micro-batch's jobs with its marker in one transaction; how many were added.
+        """Add a micro-batch's jobs with its marker in one transaction; how many were added."""
 
-        1. lock the newest dataset's row (the router's turn);
-        2. read the marker: a batch id not above it was committed before, so add nothing;
-        3. insert the jobs into the newest dataset, or into a new one when it is full or old;
-        4. move the marker to ``batch_id``; commit.
-        """
-        with self._mutex:
-            cursor = self._cursor()
-            while True:
-                newest = self._datasets[-1] if self._datasets else self._load_datasets(cursor)[-1]
-                if self._full(newest, len(jobs)):
-                    self._create_dataset(cursor, newest.number + 1)  # DDL before the transaction
-                try:
-                    added = self._add(cursor, jobs, query_id, batch_id)
-                except _Retry:
-                    self._connection.rollback()
-                    self._load_datasets(cursor)
-                    continue
-                except BaseException:
-                    self._connection.rollback()
-                    raise
-                self._connection.commit()
-                self._load_datasets(cursor)
-                return added
-
-    def _full(self, dataset: Dataset, adding: int) -> bool:
-        old = time.time() - dataset.created_at > self.dataset_minutes * 60
-        return dataset.rows > 0 and (dataset.rows + adding > self.dataset_rows or old)
-
-    def _add(self, cursor: Any, jobs: Sequence[NewJob], query_id: str, batch_id: int) -> int:
-        self._begin(cursor)
-        # 1. lock the newest dataset's row
-        self._execute(
-            cursor,
-            "SELECT number, first_id, n_rows, created_at FROM jobdb_datasets "
-            f"WHERE number = (SELECT MAX(number) FROM jobdb_datasets){self._for_update}",
-        )
-        number, first_id, rows, created_at = cursor.fetchone()
-        newest = Dataset(int(number), int(first_id), int(rows), float(created_at))
-        # 2. the marker
-        self._execute(cursor, "SELECT batch_id FROM jobdb_markers WHERE query_id = ?", (query_id,))
-        marker = cursor.fetchone()
-        if marker is not None and int(marker[0]) >= batch_id:
-            return 0
-        # 3. the jobs
-        now = time.time()
-        target = newest
-        if self._full(newest, len(jobs)):
-            target = Dataset(newest.number + 1, newest.first_id + newest.rows, 0, now)
-            if not self._dataset_exists(cursor, target.number):
-                raise _Retry
-            self._execute(
-                cursor,
-                "INSERT INTO jobdb_datasets (number, first_id, n_rows, created_at) "
-                "VALUES (?, ?, ?, ?)",
-                (target.number, target.first_id, 0, now),
-            )
-        rows_ = [
-            (
-                target.first_id + target.rows + i,
-                job.bucket,
-                job.destination,
-                job.endpoint,
-                json.dumps(job.headers, sort_keys=True),
-                job.payload,
-                job.message_id,
-                job.user_id,
-                now,
-                job.expire_at or now + 4 * 3600,
-            )
-            for i, job in enumerate(jobs)
-        ]
-        if rows_:
-            cursor.executemany(
-                self._sql(
-                    f"INSERT INTO jobs_{target.number} ({_JOB_COLUMNS}) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                ),
-                rows_,
-            )
-        self._execute(
-            cursor,
-            "UPDATE jobdb_datasets SET n_rows = ? WHERE number = ?",
-            (target.rows + len(jobs), target.number),
-        )
-        # 4. the marker
-        self._execute(cursor, self._upsert_marker(), (query_id, batch_id))
-        return len(jobs)
-
-    def _dataset_exists(self, cursor: Any, number: int) -> bool:
-        try:
-            self._execute(cursor, f"SELECT 1 FROM jobs_{number} WHERE id = -1")
-            cursor.fetchall()
-            return True
-        except Exception:  # noqa: BLE001 (no such table, in each dialect's words)
-            return False
-
+    @abstractmethod
     def marker(self, query_id: str) -> int | None:
         """The last batch id committed for ``query_id``, or None."""
-        with self._mutex:
-            cursor = self._execute(
-                self._cursor(), "SELECT batch_id FROM jobdb_markers WHERE query_id = ?", (query_id,)
-            )
-            row = cursor.fetchone()
-            self._connection.commit()
-            return None if row is None else int(row[0])
 
-    # -- the director's side -------------------------------------------------------------------
-
+    # the director's side
+    @abstractmethod
     def buckets(self) -> list[str]:
         """Buckets that have jobs in a live dataset."""
-        with self._mutex:
-            cursor = self._cursor()
-            found: set[str] = set()
-            for dataset in self._load_datasets(cursor):
-                self._execute(cursor, f"SELECT DISTINCT bucket FROM jobs_{dataset.number}")
-                found.update(str(row[0]) for row in cursor)
-            self._connection.commit()
-            return sorted(found)
 
+    @abstractmethod
     def pending(self, bucket: str, *, after: int = 0, limit: int = 10_000) -> list[Job]:
         """Up to ``limit`` jobs of ``bucket`` not yet terminal, by id, with ids above ``after``."""
-        with self._mutex:
-            cursor = self._cursor()
-            found: list[Job] = []
-            for dataset in self._load_datasets(cursor):
-                if dataset.first_id + dataset.rows <= after + 1 or len(found) >= limit:
-                    continue
-                n = dataset.number
-                self._execute(
-                    cursor,
-                    f"SELECT j.id, j.bucket, j.destination, j.endpoint, j.headers, j.payload, "
-                    f"j.message_id, j.user_id, j.created_at, j.expire_at, t.state, t.attempt, "
-                    f"t.retry_at FROM jobs_{n} j LEFT JOIN job_state_transitions_{n} t ON t.id = "
-                    f"(SELECT MAX(id) FROM job_state_transitions_{n} WHERE job_id = j.id) "
-                    "WHERE j.bucket = ? AND j.id > ? AND "
-                    "(t.state IS NULL OR t.state IN (?, ?, ?)) ORDER BY j.id LIMIT ?",
-                    (bucket, after, *PENDING, limit - len(found)),
-                )
-                found.extend(_job(row) for row in cursor.fetchall())
-            self._connection.commit()
-            return found
 
+    @abstractmethod
     def record(self, transitions: Sequence[Transition]) -> None:
-        """Append ``transitions`` in one transaction, durable on return (the director's write)."""
-        if not transitions:
-            return
-        with self._mutex:
-            cursor = self._cursor()
-            now = time.time()
-            by_dataset: dict[int, list[tuple[Any, ...]]] = {}
-            for step in transitions:
-                if step.state not in STATES:
-                    raise ValueError(f"unknown job state {step.state!r}")
-                number = self._dataset_of(cursor, step.job_id)
-                response = None if step.response is None else step.response[:MAX_RESPONSE]
-                by_dataset.setdefault(number, []).append(
-                    (
-                        step.job_id,
-                        step.time or now,
-                        step.attempt,
-                        step.state,
-                        step.retry_at,
-                        step.status_code,
-                        step.error_type,
-                        response,
-                    )
-                )
-            try:
-                self._begin(cursor)
-                for number, rows in by_dataset.items():
-                    cursor.executemany(
-                        self._sql(
-                            f"INSERT INTO job_state_transitions_{number} (job_id, time, attempt, "
-                            "state, retry_at, status_code, error_type, response) "
-                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-                        ),
-                        rows,
-                    )
-            except BaseException:
-                self._connection.rollback()
-                raise
-            self._connection.commit()
+        """Append ``transitions`` in one transaction, durable on return."""
 
-    def _dataset_of(self, cursor: Any, job_id: int) -> int:
-        for dataset in self._datasets:
-            if dataset.holds(job_id):
-                return dataset.number
-        for dataset in self._load_datasets(cursor):
-            if dataset.holds(job_id):
-                return dataset.number
-        raise JobDBError(f"job {job_id} is in no live dataset of {self.describe()}")
-
+    @abstractmethod
     def history(self, job_id: int) -> list[Transition]:
         """Every transition of ``job_id``, oldest first."""
-        with self._mutex:
-            cursor = self._cursor()
-            number = self._dataset_of(cursor, job_id)
-            self._execute(
-                cursor,
-                "SELECT job_id, state, attempt, time, retry_at, status_code, error_type, response "
-                f"FROM job_state_transitions_{number} WHERE job_id = ? ORDER BY id",
-                (job_id,),
-            )
-            rows = cursor.fetchall()
-            self._connection.commit()
-            return [
-                Transition(
-                    int(r[0]),
-                    str(r[1]),
-                    int(r[2]),
-                    float(r[3]),
-                    None if r[4] is None else float(r[4]),
-                    None if r[5] is None else int(r[5]),
-                    r[6],
-                    r[7],
-                )
-                for r in rows
-            ]
 
+    # what people look at
+    @abstractmethod
     def datasets(self) -> list[Dataset]:
-        with self._mutex:
-            return list(self._load_datasets(self._cursor()))
+        """The live datasets, oldest first."""
 
+    @abstractmethod
     def states(self) -> dict[str, dict[str, int]]:
         """Per destination, how many jobs are in each latest state (live datasets only)."""
-        with self._mutex:
-            cursor = self._cursor()
-            counts: dict[str, dict[str, int]] = {}
-            for dataset in self._load_datasets(cursor):
-                n = dataset.number
-                self._execute(
-                    cursor,
-                    f"SELECT j.destination, t.state, COUNT(*) FROM jobs_{n} j LEFT JOIN "
-                    f"job_state_transitions_{n} t ON t.id = (SELECT MAX(id) FROM "
-                    f"job_state_transitions_{n} WHERE job_id = j.id) GROUP BY j.destination, "
-                    "t.state",
-                )
-                for destination, state, count in cursor.fetchall():
-                    into = counts.setdefault(str(destination), {})
-                    key = AWAITING_SCHEDULING if state is None else str(state)
-                    into[key] = into.get(key, 0) + int(count)
-            self._connection.commit()
-            return counts
 
+    @abstractmethod
     def summary(self, now: float | None = None) -> dict[str, Summary]:
-        """Per destination: jobs per state, the oldest pending job's age and the last error.
+        """Per destination: jobs per state, the oldest pending job's age and the last error."""
 
-        Counts cover the live datasets (archived datasets are dropped, with their counts).
-        """
-        now = time.time() if now is None else now
-        found: dict[str, Summary] = {}
-        for destination, states in self.states().items():
-            found[destination] = Summary(destination, dict(states))
-        with self._mutex:
-            cursor = self._cursor()
-            last: dict[str, tuple[int, int]] = {}  # destination -> (dataset, transition id)
-            for dataset in self._datasets:
-                n = dataset.number
-                self._execute(
-                    cursor,
-                    f"SELECT j.destination, MIN(j.created_at) FROM jobs_{n} j LEFT JOIN "
-                    f"job_state_transitions_{n} t ON t.id = (SELECT MAX(id) FROM "
-                    f"job_state_transitions_{n} WHERE job_id = j.id) WHERE t.state IS NULL OR "
-                    "t.state IN (?, ?, ?) GROUP BY j.destination",
-                    PENDING,
-                )
-                for destination, oldest in cursor.fetchall():
-                    entry = found.setdefault(str(destination), Summary(str(destination), {}))
-                    age = max(0.0, now - float(oldest))
-                    entry.oldest_pending_seconds = max(entry.oldest_pending_seconds or 0.0, age)
-                self._execute(
-                    cursor,
-                    f"SELECT j.destination, MAX(t.id) FROM job_state_transitions_{n} t JOIN "
-                    f"jobs_{n} j ON j.id = t.job_id WHERE t.state IN (?, ?, ?) AND (t.status_code "
-                    "IS NOT NULL OR t.error_type IS NOT NULL) GROUP BY j.destination",
-                    (AWAITING_RETRY, DISCARDED, EXPIRED),
-                )
-                for destination, step in cursor.fetchall():
-                    last[str(destination)] = (n, int(step))
-            for destination, (n, step) in last.items():
-                self._execute(
-                    cursor,
-                    "SELECT time, status_code, error_type, response "
-                    f"FROM job_state_transitions_{n} WHERE id = ?",
-                    (step,),
-                )
-                at, status, error_type, response = cursor.fetchone()
-                what = str(status) if status is not None else str(error_type)
-                text = " ".join(str(response or "").split())[:200]
-                found[destination].last_error = f"{what}: {text}" if text else what
-                found[destination].last_error_at = float(at)
-            self._connection.commit()
-        return found
-
-    # -- archiving and dropping datasets -------------------------------------------------------
-
+    # archiving
+    @abstractmethod
     def archivable(self) -> list[int]:
         """Closed datasets (not the newest) whose jobs are all terminal, archiving or archived."""
-        with self._mutex:
-            cursor = self._cursor()
-            ready: list[int] = []
-            for dataset in self._load_datasets(cursor)[:-1]:
-                n = dataset.number
-                self._execute(
-                    cursor,
-                    f"SELECT COUNT(*) FROM jobs_{n} j LEFT JOIN job_state_transitions_{n} t ON "
-                    f"t.id = (SELECT MAX(id) FROM job_state_transitions_{n} WHERE job_id = j.id) "
-                    "WHERE t.state IS NULL OR t.state IN (?, ?, ?)",
-                    PENDING,
-                )
-                if int(cursor.fetchone()[0]) == 0:
-                    ready.append(n)
-            self._connection.commit()
-            return ready
 
-    def archive(self, number: int, write: Any) -> None:
-        """Archive dataset ``number`` through ``write(records)`` and drop its tables.
-
-        1. append ``archiving`` to every job not yet archiving (one statement);
-        2. ``write`` every job with its transitions (an archive writer, idempotent per dataset:
-           a crash before step 4 makes it run again);
-        3. append ``archived`` to every job (one statement), commit;
-        4. ``DROP TABLE`` both tables and forget the dataset.
-        """
-        if number not in self.archivable():
-            raise JobDBError(f"dataset {number} still has pending jobs or is the newest")
-        with self._mutex:
-            cursor = self._cursor()
-            self._mark(cursor, number, ARCHIVING)  # 1.
-            write(self._records(cursor, number))  # 2.
-            self._mark(cursor, number, ARCHIVED)  # 3.
-            try:  # 4.
-                self._begin(cursor)
-                self._execute(cursor, "DELETE FROM jobdb_datasets WHERE number = ?", (number,))
-                self._connection.commit()
-                self._execute(cursor, f"DROP TABLE IF EXISTS job_state_transitions_{number}")
-                self._execute(cursor, f"DROP TABLE IF EXISTS jobs_{number}")
-                self._connection.commit()
-            except BaseException:
-                self._connection.rollback()
-                raise
-            self._load_datasets(cursor)
-
-    def _mark(self, cursor: Any, number: int, state: str) -> None:
-        n = number
-        try:
-            self._begin(cursor)
-            self._execute(
-                cursor,
-                f"INSERT INTO job_state_transitions_{n} (job_id, time, attempt, state) "
-                f"SELECT j.id, ?, COALESCE(t.attempt, 0), ? FROM jobs_{n} j "
-                f"LEFT JOIN job_state_transitions_{n} t ON t.id = (SELECT MAX(id) FROM "
-                f"job_state_transitions_{n} WHERE job_id = j.id) WHERE t.state <> ? "
-                "AND t.state <> ?",
-                (time.time(), state, state, ARCHIVED),
-            )
-            self._connection.commit()
-        except BaseException:
-            self._connection.rollback()
-            raise
-
-    def _records(self, cursor: Any, number: int) -> Iterator[dict[str, Any]]:
-        self._execute(cursor, f"SELECT {_JOB_COLUMNS} FROM jobs_{number} ORDER BY id")
-        jobs = [_job((*row, None, None, None)) for row in cursor.fetchall()]
-        self._execute(
-            cursor,
-            "SELECT job_id, time, attempt, state, retry_at, status_code, error_type, response "
-            f"FROM job_state_transitions_{number} ORDER BY id",
-        )
-        steps: dict[int, list[dict[str, Any]]] = {}
-        names = ("time", "attempt", "state", "retry_at", "status_code", "error_type", "response")
-        for row in cursor.fetchall():
-            steps.setdefault(int(row[0]), []).append(dict(zip(names, row[1:], strict=True)))
-        self._connection.commit()
-        for job in jobs:
-            yield {
-                "id": job.id,
-                "bucket": job.bucket,
-                "destination": job.destination,
-                "endpoint": job.endpoint,
-                "headers": job.headers,
-                "payload": job.payload.decode("utf-8", "replace"),
-                "message_id": job.message_id,
-                "user_id": job.user_id,
-                "created_at": job.created_at,
-                "expire_at": job.expire_at,
-                "transitions": steps.get(job.id, []),
-            }
-
-
-class _Retry(Exception):
-    """The dataset to write into was created by someone else meanwhile: read again."""
-
-
-def _job(row: Sequence[Any]) -> Job:
-    payload = row[5]
-    return Job(
-        id=int(row[0]),
-        bucket=str(row[1]),
-        destination=str(row[2]),
-        endpoint=str(row[3]),
-        headers=json.loads(row[4]),
-        payload=bytes(payload),
-        message_id=str(row[6]),
-        user_id=None if row[7] is None else str(row[7]),
-        created_at=float(row[8]),
-        expire_at=float(row[9]),
-        state=AWAITING_SCHEDULING if row[10] is None else str(row[10]),
-        attempt=0 if row[11] is None else int(row[11]),
-        retry_at=None if row[12] is None else float(row[12]),
-    )
+    @abstractmethod
+    def archive(self, number: int, write: Callable[[Iterator[dict[str, Any]]], object]) -> None:
+        """Archive dataset ``number`` through ``write(records)`` and drop its tables."""

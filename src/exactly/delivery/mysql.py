@@ -18,10 +18,11 @@ from urllib.parse import unquote, urlsplit
 
 import pymysql
 
-from exactly.delivery.base import DirectorLockHeld, JobDB
+from exactly.delivery.base import DirectorLockHeld
+from exactly.delivery.sql import SQLJobDB
 
 
-class MySQLJobDB(JobDB):
+class MySQLJobDB(SQLJobDB):
     scheme = "mysql"
     types: ClassVar[dict[str, str]] = {
         "id": "BIGINT",

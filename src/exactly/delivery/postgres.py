@@ -15,12 +15,13 @@ from typing import Any, ClassVar
 
 import psycopg
 
-from exactly.delivery.base import DirectorLockHeld, JobDB
+from exactly.delivery.base import DirectorLockHeld
+from exactly.delivery.sql import SQLJobDB
 
 _LOCK = "SELECT pg_try_advisory_lock(hashtext('exactly-director:' || current_schema()))"
 
 
-class PostgresJobDB(JobDB):
+class PostgresJobDB(SQLJobDB):
     scheme = "postgresql"
     types: ClassVar[dict[str, str]] = {
         "id": "BIGINT",

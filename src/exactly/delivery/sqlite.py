@@ -17,10 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from exactly.delivery.base import DirectorLockHeld, JobDB
+from exactly.delivery.base import DirectorLockHeld
+from exactly.delivery.sql import SQLJobDB
 
 
-class SqliteJobDB(JobDB):
+class SqliteJobDB(SQLJobDB):
     scheme = "sqlite"
     types: ClassVar[dict[str, str]] = {
         "id": "INTEGER",
