@@ -140,6 +140,18 @@ class Collector(ServerProcess):
                 self._kill_group(pgid)
             time.sleep(0.05)
 
+    def rss_mb(self) -> float:
+        """Resident memory of every process of the collector (workers, appenders), in MB."""
+        assert self.process is not None
+        total = 0
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            with contextlib.suppress(OSError):
+                if os.getpgid(int(pid)) != self.process.pid:
+                    continue
+                with open(f"/proc/{pid}/statm") as statm:
+                    total += int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        return total / 2**20
+
     def records(self) -> list[LogRecord]:
         """Every record of the collector's topic, partition by partition."""
         return read_all(self.log_url, self.topic)

@@ -5,8 +5,6 @@ are closed after ``idle_timeout``, slow bodies get 408, memory stays bounded, th
 
 from __future__ import annotations
 
-import contextlib
-import os
 import resource
 import socket
 import time
@@ -43,18 +41,6 @@ def enough_files() -> Iterator[None]:
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def group_rss_mb(pgid: int) -> float:
-    """Resident memory of every process of the collector's group, in MB."""
-    total = 0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        with contextlib.suppress(OSError):
-            if os.getpgid(int(pid)) != pgid:
-                continue
-            with open(f"/proc/{pid}/statm") as statm:
-                total += int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    return total / 2**20
-
-
 def timed_track(collector: Collector) -> tuple[float, str]:
     message_id = str(uuid.uuid4())
     started = time.perf_counter()
@@ -86,8 +72,7 @@ def test_a_real_request_is_answered_within_a_second_during_a_flood(
     env = {"EXACTLY_COLLECTOR__IDLE_TIMEOUT": "3", "EXACTLY_COLLECTOR__READ_TIMEOUT": "3"}
     sockets: list[socket.socket] = []
     with Collector(tmp_path, env=env) as collector:
-        assert collector.process is not None
-        before_rss = group_rss_mb(collector.process.pid)
+        before_rss = collector.rss_mb()
         before = len(collector.records())
         try:
             opened = time.monotonic()
@@ -102,7 +87,7 @@ def test_a_real_request_is_answered_within_a_second_during_a_flood(
             took, sent = zip(*(timed_track(collector) for _ in range(5)), strict=True)
             assert time.monotonic() - opened < 2.5, "the flood outlived the idle timeout"
             assert max(took) < 1.0, took
-            during_rss = group_rss_mb(collector.process.pid)
+            during_rss = collector.rss_mb()
 
             time.sleep(5)  # past idle_timeout and read_timeout (3 s)
             idle_left = sum(closed_by_server(sock) is None for sock in sockets[:IDLE])
