@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from exactly.dedupe.base import Claim
+from exactly.dedupe.base import Claim, write_once
 from exactly.dedupe.job import STORES, DedupePlan, prepare
 from exactly.dedupe.recovery import source_offset
 from exactly.dedupe.redis import RedisStore, connect
@@ -138,3 +138,10 @@ def test_rocksdb_records_its_scope_in_a_file(tmp_path: Path) -> None:
     store = RocksDBStore(tmp_path / "store")
     store.adopt_scope("workspace", 2)
     assert (tmp_path / "store" / "scope").read_text() == "workspace\n"
+
+
+def test_the_first_scope_recorded_wins(tmp_path: Path) -> None:
+    path = tmp_path / "scope"
+    assert write_once(path, "source") == "source"
+    assert write_once(path, "workspace") == "source"  # a concurrent start with another scope
+    assert [p.name for p in tmp_path.iterdir()] == ["scope"]

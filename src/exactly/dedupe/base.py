@@ -33,10 +33,12 @@ Backends implement the ``_``-prefixed methods; validation and verdicts are built
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from pathlib import Path
 from types import TracebackType
 from typing import ClassVar, NamedTuple
 
@@ -226,6 +228,25 @@ class StorePartition(ABC):
     def _close(self) -> None: ...
 
 
+def write_once(path: Path, text: str) -> str:
+    """Write ``text`` (a line) to ``path`` unless it exists, durably; returns what it holds.
+
+    A hard link publishes the complete file or fails if another writer got there first.
+    """
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with temporary.open("w") as handle:
+        handle.write(text + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    try:
+        os.link(temporary, path)
+    except FileExistsError:
+        pass
+    finally:
+        temporary.unlink()
+    return path.read_text().strip()
+
+
 class DedupeStore(ABC):
     """A store's configuration: picklable, shipped to Spark tasks, which open partitions.
 
@@ -252,14 +273,15 @@ class DedupeStore(ABC):
         to do.
         """
         found = self._recorded_scope(partitions)
-        if found is not None and found != scope:
+        if found is None:
+            found = self._record_scope(scope)  # what a concurrent start recorded wins
+        if found != scope:
             raise ConfigError(
                 f"the {self.name} dedupe store ({self.location()}) holds ids deduplicated by "
                 f"scope {found!r}, not {scope!r}: set [dedupe] scope = {found!r} "
                 f"(EXACTLY_DEDUPE__SCOPE={found}), or {self.fresh_hint()} so that the job "
                 f"rebuilds it from the output with scope {scope!r}"
             )
-        self._record_scope(scope)
 
     @abstractmethod
     def _open(self, partition: int) -> StorePartition: ...
@@ -269,8 +291,8 @@ class DedupeStore(ABC):
         """The scope recorded with the store; ``workspace`` if it has ids but none; else None."""
 
     @abstractmethod
-    def _record_scope(self, scope: str) -> None:
-        """Record ``scope`` with the store (it matches what is recorded, if anything)."""
+    def _record_scope(self, scope: str) -> str:
+        """Record ``scope`` unless a scope is recorded already; returns the one recorded now."""
 
     @abstractmethod
     def location(self) -> str:

@@ -34,7 +34,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from exactly.dedupe.base import DedupeStore
+from exactly.dedupe.base import DedupeStore, write_once
 from exactly.dedupe.task import TaskPlan, dedupe_partition
 from exactly.dedupe.window import Bounds, format_duration
 from exactly.errors import ConfigError, StreamError, TopicExists
@@ -155,22 +155,21 @@ def adopt_checkpoint_scope(checkpoint: Path, scope: str) -> None:
     """
     path = checkpoint / SCOPE_FILE
     try:
-        found: str | None = path.read_text().strip()
+        found = path.read_text().strip()
     except FileNotFoundError:
         offsets = checkpoint / "offsets"
         started = offsets.is_dir() and any(e.name.isdigit() for e in offsets.iterdir())
-        found = "workspace" if started else None
-    if found is not None and found != scope:
+        if started:
+            found = "workspace"
+        else:
+            checkpoint.mkdir(parents=True, exist_ok=True)
+            found = write_once(path, scope)  # what a concurrent start recorded wins
+    if found != scope:
         raise ConfigError(
             f"checkpoint {checkpoint} holds spark-state deduplicated by scope {found!r}, not "
             f"{scope!r}: set [dedupe] scope = {found!r} (EXACTLY_DEDUPE__SCOPE={found}); another "
             "scope needs a new checkpoint and output topic"
         )
-    if not path.exists():
-        checkpoint.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{SCOPE_FILE}.tmp")
-        temporary.write_text(scope + "\n")
-        os.replace(temporary, path)
 
 
 def build(spark: SparkSession, plan: DedupePlan, partitions: int) -> DataFrame:

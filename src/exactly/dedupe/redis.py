@@ -257,10 +257,14 @@ class RedisStore(DedupeStore):
             found.add("workspace")  # ids written before scopes existed
         return ",".join(sorted(found)) or None
 
-    def _record_scope(self, scope: str) -> None:
+    def _record_scope(self, scope: str) -> str:
+        found: set[str] = set()
         for url in self.sharding.servers:
+            client = connect(url, self.timeout)
             with guarded(url):
-                connect(url, self.timeout).set(f"{self.namespace}:scope", scope, nx=True)
+                client.set(f"{self.namespace}:scope", scope, nx=True)
+                found.add(_text(client.get(f"{self.namespace}:scope") or scope))
+        return ",".join(sorted(found))
 
     def servers(self) -> list[dict[str, Any]]:
         """Per server: memory used, keys, evictions and the listpack limits it has."""

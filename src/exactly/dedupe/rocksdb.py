@@ -62,6 +62,7 @@ from exactly.dedupe.base import (
     PartitionStats,
     StorePartition,
     fresh_counters,
+    write_once,
 )
 from exactly.dedupe.window import (
     Bounds,
@@ -238,17 +239,9 @@ class RocksDBStore(DedupeStore):
         built = any((path / "CURRENT").exists() for path in self.root.glob("p[0-9]*"))
         return "workspace" if built else None
 
-    def _record_scope(self, scope: str) -> None:
-        path = self.root / SCOPE_FILE
-        if path.exists():
-            return
+    def _record_scope(self, scope: str) -> str:
         self.root.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{SCOPE_FILE}.tmp")
-        with temporary.open("w") as handle:
-            handle.write(scope + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
+        return write_once(self.root / SCOPE_FILE, scope)
 
 
 class RocksPartition(StorePartition):
