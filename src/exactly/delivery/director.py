@@ -127,6 +127,17 @@ class _Bucket:
     tat: float = 0.0
     users_in_flight: set[str] = field(default_factory=set)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    sending: asyncio.Semaphore = field(default_factory=asyncio.Semaphore)
+
+    @property
+    def reserve(self) -> int:
+        """Jobs taken at once: twice ``max_in_flight`` unless rate-limited or ordered, so the next
+        jobs' ``executing`` commit while the current requests are out (a job recorded but not
+        yet sent cannot be a duplicate); ``sending`` bounds the requests to ``max_in_flight``."""
+        destination = self.destination
+        if destination.rate is not None or destination.ordered:
+            return destination.max_in_flight
+        return 2 * destination.max_in_flight
 
     @property
     def held(self) -> int:
@@ -257,6 +268,7 @@ class Director:
             )
             self._sessions[destination.name] = session
         bucket = _Bucket(name, destination, session)
+        bucket.sending = asyncio.Semaphore(destination.max_in_flight)
         self._buckets[name] = bucket
         return bucket
 
@@ -264,7 +276,6 @@ class Director:
 
     async def _schedule(self, bucket: _Bucket) -> None:
         assert self._stop is not None
-        destination = bucket.destination
         while not self._stop.is_set():
             now = time.time()
             room = self.page_size - bucket.held
@@ -283,7 +294,7 @@ class Director:
                 waits.append(bucket.retries[0][0] - now)
             if rate_wait is not None:
                 waits.append(rate_wait)
-            if batch and bucket.ready and bucket.in_flight < destination.max_in_flight:
+            if batch and bucket.ready and bucket.in_flight < bucket.reserve:
                 waits.append(0.0)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(bucket.wake.wait(), max(0.0, min(waits)))
@@ -311,7 +322,7 @@ class Director:
         to retry blocks that user's later jobs, never another user's.
         """
         destination = bucket.destination
-        room = destination.max_in_flight - bucket.in_flight
+        room = bucket.reserve - bucket.in_flight
         batch: list[Job] = []
         wait: float | None = None
         if not destination.ordered:
@@ -376,6 +387,11 @@ class Director:
         await asyncio.gather(*(self._send(bucket, job) for job in live))
 
     async def _send(self, bucket: _Bucket, job: Job) -> None:
+        """Steps 2 and 3 for one job, holding one of the bucket's ``max_in_flight`` slots."""
+        async with bucket.sending:
+            await self._send_now(bucket, job)
+
+    async def _send_now(self, bucket: _Bucket, job: Job) -> None:
         assert self._writer is not None
         destination = bucket.destination
         tally = self.tallies[destination.name]
