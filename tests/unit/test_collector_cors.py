@@ -61,3 +61,15 @@ def test_allowed_origins_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EXACTLY_COLLECTOR__ALLOWED_ORIGINS", '{"web": ["shop.example"]}')
     with pytest.raises(ConfigError, match="allowed_origins"):
         load_settings()
+
+
+def test_the_openapi_document_names_every_route_and_its_preflight() -> None:
+    """The fuzz tests generate requests from the document: a route missing there goes unfuzzed."""
+    from exactly.collector import openapi
+    from exactly.collector.app import GET_PATHS, POST_PATHS
+
+    paths = openapi.document()["paths"]
+    for path in POST_PATHS:
+        assert "post" in paths[path] and "options" in paths[path], path
+    assert set(GET_PATHS) - {"/openapi.json"} <= set(paths)
+    assert {"/v1/projects/{writeKey}/settings", "/sourceConfig/"} <= set(paths)
