@@ -1,18 +1,24 @@
-"""A crash test's job process: started warm, told to go, watched line by line, SIGKILLed.
+"""The crash tests' harness: job processes started warm, told to go, watched, SIGKILLed.
 
 The child modules (``tests.dedupe_job_child``, ``tests.aggregate_job_child``) start Spark, print
 ``warm``, wait for ``go`` on stdin, print ``running``, ``batch N`` per micro-batch and ``done``.
+:func:`kill_at_random_points` is the one kill loop both crash tests run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+
+from exactly.log import Log, open_log
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m"
@@ -67,3 +73,82 @@ class Child:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
+
+
+def kill_at_random_points(
+    module: str,
+    args: list[str],
+    *,
+    log_url: str,
+    grow: Callable[[Log], object],
+    rng: random.Random,
+    kills: int,
+    self_kill: Callable[[random.Random], dict[str, str]] | None = None,
+) -> int:
+    """SIGKILL ``kills`` runs of a job at random points while its input grows; the last runs free.
+
+    Runs are ``python -m module *args MODE`` in their own process groups; the next one warms up
+    (Spark's start) while the current one works. A run is killed at a random moment: while the
+    query starts (0-4 s after ``running``) or inside a later micro-batch (0-2 s after a
+    ``batch`` line). ``grow(log)`` appends to the input every 0.25 s until the last run takes
+    its turn; the last run catches up undisturbed and must print ``done``. ``self_kill``, when
+    given, is asked for the extra environment of a run (empty: an ordinary run) and such a run
+    must end by itself before ``done`` (it kills itself at a point of its own). Returns how many
+    runs killed themselves.
+    """
+    env = {**os.environ, "JDK_JAVA_OPTIONS": FAST_JVM, "PYTHONPATH": str(ROOT)}
+    growing = threading.Event()
+    growing.set()
+
+    def appending() -> None:
+        with open_log(log_url) as writer:
+            while growing.is_set():
+                grow(writer)
+                time.sleep(0.25)
+
+    def start(last: bool) -> tuple[Child, bool]:
+        extra = self_kill(rng) if self_kill is not None and not last else {}
+        return Child(module, args, {**env, **extra}, "catch-up" if last else "streaming"), bool(
+            extra
+        )
+
+    appender = threading.Thread(target=appending, daemon=True)
+    appender.start()
+    current, suicidal = start(False)
+    current.go()
+    children = [current]
+    killed = self_kills = 0
+    began = time.monotonic()
+    try:
+        while killed < kills:
+            last = killed == kills - 1
+            following, following_suicidal = start(last)
+            children.append(following)
+            assert current.wait_for("running"), f"run {killed} did not start: {current.lines}"
+            if suicidal:
+                assert current.wait_for("<exit>", timeout=240), current.lines
+                assert not current.saw("done"), current.lines
+                self_kills += 1
+            elif rng.random() < 0.4:
+                time.sleep(rng.uniform(0.0, 4.0))  # query start, planning, the first tasks
+            else:
+                assert current.wait_for("batch", timeout=120), f"no batch: {current.lines}"
+                time.sleep(rng.uniform(0.0, 2.0))  # inside later micro-batches
+            if not suicidal:
+                assert not current.saw("<exit>"), f"run {killed} died: {current.lines}"
+            if last:  # the input stops growing before the final run can take its turn
+                growing.clear()
+                appender.join()
+            current.kill()
+            killed += 1
+            print(f"kill {killed} at {time.monotonic() - began:.0f} s: {current.lines[-2:]}")
+            current, suicidal = following, following_suicidal
+            current.go()
+        growing.clear()
+        appender.join()
+        assert current.wait_for("done", timeout=300), f"the last run failed: {current.lines}"
+    finally:
+        growing.clear()
+        for child in children:
+            child.kill()
+    return self_kills
