@@ -201,3 +201,83 @@ def test_deliver_and_deliveries_from_the_command_line(tmp_path: Path) -> None:
     assert rows["refusing"]["last_error"].startswith("404: status 404")
     table = run_cli(tmp_path, "deliveries")
     assert table.returncode == 0 and "refusing" in table.stdout
+
+
+def latencies(path: Path, message_ids: set[str]) -> list[float]:
+    """Seconds from each job's creation to its success, from the JobDB's own records (waits)."""
+    import sqlite3
+
+    deadline = time.time() + 60
+    while True:
+        with sqlite3.connect(path) as connection:
+            rows = connection.execute(
+                "SELECT j.message_id, t.time - j.created_at FROM jobs_1 j JOIN "
+                "job_state_transitions_1 t ON t.job_id = j.id WHERE t.state = 'succeeded' "
+                "AND j.destination = 'good'"
+            ).fetchall()
+        found = sorted(float(seconds) for message_id, seconds in rows if message_id in message_ids)
+        if len(found) >= len(message_ids) or time.time() > deadline:
+            return found
+        time.sleep(0.2)
+
+
+def trickle(db: JobDB, url: str, start: int, count: int, per_second: float, batch: int) -> set[str]:
+    ids = set()
+    for i in range(start, start + count):
+        db.add(
+            [
+                NewJob(
+                    source="web",
+                    destination="good",
+                    endpoint=url,
+                    payload=b'{"messageId":"good-%d"}' % i,
+                    message_id=f"good-{i}",
+                    expire_at=time.time() + 3600,
+                )
+            ],
+            query_id="route-good",
+            batch_id=batch + i,
+        )
+        ids.add(f"good-{i}")
+        time.sleep(1 / per_second)
+    return ids
+
+
+@pytest.mark.slow
+def test_a_destination_down_with_a_backlog_leaves_another_latency(tmp_path: Path) -> None:
+    with Receiver() as good_receiver, Receiver() as bad_receiver:
+        bad_receiver.down = True
+        urls = {"good": good_receiver.url + "/ok", "bad": bad_receiver.url + "/flap"}
+        config_path = config(tmp_path, urls, max_in_flight=8)
+        url = f"sqlite://{tmp_path / 'jobdb'}"
+        with open_jobdb(url, dataset_rows=10**7) as db:
+            director = deliver(config_path, url)
+            try:
+                time.sleep(1.5)
+                path = tmp_path / "jobdb" / "jobdb.sqlite"
+                alone = latencies(path, trickle(db, urls["good"], 0, 100, 40, 0))
+                enqueue(db, "bad", urls["bad"], 20_000)
+                time.sleep(2)  # the bad bucket is paged in and failing
+                beside = latencies(path, trickle(db, urls["good"], 100, 100, 40, 0))
+                failing = sum(1 for r in bad_receiver.requests if r.status == 503)
+                bad_receiver.down = False
+                recovered = time.time()
+                deadline = recovered + 240
+                while db.states().get("bad", {}).get(SUCCEEDED, 0) < 20_000:
+                    assert time.time() < deadline, db.states()
+                    time.sleep(0.5)
+                drained = time.time() - recovered
+            finally:
+                director.send_signal(signal.SIGTERM)
+                director.wait(60)
+        assert len(alone) == 100 and len(beside) == 100
+        median_alone = alone[len(alone) // 2]
+        median_beside = beside[len(beside) // 2]
+        print(
+            f"good latency median alone {median_alone * 1000:.0f} ms, beside a failing backlog "
+            f"{median_beside * 1000:.0f} ms ({failing} 503s meanwhile); 20,000 drained in "
+            f"{drained:.1f} s after recovery"
+        )
+        assert failing > 100  # the bad destination was failing hard meanwhile
+        # within 2x of its own baseline; 50 ms for the director's 200 ms poll
+        assert median_beside <= 2 * median_alone + 0.05
