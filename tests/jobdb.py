@@ -53,7 +53,9 @@ def jobdb_url(backend: str, tmp_path: Path) -> Iterator[str]:
         require(postgres_missing())
         with postgres_schema() as url:
             yield url
-    else:
+    elif backend == "mysql":
         require(mysql_missing())
         with mysql_database() as url:
             yield url
+    else:
+        raise AssertionError(f"no test JobDB for backend {backend!r}: add one to tests/jobdb.py")

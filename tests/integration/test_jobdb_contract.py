@@ -202,3 +202,28 @@ def test_summary_per_destination(db: JobDB) -> None:
     assert hook.last_error == "503: busy now" and hook.last_error_at is not None
     assert other.last_error is None
     assert hook.oldest_pending_seconds is not None and hook.oldest_pending_seconds >= 30
+
+
+def test_every_listed_backend_has_a_test_jobdb(tmp_path: Path) -> None:
+    assert BACKENDS == ["sqlite", "postgresql", "mysql"]
+    with pytest.raises(AssertionError, match="no test JobDB"), jobdb_url("oracle", tmp_path):
+        pass
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("redis://x", "is not understood"),
+        ("nothing", "is not understood"),
+        ("mysql://root:hunter2@h/db?x=1&nope", ""),
+    ],
+)
+def test_open_jobdb_refuses_unknown_urls_in_one_line(url: str, message: str) -> None:
+    from exactly.errors import ConfigError
+
+    if not message:
+        assert open_jobdb(url).describe() == "mysql://root:***@h/db?x=1&nope"
+        return
+    with pytest.raises(ConfigError, match=message) as caught:
+        open_jobdb(url)
+    assert "\n" not in str(caught.value)
