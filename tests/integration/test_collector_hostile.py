@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -253,15 +254,20 @@ def test_a_batch_of_integers_does_not_block_the_loop(
 
     thread = threading.Thread(target=probe)
     thread.start()
+    took: list[float] = []
     try:
         for _ in range(3):
+            started = time.perf_counter()
             response = client.post("/v1/batch", content=body, auth=WEB)
+            took.append(time.perf_counter() - started)
             assert response.status_code == 400, response.text
             assert response.json()["code"] == "no_valid_events"
     finally:
         done.set()
         thread.join()
-    assert max(stalls) < 0.2, max(stalls)
+    # A loop blocked for the whole batch stalls a probe about as long as the batch takes (0.25 s
+    # idle); one that yields, far less. Relative to the batch's own time, so load cannot fail it.
+    assert max(stalls) < max(0.2, 0.5 * statistics.median(took)), (max(stalls), took)
 
 
 def test_a_client_over_its_source_rate_limit_gets_429_and_nothing_is_appended(
