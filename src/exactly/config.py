@@ -223,6 +223,10 @@ class Settings(BaseSettings):
     def jobdb_url(self) -> str:
         return self.delivery.jobdb or f"sqlite://{self.data_dir.resolve() / 'jobdb'}"
 
+    @property
+    def archive_url(self) -> str:
+        return self.delivery.archive or str(self.data_dir.resolve() / "archive")
+
     @classmethod
     def settings_customise_sources(
         cls,

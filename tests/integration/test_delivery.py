@@ -213,3 +213,40 @@ def test_one_destination_down_does_not_slow_another(db: JobDB) -> None:
         assert not runner.is_alive()
         assert final_states(db, "bad") == {SUCCEEDED: 2000}
         assert set(down.ids("/flap")) == {f"bad-{i}" for i in range(2000)}
+
+
+def test_finished_datasets_are_archived_then_dropped(tmp_path: Path, receiver: Receiver) -> None:
+    from exactly.delivery.archive import DirectoryArchive, read_archive
+
+    target = destination("kept", f"{receiver.url}/ok")
+    refusing = destination("refusing", f"{receiver.url}/status/404")
+    with open_jobdb(f"sqlite://{tmp_path / 'small'}", dataset_rows=50) as db:
+        for batch in range(4):
+            enqueue(db, target, 40, batch=batch)  # 40 per micro-batch: one dataset each
+        enqueue(db, refusing, 10)
+        archive = DirectoryArchive(tmp_path / "archive")
+        director = Director(
+            db, [target, refusing], poll_seconds=0.05, report=lambda _: None, archive=archive
+        )
+        director.run(until_drained=True)
+        # datasets 1 to 3 (40 jobs each) archived; the newest (40 + the 10 refused) stays
+        assert [dataset.number for dataset in db.datasets()] == [4]
+        files = sorted((tmp_path / "archive").iterdir())
+        assert len(files) == 3 and director.archived == 3
+        records = [record for path in files for record in read_archive(path)]
+        assert len(records) == 120
+        assert {r["destination"] for r in records} == {"kept"}
+        first = records[0]
+        assert first["payload"].startswith('{"messageId"')
+        assert [step["state"] for step in first["transitions"]] == [
+            EXECUTING,
+            SUCCEEDED,
+            "archiving",
+        ]
+        assert final_states(db, "refusing") == {DISCARDED: 10}
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "small" / "jobdb.sqlite") as connection:
+        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
+    assert "jobs_4" in tables and not {"jobs_1", "jobs_2", "jobs_3"} & tables
+    assert not {f"job_state_transitions_{n}" for n in (1, 2, 3)} & tables

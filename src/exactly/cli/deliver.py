@@ -42,6 +42,7 @@ def deliver(
     that were in flight are sent again, with the same Idempotency-Key and webhook-id.
     """
     from exactly.delivery import open_jobdb
+    from exactly.delivery.archive import open_archive
     from exactly.delivery.director import Director
 
     settings = context(ctx).settings
@@ -53,7 +54,12 @@ def deliver(
         dataset_rows=options.dataset_rows,
         dataset_minutes=options.dataset_minutes,
     ) as database:
-        director = Director(database, settings.destinations, page_size=options.page_size)
+        director = Director(
+            database,
+            settings.destinations,
+            page_size=options.page_size,
+            archive=open_archive(settings.archive_url),
+        )
         tallies = director.run(until_drained=until_drained, wait=wait)
     for name, tally in tallies.items():
         print(

@@ -29,7 +29,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
+from exactly.delivery.archive import DirectoryArchive, archive_name
 from exactly.delivery.base import (
     AWAITING_RETRY,
     DISCARDED,
@@ -160,6 +161,8 @@ class Director:
         poll_seconds: float = 0.2,
         jitter: Callable[[], float] | None = None,
         report: Callable[[str], None] = say,
+        archive: DirectoryArchive | None = None,
+        archive_seconds: float = 5.0,
     ) -> None:
         self.jobdb = jobdb
         self.destinations = {destination.name: destination for destination in destinations}
@@ -167,6 +170,10 @@ class Director:
         self.poll_seconds = poll_seconds
         self.jitter = jitter
         self.report = report
+        self.archive = archive
+        self.archive_seconds = archive_seconds
+        self.archived = 0
+        self._archived_at = 0.0
         self.tallies = {name: Tally() for name in self.destinations}
         self._buckets: dict[str, _Bucket] = {}
         self._unknown: set[str] = set()
@@ -213,7 +220,14 @@ class Director:
                         bucket = self._open_bucket(name)
                         if bucket is not None:
                             tasks.append(asyncio.create_task(self._schedule(bucket)))
+                if (
+                    self.archive is not None
+                    and time.time() - self._archived_at > self.archive_seconds
+                ):
+                    await self._archive()
                 if until_drained and await self._drained():
+                    if self.archive is not None:
+                        await self._archive()
                     break
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), 1.0 if not until_drained else 0.2)
@@ -230,6 +244,22 @@ class Director:
             await writer
             for session in self._sessions.values():
                 await session.close()
+
+    async def _archive(self) -> None:
+        """Archive and drop every dataset whose jobs are all finished (not the newest)."""
+        assert self.archive is not None
+        archive = self.archive
+        self._archived_at = time.time()
+        datasets = {dataset.number: dataset for dataset in await self._db(self.jobdb.datasets)}
+        for number in await self._db(self.jobdb.archivable):
+            name = archive_name(datasets[number])
+
+            def write(records: Iterator[dict[str, Any]], name: str = name) -> None:
+                archive.write(name, records)
+
+            await self._db(self.jobdb.archive, number, write)
+            self.archived += 1
+            self.report(f"dataset {number} archived to {archive.directory / name} and dropped")
 
     async def _finish_sends(self) -> None:
         if not self._sends:

@@ -161,6 +161,9 @@ class DeliverySettings(BaseModel):
     dataset_rows: int = Field(100_000, ge=1, description="a new dataset after this many jobs")
     dataset_minutes: float = Field(60.0, gt=0, description="... or after this many minutes")
     page_size: int = Field(10_000, ge=1, description="jobs paged in per bucket at most")
+    archive: str | None = Field(
+        None, description="directory finished jobs are archived to; default DATA_DIR/archive"
+    )
 
 
 def unique_names(destinations: tuple[Any, ...]) -> tuple[Any, ...]:
