@@ -8,14 +8,11 @@ from hypothesis import strategies as st
 
 from exactly.dedupe.base import Claim, Counters, fresh_counters
 from exactly.dedupe.window import (
-    MS,
     Bounds,
     below_minimum,
     effective_window,
-    format_duration,
     keys_allowed,
     overflow,
-    parse_duration,
     time_cutoff,
 )
 from exactly.errors import ConfigError
@@ -23,38 +20,6 @@ from exactly.events.ids import pack_id, pack_owner
 
 counts = st.integers(min_value=0, max_value=10**9)
 limits = st.none() | st.integers(min_value=1, max_value=10**9)
-
-
-@pytest.mark.parametrize(
-    ("text", "ms"),
-    [
-        ("24h", 86_400_000),
-        ("7d", 7 * 86_400_000),
-        ("90m", 5_400_000),
-        ("1h30m", 5_400_000),
-        ("1.5h", 5_400_000),
-        ("2w", 2 * 604_800_000),
-        ("250ms", 250),
-        (" 10 S ", 10_000),
-    ],
-)
-def test_parse_duration(text: str, ms: int) -> None:
-    assert parse_duration(text) == ms
-
-
-@pytest.mark.parametrize("text", ["", "24", "h", "-1h", "1x", "1h 2", "0s", "1h-2m"])
-def test_parse_duration_refuses_nonsense_naming_the_option(text: str) -> None:
-    with pytest.raises(ConfigError, match="--window"):
-        parse_duration(text, "--window")
-
-
-@given(st.integers(min_value=1000, max_value=10**13))
-def test_format_then_parse_is_close(ms: int) -> None:
-    text = format_duration(ms)
-    parsed = parse_duration(text.replace(" ", ""))
-    assert parsed <= ms
-    largest = max(MS[unit] for unit in "wdhms" if MS[unit] <= ms)
-    assert ms - parsed < largest  # two units at most: the error is below the largest one
 
 
 @given(limits, counts, counts)

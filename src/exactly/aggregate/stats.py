@@ -23,7 +23,7 @@ class StatsQuery:
 
 def parse_since(text: str, now: datetime | None = None) -> str:
     """A duration back from now (``24h``, ``7d``) or a UTC time (``2024-05-01T10:00``)."""
-    from exactly.dedupe.window import parse_duration
+    from exactly.units import parse_duration
 
     now = now or datetime.now(UTC)
     try:

@@ -150,7 +150,8 @@ def dedupe(
     from exactly.dedupe.driver import drive
     from exactly.dedupe.job import DedupePlan, default_checkpoint
     from exactly.dedupe.sharding import sharding_from
-    from exactly.dedupe.window import Bounds, parse_duration, parse_size
+    from exactly.dedupe.window import Bounds
+    from exactly.units import parse_duration, parse_size
 
     settings = context(ctx).settings
     sharding = None

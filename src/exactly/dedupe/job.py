@@ -36,10 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 from exactly.dedupe.base import DedupeStore, write_once
 from exactly.dedupe.task import TaskPlan, dedupe_partition
-from exactly.dedupe.window import Bounds, format_duration
+from exactly.dedupe.window import Bounds
 from exactly.errors import ConfigError, StreamError, TopicExists
 from exactly.events.ids import DEFAULT_SCOPE, SCOPES
 from exactly.log import Log
+from exactly.units import format_duration
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]

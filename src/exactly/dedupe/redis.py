@@ -68,8 +68,9 @@ from exactly.dedupe.base import (
 )
 from exactly.dedupe.redis_batch import Batch
 from exactly.dedupe.sharding import Epoch, Sharding, lookup_slots, partition_position
-from exactly.dedupe.window import Bounds, format_duration
+from exactly.dedupe.window import Bounds
 from exactly.errors import ConfigError, StoreUnavailable
+from exactly.units import format_duration
 
 LOG = logging.getLogger(__name__)
 SCRIPT = (Path(__file__).parent / "claim.lua").read_text()

@@ -64,14 +64,9 @@ from exactly.dedupe.base import (
     fresh_counters,
     write_once,
 )
-from exactly.dedupe.window import (
-    Bounds,
-    format_duration,
-    keys_allowed,
-    overflow,
-    time_cutoff,
-)
+from exactly.dedupe.window import Bounds, keys_allowed, overflow, time_cutoff
 from exactly.errors import StoreUnavailable
+from exactly.units import format_duration
 
 META_KEY = b"exactly:meta"
 SCOPE_FILE = "scope"  # ROOT/scope: the dedupe scope the ids were packed for

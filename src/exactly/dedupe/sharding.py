@@ -27,8 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from exactly.dedupe.window import parse_duration
 from exactly.errors import ConfigError
+from exactly.units import parse_duration
 
 MASK = (1 << 64) - 1
 DEFAULT_BUCKETS = 1024

@@ -27,9 +27,10 @@ from typing import Any
 
 from exactly.dedupe.base import PartitionStats
 from exactly.dedupe.job import DedupePlan
-from exactly.dedupe.window import Bounds, below_minimum, format_duration
+from exactly.dedupe.window import Bounds, below_minimum
 from exactly.errors import UnknownTopic
 from exactly.log import Log
+from exactly.units import format_duration
 
 
 @dataclass(frozen=True)

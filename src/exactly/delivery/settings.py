@@ -37,7 +37,7 @@ def seconds(value: object, name: str) -> object:
     """A duration written as text (``"5s"``, ``"1h30m"``) in seconds; numbers pass through."""
     if not isinstance(value, str):
         return value
-    from exactly.dedupe.window import parse_duration
+    from exactly.units import parse_duration
 
     try:
         return parse_duration(value, name) / 1000.0
