@@ -28,6 +28,7 @@ from exactly.aggregate.frame import aggregate, events_frame
 from exactly.aggregate.spec import EVENT_COUNTS, TableSpec
 from exactly.errors import AggregateError, ExactlyError
 from exactly.log import Log
+from exactly.spark import checkpoint as spark_checkpoint
 from exactly.spark import offsets
 
 if TYPE_CHECKING:
@@ -69,23 +70,15 @@ def default_checkpoint(data_dir: Path, topic: str) -> Path:
 
 def is_fresh(checkpoint: Path) -> bool:
     """Whether Spark has planned no batch in this checkpoint yet."""
-    planned = checkpoint / "offsets"
-    return not planned.is_dir() or not any(p.name.isdigit() for p in planned.iterdir())
+    return not spark_checkpoint.planned(checkpoint)
 
 
 def query_id(checkpoint: Path) -> str:
     """Spark's id of the query, stable across restarts from the same checkpoint."""
-    with (checkpoint / "metadata").open() as handle:
-        return str(json.loads(handle.readline())["id"])
-
-
-def batch_end(checkpoint: Path, batch_id: int) -> dict[int, int] | None:
-    """The end offsets Spark recorded for a batch before running it (step 1)."""
-    try:
-        lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
-        return offsets.from_json(json.loads(lines[2]))
-    except (OSError, IndexError, ValueError, AggregateError):
-        return None
+    found = spark_checkpoint.query_id(checkpoint)
+    if found is None:
+        raise AggregateError(f"checkpoint {checkpoint} has no query id: Spark did not start it")
+    return found
 
 
 def starting_offsets(db: AggregateDB, plan: AggregatePlan) -> str:
@@ -151,7 +144,7 @@ class BatchCounter:
             batch_id,
             str(self.plan.checkpoint),
             self.plan.topic,
-            batch_end(self.plan.checkpoint, batch_id),
+            spark_checkpoint.batch_end(self.plan.checkpoint, batch_id),
             rows,
             events,
         )

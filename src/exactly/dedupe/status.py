@@ -30,6 +30,7 @@ from exactly.dedupe.job import DedupePlan
 from exactly.dedupe.window import Bounds, below_minimum
 from exactly.errors import UnknownTopic
 from exactly.log import Log
+from exactly.spark import checkpoint
 from exactly.units import format_duration
 
 
@@ -80,20 +81,6 @@ class DedupeStatus:
         ]
 
 
-def committed_offsets(checkpoint: Path) -> dict[int, int] | None:
-    """The source position of the checkpoint's last committed micro-batch; None if none yet."""
-    commits = [p for p in (checkpoint / "commits").glob("[0-9]*") if p.name.isdigit()]
-    if not commits:
-        return None
-    batch = max(int(p.name) for p in commits)
-    try:
-        lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
-        position = json.loads(lines[-1])
-        return {int(partition): int(offset) for partition, offset in position.items()}
-    except (OSError, ValueError, IndexError, AttributeError):
-        return None
-
-
 def collect(
     log: Log, plan: DedupePlan, late: int = 0, last: dict[str, Any] | None = None
 ) -> DedupeStatus:
@@ -101,7 +88,7 @@ def collect(
     raw = log.end_offsets(plan.source)
     passed = _ends(log, plan.output)
     rejected = _ends(log, plan.rejected)
-    committed = committed_offsets(plan.checkpoint)
+    committed = checkpoint.committed_end(plan.checkpoint)
     store = plan.claim_store()
     stats: dict[int, PartitionStats] = {}
     if store is not None:

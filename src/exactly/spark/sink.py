@@ -41,10 +41,8 @@ comparison (``bench/spark_io.py``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -357,18 +355,6 @@ class LogStreamWriter(DataSourceStreamArrowWriter):
         log.commit_offsets(
             PROGRESS_GROUP + done[0].sink, self.options.topic, {p: ends[p] for p in writers}
         )
-
-
-def checkpoint_query_id(checkpoint: str | None) -> str | None:
-    """The query id Spark stored in a local checkpoint directory, None if there is none yet."""
-    if not checkpoint or "://" in checkpoint.removeprefix("file://"):
-        return None
-    path = Path(checkpoint.removeprefix("file://").removeprefix("file:")) / "metadata"
-    try:
-        found = json.loads(path.read_text()).get("id")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return found if isinstance(found, str) else None
 
 
 def cluster_by_partition(df: DataFrame, partitions: int) -> DataFrame:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from exactly import errors
 from exactly.errors import ExactlyError, StreamError
+from exactly.spark.checkpoint import planned
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.readwriter import DataStreamWriter
@@ -60,8 +61,7 @@ def clear_unplanned(checkpoint: Path) -> list[Path]:
     nothing was planned, so nothing was written or committed either: the leftovers are safe
     to remove. Returns what was removed.
     """
-    offsets = checkpoint / "offsets"
-    if not offsets.is_dir() or any(entry.name.isdigit() for entry in offsets.iterdir()):
+    if not (checkpoint / "offsets").is_dir() or planned(checkpoint):
         return []
     removed = []
     for name in _STARTED_ONLY:
