@@ -17,7 +17,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from exactly.errors import Fenced, StreamError, TopicOwned
 from exactly.events import partition_for
 from exactly.log import Log, Record, open_log
-from exactly.spark import owners
+from exactly.spark import lease
 from exactly.spark.marks import MARK, Mark
 from exactly.spark.sink import PROGRESS_GROUP, PartitionOutput, cluster_by_partition
 from exactly.spark.streaming import from_spark
@@ -104,7 +104,7 @@ def test_a_partly_written_batch_is_completed(
     log.create_topic(destination, 2)
     fill(log, source, 2, 30)
     sink = "partial-sink"
-    owners.claim(log, destination, sink, str(tmp_path))
+    lease.take(log, destination, sink, str(tmp_path))
     stored = read_partition(log, source, 0)[:5]
     with log.open_writer(destination, 0, sink) as writer:
         writer.append(
@@ -220,9 +220,9 @@ def test_a_second_query_is_refused_until_the_topic_is_released(
         assert isinstance(error, TopicOwned)
         assert f"checkpoint {tmp_path / 'first'}" in str(error)
         assert "exactly sink release dst" in str(error)
-        assert owners.release(log, "dst") is not None
+        assert lease.release(log, "dst") is not None
         assert copy(spark, log_url, "b", "dst", tmp_path / "second").exception() is None
-        assert owners.owner(log, "dst").checkpoint == str(tmp_path / "second")  # type: ignore[union-attr]
+        assert lease.holder(log, "dst").checkpoint == str(tmp_path / "second")  # type: ignore[union-attr]
         assert sum(log.end_offsets("dst").values()) == 20
 
 

@@ -17,11 +17,11 @@ app = typer.Typer(
 @app.command()
 def owner(ctx: typer.Context, topic: str) -> None:
     """Print the sink that owns TOPIC (its query's checkpoint), or that none does."""
-    from exactly.spark import owners
+    from exactly.spark import lease
 
     with context(ctx).open_log() as log:
         log.describe(topic)
-        found = owners.owner(log, topic)
+        found = lease.holder(log, topic)
     if found is None:
         print(f"topic {topic}: no sink owns it")
     else:
@@ -40,11 +40,11 @@ def release(
 
     Stop the owning query first, for good: if it ran again it would be refused.
     """
-    from exactly.spark import owners
+    from exactly.spark import lease
 
     with context(ctx).open_log() as log:
         log.describe(topic)
-        released = owners.release(log, topic, sink)
+        released = lease.release(log, topic, sink)
     if released is None:
         print(f"topic {topic}: nothing to release" + (f" for sink {sink}" if sink else ""))
     else:

@@ -122,7 +122,7 @@ def prepare(log: Log, plan: DedupePlan) -> int:
     has another partition count (the job keeps partitions: messageId's partition everywhere), or
     the store (spark-state: the checkpoint) was built with another dedupe scope.
     """
-    from exactly.spark import checkpoint, owners
+    from exactly.spark import checkpoint, lease
 
     if plan.store not in STORES:
         raise ConfigError(f"--store {plan.store!r}: use one of {', '.join(STORES)}")
@@ -138,7 +138,7 @@ def prepare(log: Log, plan: DedupePlan) -> int:
                 f"dedupe keeps partitions: {topic!r} has {found} partitions, {plan.source!r} "
                 f"has {partitions}; use another output topic"
             ) from None
-    owners.check(log, plan.output, checkpoint.query_id(plan.checkpoint))
+    lease.check(log, plan.output, checkpoint.query_id(plan.checkpoint))
     store = plan.claim_store()
     if store is not None:
         store.adopt_scope(plan.scope, partitions)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from exactly.errors import StreamError, TopicExists
 from exactly.log import Log
-from exactly.spark import checkpoint, owners
+from exactly.spark import checkpoint, lease
 from exactly.spark.streaming import Report, run_query
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def prepare(log: Log, plan: CopyPlan) -> int:
             f"exactly copy keeps partitions: {plan.destination!r} has {found} partitions, "
             f"{plan.source!r} has {partitions}; copy into a new topic"
         ) from None
-    owners.check(log, plan.destination, checkpoint.query_id(plan.checkpoint))
+    lease.check(log, plan.destination, checkpoint.query_id(plan.checkpoint))
     return partitions
 
 

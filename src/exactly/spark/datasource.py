@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from exactly.spark import checkpoint, owners
+from exactly.spark import checkpoint, lease
 from exactly.spark.options import EXACTLY_ONCE, SinkOptions, SourceOptions, shared_log
 from exactly.spark.sink import Columns, LogStreamWriter
 from exactly.spark.source import SCHEMA, LogBatchReader, LogStreamReader
@@ -53,7 +53,7 @@ class LogDataSource(DataSource):
         if options.guarantee == EXACTLY_ONCE:
             # Refuse a second query now rather than in its first task, when the owner is known.
             sink = options.sink_id or checkpoint.query_id(options.checkpoint)
-            owners.check_once(log, options.topic, sink)  # called again for every batch's commit
+            lease.check_once(log, options.topic, sink)  # called again for every batch's commit
         return LogStreamWriter(options, columns)
 
 

@@ -24,8 +24,9 @@ replays a batch. The commit protocol, per task and output partition (steps marke
 
 It rests on three assumptions, each checked where it can be:
 
-* **One sink per topic.** The topic's owner is recorded in the log (``owners.py``); another
-  query's sink is refused with :class:`~exactly.errors.TopicOwned` naming the owner's checkpoint.
+* **One sink per topic.** The sink holding the topic's lease is recorded in the log
+  (``lease.py``); another query's sink is refused with :class:`~exactly.errors.TopicOwned`
+  naming the holder's checkpoint.
 * **Each output partition's rows in one Spark partition** per micro-batch. True for a query that
   keeps the source's partitions (a copy, a filter, a map); otherwise use
   :func:`cluster_by_partition`. A breach is refused before anything is written (or fenced).
@@ -63,7 +64,7 @@ from exactly.errors import StreamError
 from exactly.events import partition_for
 from exactly.log import Log, LogRecord, Record
 from exactly.log.base import Header, PartitionWriter
-from exactly.spark import owners
+from exactly.spark import lease
 from exactly.spark.marks import MARK, Mark, find_mark, resume_at, without_mark
 from exactly.spark.options import AT_LEAST_ONCE, SORTED, SinkOptions, shared_log
 
@@ -293,7 +294,7 @@ class LogStreamWriter(DataSourceStreamArrowWriter):
         partitions = log.describe(topic).partitions
         if self.options.guarantee == AT_LEAST_ONCE:
             return self._append_plainly(log, iterator, SinkCommit(sink, int(batch_id), task))
-        claim = owners.claim_once(log, topic, sink, self.options.checkpoint)
+        held = lease.take_once(log, topic, sink, self.options.checkpoint)
         start = Mark(sink, int(batch_id), task, 0)
         groups: Iterator[dict[int, list[Row]]]
         groups = (_grouped(batch, self.columns, partitions) for batch in iterator)
@@ -305,7 +306,7 @@ class LogStreamWriter(DataSourceStreamArrowWriter):
                 for partition, records in grouped.items():
                     output = outputs.get(partition)
                     if output is None:
-                        since = claim.starts.get(partition, 0)
+                        since = held.starts.get(partition, 0)
                         output = PartitionOutput(
                             log, topic, partition, start, since, self.options.append_records
                         )

@@ -1,13 +1,14 @@
-"""Which streaming query's sink writes a topic: one at a time, recorded in the log itself.
+"""Which streaming query's sink writes a topic: one at a time, by a lease recorded in the log.
 
 The registry is the one-partition topic ``exactly.sinks``. Each record is keyed by the topic it
-concerns and holds JSON: a ``claim`` (sink id, checkpoint, and each partition's end offset when
-the claim was made) or a ``release``. Folding the records in log order gives each topic's owner:
-a claim counts only when the topic has no owner, a release only when it names the owner. Because
-a single partition orders every append, two queries claiming a topic at the same moment cannot
-both win: the claim appended first does, and each claimant reads the registry back to learn which.
+concerns and holds JSON: a lease taken (action ``claim`` on disk: sink id, checkpoint, and each
+partition's end offset when it was taken) or a ``release``. Folding the records in log order
+gives each topic's *holder*: a lease counts only when the topic has no holder, a release only
+when it names the holder. Because a single partition orders every append, two queries taking a
+topic's lease at the same moment cannot both win: the one appended first does, and each reads
+the registry back to learn which. (Not to be confused with the dedupe store's claims of ids.)
 
-The recorded end offsets bound the sink's tail reads: nothing of a sink lies before its claim.
+The recorded end offsets bound the sink's tail reads: nothing of a sink lies before its lease.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from exactly.log import Log, Record
 from exactly.log.base import now_ms
 
 REGISTRY = "exactly.sinks"
-CLAIM, RELEASE = "claim", "release"
+TAKE, RELEASE = "claim", "release"  # actions as recorded; "claim" kept for existing logs
 
 
 @dataclass(frozen=True)
-class Claim:
+class TopicLease:
     topic: str
     sink: str
     checkpoint: str | None = None
@@ -38,25 +39,27 @@ class Claim:
         return f"sink {self.sink}, checkpoint {where}"
 
 
-def owner(log: Log, topic: str) -> Claim | None:
-    """The claim that owns ``topic`` now, None if no sink does."""
-    current: Claim | None = None
+def holder(log: Log, topic: str) -> TopicLease | None:
+    """The lease on ``topic`` now, None if no sink holds it."""
+    current: TopicLease | None = None
     for entry in _entries(log, topic):
         action, sink = entry.get("action"), entry.get("sink")
-        if action == CLAIM and current is None and isinstance(sink, str):
+        if action == TAKE and current is None and isinstance(sink, str):
             starts = {int(p): int(o) for p, o in (entry.get("starts") or {}).items()}
-            current = Claim(topic, sink, entry.get("checkpoint"), starts, int(entry.get("at", 0)))
+            current = TopicLease(
+                topic, sink, entry.get("checkpoint"), starts, int(entry.get("at", 0))
+            )
         elif action == RELEASE and current is not None and sink == current.sink:
             current = None
     return current
 
 
-def claim(log: Log, topic: str, sink: str, checkpoint: str | None) -> Claim:
-    """Make ``sink`` the owner of ``topic`` (or confirm it is); TopicOwned if another sink is."""
-    current = owner(log, topic)
+def take(log: Log, topic: str, sink: str, checkpoint: str | None) -> TopicLease:
+    """Make ``sink`` the holder of ``topic`` (or confirm it is); TopicOwned if another sink is."""
+    current = holder(log, topic)
     if current is None:
         entry = {
-            "action": CLAIM,
+            "action": TAKE,
             "topic": topic,
             "sink": sink,
             "checkpoint": checkpoint,
@@ -64,15 +67,15 @@ def claim(log: Log, topic: str, sink: str, checkpoint: str | None) -> Claim:
             "at": now_ms(),
         }
         _append(log, topic, entry)
-        current = owner(log, topic)  # whoever appended first won
+        current = holder(log, topic)  # whoever appended first won
     if current is None or current.sink != sink:
         raise TopicOwned(refusal(topic, current))
     return current
 
 
-def release(log: Log, topic: str, sink: str | None = None) -> Claim | None:
-    """End the current claim on ``topic`` (only if it is ``sink``'s, when given); returns it."""
-    current = owner(log, topic)
+def release(log: Log, topic: str, sink: str | None = None) -> TopicLease | None:
+    """End the current lease on ``topic`` (only if ``sink`` holds it, when given); returns it."""
+    current = holder(log, topic)
     if current is None or (sink is not None and current.sink != sink):
         return None
     _append(log, topic, {"action": RELEASE, "topic": topic, "sink": current.sink, "at": now_ms()})
@@ -80,13 +83,13 @@ def release(log: Log, topic: str, sink: str | None = None) -> Claim | None:
 
 
 def check(log: Log, topic: str, sink: str | None) -> None:
-    """Raise TopicOwned if a sink other than ``sink`` (any sink, if None) owns ``topic``."""
-    current = owner(log, topic)
+    """Raise TopicOwned if a sink other than ``sink`` (any sink, if None) holds ``topic``."""
+    current = holder(log, topic)
     if current is not None and current.sink != sink:
         raise TopicOwned(refusal(topic, current))
 
 
-def refusal(topic: str, current: Claim | None) -> str:
+def refusal(topic: str, current: TopicLease | None) -> str:
     who = current.describe() if current is not None else "another query"
     return (
         f"topic {topic!r} is written by another streaming query ({who}); one sink per topic "
@@ -95,37 +98,37 @@ def refusal(topic: str, current: Claim | None) -> str:
     )
 
 
-_claims: dict[tuple[str, str, str], Claim] = {}
-_claims_lock = threading.Lock()
+_leases: dict[tuple[str, str, str], TopicLease] = {}
+_leases_lock = threading.Lock()
 
 
-def claim_once(log: Log, topic: str, sink: str, checkpoint: str | None) -> Claim:
-    """:func:`claim`, remembered for this process: tasks after the first read no registry.
+def take_once(log: Log, topic: str, sink: str, checkpoint: str | None) -> TopicLease:
+    """:func:`take`, remembered for this process: tasks after the first read no registry.
 
-    Sound because a claim ends only by an explicit release, made once its query has stopped.
+    Sound because a lease ends only by an explicit release, made once its query has stopped.
     """
     key = (log.url, topic, sink)
-    with _claims_lock:
-        found = _claims.get(key)
+    with _leases_lock:
+        found = _leases.get(key)
     if found is None:
-        found = claim(log, topic, sink, checkpoint)
-        with _claims_lock:
-            _claims[key] = found
+        found = take(log, topic, sink, checkpoint)
+        with _leases_lock:
+            _leases[key] = found
     return found
 
 
 def check_once(log: Log, topic: str, sink: str | None) -> None:
-    """:func:`check`, remembered for this process once ``sink`` is seen to own ``topic``."""
+    """:func:`check`, remembered for this process once ``sink`` is seen to hold ``topic``."""
     key = (log.url, topic, sink or "")
-    with _claims_lock:
-        if sink is not None and key in _claims:
+    with _leases_lock:
+        if sink is not None and key in _leases:
             return
-    current = owner(log, topic)
+    current = holder(log, topic)
     if current is not None and current.sink != sink:
         raise TopicOwned(refusal(topic, current))
     if current is not None and sink is not None:
-        with _claims_lock:
-            _claims[key] = current
+        with _leases_lock:
+            _leases[key] = current
 
 
 def _entries(log: Log, topic: str) -> list[dict[str, Any]]:
