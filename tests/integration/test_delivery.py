@@ -250,3 +250,29 @@ def test_finished_datasets_are_archived_then_dropped(tmp_path: Path, receiver: R
         tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
     assert "jobs_4" in tables and not {"jobs_1", "jobs_2", "jobs_3"} & tables
     assert not {f"job_state_transitions_{n}" for n in (1, 2, 3)} & tables
+
+
+def test_a_jobdb_that_refuses_writes_stops_the_director(tmp_path: Path, receiver: Receiver) -> None:
+    from exactly.delivery.base import JobDBError
+    from exactly.delivery.sqlite import SqliteJobDB
+
+    class Failing(SqliteJobDB):
+        writes = 0
+
+        def record(self, transitions: Any) -> None:
+            Failing.writes += 1
+            if Failing.writes > 2:
+                raise OSError(28, "No space left on device")
+            super().record(transitions)
+
+    target = destination("full", f"{receiver.url}/ok", max_in_flight=2)
+    with Failing(f"sqlite://{tmp_path / 'jobdb'}") as db:
+        enqueue(db, target, 50)
+        director = Director(db, [target], poll_seconds=0.05, report=lambda _: None)
+        started = time.time()
+        with pytest.raises(JobDBError, match=r"refused a write .*No space left"):
+            director.run(until_drained=True)
+        assert time.time() - started < 30
+    with open_jobdb(f"sqlite://{tmp_path / 'jobdb'}") as again:  # nothing lost: resumed later
+        run(again, target)
+        assert final_states(again, "full") == {SUCCEEDED: 50}

@@ -47,6 +47,7 @@ from exactly.delivery.base import (
     SUCCEEDED,
     Job,
     JobDB,
+    JobDBError,
     Transition,
 )
 from exactly.delivery.policy import gcra, next_step, retry_after
@@ -105,9 +106,13 @@ class _Writer:
             try:
                 await self._call(self._jobdb.record, steps)
             except Exception as error:  # noqa: BLE001 (handed to every waiter)
+                failure = JobDBError(
+                    f"the JobDB {self._jobdb.describe()} refused a write ({error}); the "
+                    "director stopped, and a restart resumes from what the JobDB holds"
+                )
                 for _, future in batch:
                     if not future.done():
-                        future.set_exception(error)
+                        future.set_exception(failure)
                 continue
             for _, future in batch:
                 if not future.done():
@@ -182,6 +187,7 @@ class Director:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="jobdb")
         self._writer: _Writer | None = None
         self._sends: set[asyncio.Task[None]] = set()
+        self._failure: BaseException | None = None
 
     # -- running -------------------------------------------------------------------------------
 
@@ -234,6 +240,8 @@ class Director:
                 for task in tasks:
                     if task.done() and task.exception() is not None:
                         raise task.exception()  # type: ignore[misc]
+            if self._failure is not None:
+                raise self._failure
         finally:
             self._stop.set()
             for bucket in self._buckets.values():
@@ -244,6 +252,15 @@ class Director:
             await writer
             for session in self._sessions.values():
                 await session.close()
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        """A failed send (the JobDB refused a write) stops the director: the jobs it held are
+        no longer in memory, and the next start reads them from the JobDB again."""
+        self._sends.discard(task)
+        if not task.cancelled() and task.exception() is not None and self._failure is None:
+            self._failure = task.exception()
+            assert self._stop is not None
+            self._stop.set()
 
     async def _archive(self) -> None:
         """Archive and drop every dataset whose jobs are all finished (not the newest)."""
@@ -318,7 +335,7 @@ class Director:
                 bucket.in_flight += len(batch)
                 task = asyncio.create_task(self._attempt(bucket, batch))
                 self._sends.add(task)
-                task.add_done_callback(self._sends.discard)
+                task.add_done_callback(self._sent)
             waits = [self.poll_seconds if bucket.caught_up else 0.05]
             if bucket.retries:
                 waits.append(bucket.retries[0][0] - now)
