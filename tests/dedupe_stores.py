@@ -1,4 +1,4 @@
-"""The dedupe stores the contract suite runs on, built from a name and a place; and a claimer.
+"""The dedupe stores the contract suite runs on (``exactly.dedupe.BACKENDS``); and a claimer.
 
 Run as ``python -m tests.dedupe_stores STORE WHERE PARTITION``: claims batches of new ids and
 prints the highest offset of each batch once :meth:`claim` returned (so a parent can SIGKILL it
@@ -8,30 +8,33 @@ and check that every acknowledged claim survived).
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
+from exactly.dedupe import BACKENDS, open_store
 from exactly.dedupe.base import Claim, DedupeStore
 from exactly.dedupe.window import Bounds
 from exactly.events.ids import pack_id, pack_owner
 
-STORES = ["rocksdb", "redis"]
-
 
 def make_store(name: str, where: str, bounds: Bounds | None = None) -> DedupeStore:
-    """The store ``name`` keeping its data at ``where``: a directory, or for redis
-    ``URL[,URL...] NAMESPACE`` (its shards and key prefix)."""
+    """The store ``name`` (one of ``exactly.dedupe.BACKENDS``) keeping its data at ``where``: a
+    directory, or for redis ``URL[,URL...] NAMESPACE`` (its shards and key prefix). Opened by URL,
+    as the job opens it."""
     if name == "rocksdb":
-        from exactly.dedupe.rocksdb import RocksDBStore
-
-        return RocksDBStore(Path(where), bounds, lock_timeout=30)
+        return open_store(f"rocksdb://{where}", bounds, lock_timeout=30)
     if name == "redis":
-        from exactly.dedupe.redis import RedisStore
-        from exactly.dedupe.sharding import sharding_from
-
         urls, namespace = where.split(" ")
+        hosts = ",".join(url.removeprefix("redis://").split("/")[0] for url in urls.split(","))
         # a short lock TTL: a SIGKILLed claimer's lock lapses quickly
-        return RedisStore(sharding_from(urls), namespace, bounds, lock_ttl=2, lock_timeout=30)
-    raise ValueError(f"no store {name!r} in the contract suite")
+        url = f"redis://{hosts}/0?namespace={namespace}"
+        return open_store(url, bounds, lock_ttl=2, lock_timeout=30)
+    if name == "spark-state":
+        return open_store(f"spark-state://{where}", bounds)
+    raise AssertionError(f"no test store for the dedupe backend {name!r}: add one here")
+
+
+# The claim-store contract runs on every backend that claims ids; spark-state leaves that to
+# Spark's operator (its guarantee is tested through the job, tests/integration/test_dedupe_job.py).
+STORES = [name for name in BACKENDS if make_store(name, "redis://127.0.0.1:1/0 probe").claims]
 
 
 def message_id(offset: int) -> str:

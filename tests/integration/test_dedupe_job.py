@@ -124,7 +124,7 @@ def test_a_deleted_rocksdb_partition_is_rebuilt_from_events(
     plan = plan_for(log, tmp_path, "rocksdb")
     partitions = prepare(log, plan)
     run(spark, plan, partitions)
-    store = plan.claim_store()
+    store = plan.open_store()
     assert isinstance(store, RocksDBStore)
     kept = store.stats(PARTITIONS)[0].keys
     store.drop(0)

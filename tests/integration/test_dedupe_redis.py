@@ -174,7 +174,7 @@ def test_a_flushed_redis_is_rebuilt_from_events_before_the_job_resumes(
     plan = plan_for(log, tmp_path, Sharding(Epoch(tuple(redis_servers[1:3]))), redis_namespace())
     partitions = prepare(log, plan)
     run(spark, plan, partitions)
-    store = plan.claim_store()
+    store = plan.open_store()
     assert isinstance(store, RedisStore)
     kept = store.stats(PARTITIONS)[0].keys
     for url in redis_servers[1:3]:

@@ -56,12 +56,12 @@ def test_a_store_built_before_scopes_is_workspace_wide(
     log: Log, tmp_path: Path, store: str
 ) -> None:
     plan = plan_for(log, tmp_path, store, "source")
-    claims = plan.claim_store()
-    if claims is None:  # spark-state: a checkpoint with a planned batch and no scope file
+    opened = plan.open_store()
+    if not opened.claims:  # spark-state: a checkpoint with a planned batch and no scope file
         (plan.checkpoint / "offsets").mkdir(parents=True)
         (plan.checkpoint / "offsets" / "0").write_text("v1\n")
     else:
-        with claims.open(1) as part:
+        with opened.open(1) as part:
             part.claim([Claim(pack_id("m"), pack_owner(1, 0), 1_000)])
     with pytest.raises(ConfigError, match="scope 'workspace', not 'source'"):
         prepare(log, plan)

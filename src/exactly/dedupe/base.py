@@ -255,6 +255,7 @@ class DedupeStore(ABC):
     """
 
     name: ClassVar[str]
+    claims: ClassVar[bool] = True  # False: Spark's own state decides (spark-state), no partitions
     bounds: Bounds = Bounds()
 
     def open(self, partition: int) -> StorePartition:

@@ -34,13 +34,13 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from exactly.dedupe.base import DedupeStore, write_once
+from exactly.dedupe import BACKENDS, open_store
+from exactly.dedupe.base import DedupeStore
 from exactly.dedupe.task import TaskPlan, dedupe_partition
 from exactly.dedupe.window import Bounds
 from exactly.errors import ConfigError, StreamError, TopicExists
 from exactly.events.ids import DEFAULT_SCOPE, SCOPES
 from exactly.log import Log
-from exactly.units import format_duration
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
@@ -48,8 +48,7 @@ if TYPE_CHECKING:
 
     from exactly.dedupe.sharding import Sharding
 
-STORES = ("rocksdb", "redis", "spark-state")
-SCOPE_FILE = "exactly-dedupe-scope"  # in a spark-state checkpoint: the scope of its state
+STORES = BACKENDS
 SCHEMA = (
     "partition int, offset bigint, key binary, value binary, timestamp timestamp, "
     "headers array<struct<key: string, value: binary>>"
@@ -86,14 +85,12 @@ class DedupePlan:
         """The spark-state store's watermark delay (ms); the others' time bound."""
         return self.bounds.window or 24 * 3_600_000
 
-    def claim_store(self) -> DedupeStore | None:
-        """The store claims go to; None for spark-state, which keeps its state in Spark."""
-        if self.store == "spark-state":
-            return None
+    def open_store(self) -> DedupeStore:
+        """The store (``--store``: a name of :data:`STORES` with its place from the settings)."""
         if self.store == "rocksdb":
-            from exactly.dedupe.rocksdb import RocksDBStore
-
-            return RocksDBStore(store_root(self.data_dir, self.source), self.bounds)
+            return open_store(f"rocksdb://{store_root(self.data_dir, self.source)}", self.bounds)
+        if self.store == "spark-state":
+            return open_store(f"spark-state://{self.checkpoint}", self.bounds)
         if self.store == "redis":
             from exactly.dedupe.redis import RedisStore
             from exactly.dedupe.sharding import sharding_from_env
@@ -139,37 +136,8 @@ def prepare(log: Log, plan: DedupePlan) -> int:
                 f"has {partitions}; use another output topic"
             ) from None
     lease.check(log, plan.output, checkpoint.query_id(plan.checkpoint))
-    store = plan.claim_store()
-    if store is not None:
-        store.adopt_scope(plan.scope, partitions)
-    else:
-        adopt_checkpoint_scope(plan.checkpoint, plan.scope)
+    plan.open_store().adopt_scope(plan.scope, partitions)
     return partitions
-
-
-def adopt_checkpoint_scope(checkpoint: Path, scope: str) -> None:
-    """Record the scope in a spark-state checkpoint, or refuse one its state was not built with.
-
-    Spark's state holds the keys it deduplicated on; read with another scope it would find none.
-    A checkpoint with batches but no scope file predates scopes: ``workspace``.
-    """
-    path = checkpoint / SCOPE_FILE
-    try:
-        found = path.read_text().strip()
-    except FileNotFoundError:
-        offsets = checkpoint / "offsets"
-        started = offsets.is_dir() and any(e.name.isdigit() for e in offsets.iterdir())
-        if started:
-            found = "workspace"
-        else:
-            checkpoint.mkdir(parents=True, exist_ok=True)
-            found = write_once(path, scope)  # what a concurrent start recorded wins
-    if found != scope:
-        raise ConfigError(
-            f"checkpoint {checkpoint} holds spark-state deduplicated by scope {found!r}, not "
-            f"{scope!r}: set [dedupe] scope = {found!r} (EXACTLY_DEDUPE__SCOPE={found}); another "
-            "scope needs a new checkpoint and output topic"
-        )
 
 
 def build(spark: SparkSession, plan: DedupePlan, partitions: int) -> DataFrame:
@@ -183,7 +151,7 @@ def build(spark: SparkSession, plan: DedupePlan, partitions: int) -> DataFrame:
     if plan.max_records_per_trigger is not None:
         reader = reader.option("maxRecordsPerTrigger", str(plan.max_records_per_trigger))
     raw = reader.load()
-    store = plan.claim_store()
+    store = plan.open_store()
     task = TaskPlan(
         plan.log_url,
         plan.source,
@@ -196,7 +164,7 @@ def build(spark: SparkSession, plan: DedupePlan, partitions: int) -> DataFrame:
     routed = raw.mapInArrow(
         partial(dedupe_partition, task), SCHEMA + ", id binary" if task.adds_id else SCHEMA
     )
-    if store is not None:
+    if store.claims:
         return routed.drop("offset")
     key = "id" if task.adds_id else "key"  # workspace: the key, as checkpoints before scopes
     deduped = (
@@ -272,11 +240,7 @@ def late_rows(report: dict[str, Any]) -> int:
 
 
 def describe(plan: DedupePlan) -> str:
-    store = plan.claim_store()
-    if store is None:
-        how = f"spark-state, watermark {format_duration(plan.window)}"
-    else:
-        how = store.describe()
+    how = plan.open_store().describe()
     scope = "per source" if plan.scope == "source" else "workspace-wide"
     return (
         f"dedupe {plan.source} -> {plan.output} ({scope}) with {how} (checkpoint {plan.checkpoint})"

@@ -247,6 +247,69 @@ def sharding_from(
     )
 
 
+STORE_URL_OPTIONS = (
+    "namespace",
+    "buckets",
+    "slot",
+    "previous",
+    "previous_buckets",
+    "previous_slot",
+    "cutover",
+)
+
+
+def sharding_from_url(url: str) -> tuple[Sharding, str | None]:
+    """The shards and namespace of a redis store URL (``exactly.dedupe.open_store``).
+
+    ``redis://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/DB][?OPTION=VALUE&...]`` (or
+    ``rediss://`` for TLS): each host a shard, sharing the scheme, user info and database. The
+    options are the ``--redis-*`` flags' (:data:`STORE_URL_OPTIONS`); ``previous`` lists the
+    previous epoch's hosts (``HOST:PORT,HOST:PORT``) and goes with ``cutover``.
+    """
+    from urllib.parse import parse_qsl
+
+    from exactly.urls import redact
+
+    scheme, _, rest = url.partition("://")
+    if scheme not in ("redis", "rediss") or not rest:
+        raise ConfigError(
+            f"redis store URL {redact(url)!r}: use redis://HOST:PORT[,HOST:PORT...][/DB][?...]"
+        )
+    location, _, query = rest.partition("?")
+    options = dict(parse_qsl(query, keep_blank_values=True))
+    unknown = sorted(set(options) - set(STORE_URL_OPTIONS))
+    if unknown:
+        raise ConfigError(
+            f"redis store URL {redact(url)!r}: unknown option {unknown[0]!r}; the options are "
+            f"{', '.join(STORE_URL_OPTIONS)}"
+        )
+    userinfo, at, hosts_db = location.rpartition("@")
+    hosts, slash, db = hosts_db.partition("/")
+
+    def shards(text: str | None) -> list[str]:
+        names = [host.strip() for host in (text or "").split(",") if host.strip()]
+        return [f"{scheme}://{userinfo}{at}{host}{slash}{db}" for host in names]
+
+    def number(name: str) -> int | None:
+        text = options.get(name)
+        if not text:
+            return None
+        if not text.isdigit():
+            raise ConfigError(f"redis store URL option {name}={text!r}: a whole number")
+        return int(text)
+
+    sharding = sharding_from(
+        shards(hosts),
+        buckets=number("buckets"),
+        slot=options.get("slot") or None,
+        previous=shards(options.get("previous")),
+        previous_buckets=number("previous_buckets"),
+        previous_slot=options.get("previous_slot") or None,
+        cutover=options.get("cutover") or None,
+    )
+    return sharding, options.get("namespace") or None
+
+
 def sharding_from_env(environ: Mapping[str, str] | None = None) -> Sharding:
     """The ``EXACTLY_DEDUPE__REDIS*`` variables, as the ``exactly dedupe`` flags read them."""
     env = os.environ if environ is None else environ

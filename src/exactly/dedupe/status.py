@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exactly.dedupe.base import PartitionStats
 from exactly.dedupe.job import DedupePlan
 from exactly.dedupe.window import Bounds, below_minimum
 from exactly.errors import UnknownTopic
@@ -89,10 +88,7 @@ def collect(
     passed = _ends(log, plan.output)
     rejected = _ends(log, plan.rejected)
     committed = checkpoint.committed_end(plan.checkpoint)
-    store = plan.claim_store()
-    stats: dict[int, PartitionStats] = {}
-    if store is not None:
-        stats = {s.partition: s for s in store.stats(len(raw))}
+    stats = {s.partition: s for s in plan.open_store().stats(len(raw))}
     now = int(time.time() * 1000)
     partitions = []
     for partition, end in sorted(raw.items()):

@@ -21,7 +21,7 @@ task (marked in the code):
    offset in header ``exactly.source.offset``. The sink appends them (durable), then Spark
    commits the batch: claim durable, output durable, Spark commit, in that order.
 
-With ``store`` None (the spark-state job) only step 4 runs and every other record is yielded:
+With a store that claims nothing (spark-state) only step 4 runs and every other record is yielded:
 Spark's own operator deduplicates afterwards, on the key, or with scope ``source`` on the packed
 ``(source, messageId)`` the task adds as column ``id``.
 """
@@ -56,14 +56,14 @@ class TaskPlan:
     source: str
     output: str
     rejected: str
-    store: DedupeStore | None
+    store: DedupeStore
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     scope: str = DEFAULT_SCOPE
 
     @property
     def adds_id(self) -> bool:
         """Whether the rows carry the packed id as column ``id`` (spark-state, scope source)."""
-        return self.store is None and self.scope == "source"
+        return not self.store.claims and self.scope == "source"
 
 
 def message_id(key: bytes | None, value: bytes) -> tuple[bytes | None, str | None]:
@@ -101,7 +101,7 @@ def dedupe_partition(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> Itera
     partition = first.column("partition")[0].as_py()
     log = shared_log(plan.log_url, plan.max_record_bytes)
     every = chain([first], batches)
-    if plan.store is None:
+    if not plan.store.claims:
         for batch in every:
             yield _process(plan, log, batch, None, None, set())
         return
