@@ -35,7 +35,7 @@ from tests.servers import RedisServer
 
 from exactly.dedupe.base import Claim
 from exactly.dedupe.redis import RedisStore
-from exactly.dedupe.sharding import Epoch, Sharding, bucket_of, id_hash, shard_of
+from exactly.dedupe.redis.sharding import Epoch, Sharding, bucket_of, id_hash, shard_of
 from exactly.dedupe.window import Bounds
 from exactly.events.ids import pack_owner
 

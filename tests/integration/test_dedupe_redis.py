@@ -14,7 +14,7 @@ import redis
 from exactly.dedupe.base import Claim, Status
 from exactly.dedupe.job import DedupePlan, prepare, run
 from exactly.dedupe.redis import RedisStore
-from exactly.dedupe.sharding import Epoch, Sharding
+from exactly.dedupe.redis.sharding import Epoch, Sharding
 from exactly.dedupe.window import Bounds
 from exactly.errors import StoreUnavailable
 from exactly.events.ids import pack_id, pack_owner

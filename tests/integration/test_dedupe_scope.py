@@ -125,7 +125,7 @@ def test_a_lost_store_is_rebuilt_per_source_from_the_output(
 def test_redis_refuses_a_scope_when_one_shard_recorded_another(
     redis_servers: list[str],
 ) -> None:
-    from exactly.dedupe.sharding import sharding_from
+    from exactly.dedupe.redis.sharding import sharding_from
 
     namespace = redis_namespace()
     store = RedisStore(sharding_from(",".join(redis_servers[:2])), namespace)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exactly.dedupe.sharding import (
+from exactly.dedupe.redis.sharding import (
     Epoch,
     Sharding,
     bucket_ttl,

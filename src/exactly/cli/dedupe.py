@@ -149,7 +149,7 @@ def dedupe(
     """
     from exactly.dedupe.driver import drive
     from exactly.dedupe.job import DedupePlan, default_checkpoint
-    from exactly.dedupe.sharding import sharding_from
+    from exactly.dedupe.redis.sharding import sharding_from
     from exactly.dedupe.window import Bounds
     from exactly.units import parse_duration, parse_size
 

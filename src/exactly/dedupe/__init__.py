@@ -47,7 +47,7 @@ def open_store(url: str, bounds: Bounds | None = None, **options: Any) -> Dedupe
     * ``rocksdb://DIR``: one RocksDB per raw partition under DIR (``rocksdb:///abs/dir``);
     * ``redis://HOST:PORT[,HOST:PORT...][/DB][?namespace=NS&buckets=N&slot=3h&previous=HOST:PORT
       &cutover=TIME...]`` (``rediss://`` for TLS): the sharded redis store
-      (:func:`exactly.dedupe.sharding.sharding_from_url`); the namespace defaults to
+      (:func:`exactly.dedupe.redis.sharding.sharding_from_url`); the namespace defaults to
       ``options["namespace"]``;
     * ``spark-state://DIR``: Spark's own state, in the query's checkpoint DIR.
     """
@@ -66,7 +66,7 @@ def open_store(url: str, bounds: Bounds | None = None, **options: Any) -> Dedupe
                 f"the redis dedupe store needs the redis extra: pip install 'exactly[redis]' "
                 f"({error})"
             ) from error
-        from exactly.dedupe.sharding import sharding_from_url
+        from exactly.dedupe.redis.sharding import sharding_from_url
 
         sharding, namespace = sharding_from_url(url)
         options = dict(options)

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql import DataFrame, SparkSession
 
-    from exactly.dedupe.sharding import Sharding
+    from exactly.dedupe.redis.sharding import Sharding
 
 STORES = BACKENDS
 SCHEMA = (
@@ -93,7 +93,7 @@ class DedupePlan:
             return open_store(f"spark-state://{self.checkpoint}", self.bounds)
         if self.store == "redis":
             from exactly.dedupe.redis import RedisStore
-            from exactly.dedupe.sharding import sharding_from_env
+            from exactly.dedupe.redis.sharding import sharding_from_env
 
             namespace = (
                 self.redis_namespace

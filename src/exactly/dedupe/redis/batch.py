@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from exactly.dedupe.base import Claim
-from exactly.dedupe.sharding import Epoch, Sharding, id_hashes
+from exactly.dedupe.redis.sharding import Epoch, Sharding, id_hashes
 from exactly.events.ids import MAX_OFFSET
 
 _GROUP = np.dtype([("rel", ">u4"), ("bucket", ">u4"), ("count", ">u4"), ("earliest", ">f8")])

@@ -1,4 +1,4 @@
--- The redis store's claim script (exactly/dedupe/redis.py): one call per shard and chunk of ids.
+-- The redis store's claim script (exactly/dedupe/redis/partition.py): one call per shard and chunk of ids.
 --
 -- ARGV: 1 key prefix "<namespace>:<partition>:", 2 mode (claim | restore | lookup),
 -- 3 expected position (-1: none), 4 position to reach (-1: unchanged, a chunk before the last),
