@@ -55,6 +55,7 @@ from rocksdict import (
     WriteOptions,
 )
 
+from exactly.backoff import backoff
 from exactly.dedupe.base import (
     Claim,
     Counters,
@@ -397,7 +398,7 @@ def _ids(entry: bytes, first: int, last: int) -> list[bytes]:
 
 def _open_locked(path: Path, lock_timeout: float) -> Rdict:
     deadline = time.monotonic() + lock_timeout
-    pause = 0.01
+    attempt = 0
     while True:
         try:
             return _open_db(path)
@@ -410,8 +411,8 @@ def _open_locked(path: Path, lock_timeout: float) -> Rdict:
                     f"the dedupe store at {path} is held by another process for over "
                     f"{lock_timeout:.0f} s (another dedupe job on the same data dir?)"
                 ) from None
-            time.sleep(pause)
-            pause = min(pause * 2, 0.2)
+            attempt += 1
+            time.sleep(backoff(attempt, minimum=0.01, maximum=0.2))
 
 
 def _size(path: Path) -> int:
