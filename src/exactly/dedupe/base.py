@@ -277,12 +277,16 @@ class DedupeStore(ABC):
         if found is None:
             found = self._record_scope(scope)  # what a concurrent start recorded wins
         if found != scope:
-            raise ConfigError(
-                f"the {self.name} dedupe store ({self.location()}) holds ids deduplicated by "
-                f"scope {found!r}, not {scope!r}: set [dedupe] scope = {found!r} "
-                f"(EXACTLY_DEDUPE__SCOPE={found}), or {self.fresh_hint()} so that the job "
-                f"rebuilds it from the output with scope {scope!r}"
-            )
+            raise ConfigError(self._refusal(found, scope))
+
+    def _refusal(self, found: str, scope: str) -> str:
+        """Why the store refuses ``scope`` when it holds ``found``, and what to do (one line)."""
+        return (
+            f"the {self.name} dedupe store ({self.location()}) holds ids deduplicated by "
+            f"scope {found!r}, not {scope!r}: set [dedupe] scope = {found!r} "
+            f"(EXACTLY_DEDUPE__SCOPE={found}), or {self.fresh_hint()} so that the job "
+            f"rebuilds it from the output with scope {scope!r}"
+        )
 
     @abstractmethod
     def _open(self, partition: int) -> StorePartition: ...

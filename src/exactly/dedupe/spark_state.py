@@ -45,21 +45,14 @@ class SparkStateStore(DedupeStore):
         """The watermark delay (ms)."""
         return self.bounds.window or DEFAULT_WINDOW
 
-    def adopt_scope(self, scope: str, partitions: int) -> None:
-        """Record the scope in the checkpoint, or refuse one its state was not built with.
-
-        Spark's state holds the keys it deduplicated on; read with another scope it would find
-        none, and no rebuild from the output is possible: another scope needs a new checkpoint.
-        """
-        found = self._recorded_scope(partitions)
-        if found is None:
-            found = self._record_scope(scope)  # what a concurrent start recorded wins
-        if found != scope:
-            raise ConfigError(
-                f"checkpoint {self.checkpoint} holds spark-state deduplicated by scope {found!r}, "
-                f"not {scope!r}: set [dedupe] scope = {found!r} (EXACTLY_DEDUPE__SCOPE={found}); "
-                "another scope needs a new checkpoint and output topic"
-            )
+    def _refusal(self, found: str, scope: str) -> str:
+        """Spark's state holds the keys it deduplicated on; read with another scope it would find
+        none, and no rebuild from the output is possible: another scope needs a new checkpoint."""
+        return (
+            f"checkpoint {self.checkpoint} holds spark-state deduplicated by scope {found!r}, "
+            f"not {scope!r}: set [dedupe] scope = {found!r} (EXACTLY_DEDUPE__SCOPE={found}); "
+            "another scope needs a new checkpoint and output topic"
+        )
 
     def _open(self, partition: int) -> StorePartition:
         raise ConfigError("the spark-state store keeps its state in Spark: it has no partitions")
