@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -96,14 +97,25 @@ def test_what_one_request_may_append_is_bounded_after_expansion(
     assert fine.status_code == 200, fine.text
 
 
+def refused(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``exactly ARGS`` expected to refuse at once; a collector that starts anyway is killed
+    with its whole process group (workers and appenders), so a regression leaves nothing behind."""
+    command = [sys.executable, "-m", "exactly", *args]
+    with subprocess.Popen(
+        command, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    ) as process:  # fmt: skip
+        try:
+            stdout, stderr = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
+        return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
 def test_a_record_limit_below_the_event_limit_is_refused_at_start(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "exactly", "--data-dir", str(tmp_path), "collect",
-         "--port", "0"],
-        env={**os.environ, "EXACTLY_LOG__MAX_RECORD_BYTES": "8192",
-             "EXACTLY_COLLECTOR__SOURCES": "web=k"},
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    env = {"EXACTLY_LOG__MAX_RECORD_BYTES": "8192", "EXACTLY_COLLECTOR__SOURCES": "web=k"}
+    result = refused(["--data-dir", str(tmp_path), "collect", "--port", "0"], env)
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1 and "max_record_bytes" in result.stderr
     assert "Traceback" not in result.stderr
@@ -141,12 +153,8 @@ def test_names_with_a_trailing_newline_are_refused_in_one_line(tmp_path: Path) -
         (["collect"], {"EXACTLY_COLLECTOR__SOURCES": "web\n=k"}),
         (["log", "create", "raw\n"], {}),
     ):
-        result = subprocess.run(
-            [sys.executable, "-m", "exactly", "--data-dir", str(tmp_path), *args, "--port", "0"]
-            if args[0] == "collect"
-            else [sys.executable, "-m", "exactly", "--data-dir", str(tmp_path), *args],
-            env={**os.environ, **env}, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+        port = ["--port", "0"] if args[0] == "collect" else []
+        result = refused(["--data-dir", str(tmp_path), *args, *port], env)
         assert result.returncode != 0, (args, result.stdout)
         assert "Traceback" not in result.stderr, result.stderr
         assert result.stderr.strip().count("\n") == 0, result.stderr
