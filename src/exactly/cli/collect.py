@@ -19,7 +19,6 @@ from exactly.collector.settings import (
     CollectorSettings,
     RateLimit,
     Source,
-    check_record_limit,
     parse_source,
 )
 from exactly.errors import ConfigError, UnknownTopic
@@ -89,8 +88,7 @@ def collect(
                 f"collector.{setting} names {', '.join(unknown)}, which is not a source: "
                 "use the names of [collector.sources]"
             )
-    check_record_limit(settings.log.max_record_bytes, config.max_event_bytes)
-    try:
+    try:  # its validator also refuses a record limit below the event limit (ConfigError)
         collector = CollectorSettings(
             log_url=settings.log_url,
             max_record_bytes=settings.log.max_record_bytes,
