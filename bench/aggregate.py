@@ -46,7 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from exactly.aggregate import AggregateDB, Batch, frame, job, open_db
 from exactly.aggregate.spec import TableSpec
 from exactly.config import Settings
-from exactly.demo import Collector, generate_events, send
+from exactly.demo import SOURCES, collector_answers, free_port, generate_events, send
+from exactly.errors import ExactlyError
 from exactly.events import partition_for
 from exactly.log import Record, open_log
 
@@ -65,6 +66,43 @@ class NoCommit:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+class Collector:
+    """``exactly collect`` in a subprocess on a free port, stopped with SIGTERM (drains first)."""
+
+    def __init__(self, settings: Settings, partitions: int) -> None:
+        self.port = free_port()
+        args = [sys.executable, "-m", "exactly", "--data-dir", str(settings.data_dir)]
+        args += ["collect", "--port", str(self.port)]
+        args += ["--partitions", str(partitions)]
+        env = {  # not in argv: ps shows argv
+            **os.environ,
+            "EXACTLY_LOG__URL": settings.log_url,
+            "EXACTLY_COLLECTOR__SOURCES": ",".join(f"{n}={k}" for n, k in SOURCES.items()),
+        }
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+        )
+        deadline = time.monotonic() + 60
+        while not self.healthy():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                error = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                self.stop()
+                raise ExactlyError(f"the collector did not start: {error.strip()[-300:]}")
+            time.sleep(0.2)
+
+    def healthy(self) -> bool:
+        return collector_answers(self.port)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 def fill(log_url: str, count: int) -> None:

@@ -20,6 +20,8 @@ from exactly.log import BACKENDS, Log, open_log
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from tests.archives import MotoServer
+
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 LOG_BACKENDS = list(BACKENDS)
 
@@ -78,15 +80,16 @@ def redis_namespace() -> str:
 
 
 @pytest.fixture
-def redis_store_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """For a test parametrised with ``store="redis"``: two shards and a namespace of its own, in
-    the ``EXACTLY_DEDUPE__REDIS*`` variables the job (and a child process) reads."""
-    callspec = getattr(request.node, "callspec", None)
-    if callspec is None or callspec.params.get("store") != "redis":
-        return
+def dedupe_store(request: pytest.FixtureRequest) -> str:
+    """The ``--store`` of a test parametrised with ``store``: ``rocksdb`` and ``spark-state``
+    (their default place), or for ``redis`` a URL of two shards and a namespace of its own."""
+    store: str = request.node.callspec.params["store"]
+    if store != "redis":
+        return store
+    from tests.dedupe_stores import redis_store_url
+
     urls = request.getfixturevalue("redis_servers")
-    monkeypatch.setenv("EXACTLY_DEDUPE__REDIS", ",".join(urls[:2]))
-    monkeypatch.setenv("EXACTLY_DEDUPE__REDIS_NAMESPACE", redis_namespace())
+    return redis_store_url(urls[:2], redis_namespace())
 
 
 @pytest.fixture(params=LOG_BACKENDS)
@@ -134,3 +137,13 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
 def topic() -> str:
     """A topic name no other test uses (the Kafka broker is shared by the session)."""
     return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def moto_s3() -> Iterator[MotoServer]:
+    """moto's standalone S3 server (real HTTP S3 API) shared by the session (tests/archives.py)."""
+    from tests.archives import MotoServer, moto_missing
+
+    require(moto_missing())
+    with MotoServer() as server:
+        yield server

@@ -20,7 +20,7 @@ def main() -> None:
     url, topic, producer = sys.argv[1:4]
     rng = random.Random()
     with open_log(url) as log:
-        partitions = log.describe(topic).partitions
+        partitions = log.topic_info(topic).partitions
         next_seq = {}
         for partition in range(partitions):
             last = log.last_sequence(topic, partition, producer)

@@ -8,6 +8,7 @@ and check that every acknowledged claim survived).
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 from exactly.dedupe import BACKENDS, open_store
 from exactly.dedupe.base import Claim, DedupeStore
@@ -23,13 +24,23 @@ def make_store(name: str, where: str, bounds: Bounds | None = None) -> DedupeSto
         return open_store(f"rocksdb://{where}", bounds, lock_timeout=30)
     if name == "redis":
         urls, namespace = where.split(" ")
-        hosts = ",".join(url.removeprefix("redis://").split("/")[0] for url in urls.split(","))
         # a short lock TTL: a SIGKILLed claimer's lock lapses quickly
-        url = f"redis://{hosts}/0?namespace={namespace}"
+        url = redis_store_url(urls.split(","), namespace)
         return open_store(url, bounds, lock_ttl=2, lock_timeout=30)
     if name == "spark-state":
         return open_store(f"spark-state://{where}", bounds)
     raise AssertionError(f"no test store for the dedupe backend {name!r}: add one here")
+
+
+def redis_store_url(urls: Sequence[str], namespace: str, **options: object) -> str:
+    """The redis store URL sharding over the servers ``urls`` (``redis://HOST:PORT/DB`` each)."""
+    query = "".join(f"&{name}={value}" for name, value in options.items())
+    return f"redis://{hosts(urls)}/0?namespace={namespace}{query}"
+
+
+def hosts(urls: Sequence[str]) -> str:
+    """``HOST:PORT,HOST:PORT`` of server URLs, as a redis store URL lists them."""
+    return ",".join(url.removeprefix("redis://").split("/")[0] for url in urls)
 
 
 # The claim-store contract runs on every backend that claims ids; spark-state leaves that to

@@ -13,6 +13,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -25,18 +26,23 @@ FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m"
 
 
 class Child:
-    """A job process in its own process group, its lines collected by a thread."""
+    """A job process in its own process group, its lines collected by a thread.
+
+    Its stderr goes to an unlinked temporary file, so that a run that dies unexpectedly can say
+    why (:meth:`report`).
+    """
 
     def __init__(
         self, module: str, args: list[str], env: dict[str, str], mode: str = "streaming"
     ) -> None:
+        self.stderr = tempfile.TemporaryFile(mode="w+", prefix="job-child-")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", module, *args, mode],
             cwd=ROOT,
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=self.stderr,
             text=True,
             start_new_session=True,
         )
@@ -57,8 +63,12 @@ class Child:
     def go(self) -> None:
         """Let it run: the previous run is dead."""
         assert self.proc.stdin is not None
-        self.proc.stdin.write("go\n")
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write("go\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            self.proc.wait()
+            raise AssertionError(f"the run died while warming up: {self.report()}") from None
 
     def saw(self, word: str) -> bool:
         return any(line.split(" ")[0] == word for line in self.lines)
@@ -68,6 +78,12 @@ class Child:
         with self.changed:
             self.changed.wait_for(lambda: self.saw(word) or self.saw("<exit>"), timeout)
             return self.saw(word)
+
+    def report(self, lines: int = 25) -> str:
+        """Its stdout lines and the last ``lines`` lines of its stderr, for an assertion."""
+        self.stderr.seek(0)
+        tail = "".join(self.stderr.readlines()[-lines:])
+        return f"{self.lines}\n--- stderr (last {lines} lines) ---\n{tail}"
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -124,18 +140,18 @@ def kill_at_random_points(
             last = killed == kills - 1
             following, following_suicidal = start(last)
             children.append(following)
-            assert current.wait_for("running"), f"run {killed} did not start: {current.lines}"
+            assert current.wait_for("running"), f"run {killed} did not start: {current.report()}"
             if suicidal:
-                assert current.wait_for("<exit>", timeout=240), current.lines
-                assert not current.saw("done"), current.lines
+                assert current.wait_for("<exit>", timeout=240), current.report()
+                assert not current.saw("done"), current.report()
                 self_kills += 1
             elif rng.random() < 0.4:
                 time.sleep(rng.uniform(0.0, 4.0))  # query start, planning, the first tasks
             else:
-                assert current.wait_for("batch", timeout=120), f"no batch: {current.lines}"
+                assert current.wait_for("batch", timeout=120), f"no batch: {current.report()}"
                 time.sleep(rng.uniform(0.0, 2.0))  # inside later micro-batches
             if not suicidal:
-                assert not current.saw("<exit>"), f"run {killed} died: {current.lines}"
+                assert not current.saw("<exit>"), f"run {killed} died: {current.report()}"
             if last:  # the input stops growing before the final run can take its turn
                 growing.clear()
                 appender.join()
@@ -146,9 +162,10 @@ def kill_at_random_points(
             current.go()
         growing.clear()
         appender.join()
-        assert current.wait_for("done", timeout=300), f"the last run failed: {current.lines}"
+        assert current.wait_for("done", timeout=300), f"the last run failed: {current.report()}"
     finally:
         growing.clear()
         for child in children:
             child.kill()
+            child.stderr.close()
     return self_kills

@@ -6,7 +6,8 @@ Paths choose the behaviour (``N`` counts the requests for one ``webhook-id``):
 * ``/flaky/K``: 500 for the first K requests of an id, then 200;
 * ``/throttle/K``: 429 with ``Retry-After: 1`` for the first K requests of an id, then 200;
 * ``/hang/S``: answers 200 after S seconds (past the destination's timeout, a timeout);
-* ``/flap``: 503 while :attr:`Receiver.down` is set, else 200.
+* ``/flap``: 503 while :attr:`Receiver.down` is set, else 200;
+* ``/scripted``: 500 for the first :attr:`Receiver.failures` ``[id]`` requests of an id, then 200.
 
 Every request is kept (path, headers, body, time) in :attr:`Receiver.requests`.
 """
@@ -41,6 +42,7 @@ class Receiver:
         self.delay = delay
         self.requests: list[Received] = []
         self.down = False
+        self.failures: dict[str, int] = {}
         self._seen: Counter[tuple[str, str]] = Counter()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -66,10 +68,12 @@ class Receiver:
         self.requests[at] = dataclasses.replace(kept, status=answer.status)
         return answer
 
-    def successes(self) -> Counter[str]:
-        """How many 2xx answers each webhook-id got."""
+    def successes(self, path: str | None = None) -> Counter[str]:
+        """How many 2xx answers each webhook-id got (on ``path`` only, if given)."""
         return Counter(
-            r.headers["webhook-id"] for r in list(self.requests) if 200 <= r.status < 300
+            r.headers["webhook-id"]
+            for r in list(self.requests)
+            if 200 <= r.status < 300 and path in (None, r.path)
         )
 
     async def _answer(self, request: web.Request) -> web.Response:
@@ -88,6 +92,8 @@ class Receiver:
             return web.Response(status=429, headers={"Retry-After": "1"}, text="slow down")
         if parts[0] == "hang":
             await asyncio.sleep(float(parts[1]))
+        if parts[0] == "scripted" and count <= self.failures.get(key[1], 0):
+            return web.Response(status=500, text="scripted failure")
         if parts[0] == "flap" and self.down:
             return web.Response(status=503, text="down")
         return web.Response(text="ok")

@@ -41,8 +41,8 @@ def content(records: list[LogRecord]) -> list[tuple[Any, ...]]:
 
 def assert_copied(log: Log, source: str, destination: str) -> None:
     """``destination`` holds ``source`` exactly: per partition, in order, each record once."""
-    partitions = log.describe(source).partitions
-    assert log.describe(destination).partitions == partitions
+    partitions = log.topic_info(source).partitions
+    assert log.topic_info(destination).partitions == partitions
     for partition in range(partitions):
         copied = read_partition(log, destination, partition)
         original = content(read_partition(log, source, partition))

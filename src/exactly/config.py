@@ -16,7 +16,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
-    EnvSettingsSource,
     NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
@@ -65,18 +64,49 @@ class AggregateSettings(BaseModel):
 
 
 class DedupeSettings(BaseModel):
-    """``[dedupe]``: what makes two records duplicates (see docs/dedupe.md).
-
-    The store and its bounds are ``exactly dedupe``'s flags (``EXACTLY_DEDUPE__STORE`` ...).
-    """
+    """``[dedupe]``: where seen messageIds are kept, for how long, and what makes two records
+    duplicates (see docs/dedupe.md); ``exactly dedupe``'s flags override each."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    store: str = Field(
+        "rocksdb",
+        description="store URL: rocksdb (DATA_DIR/dedupe/SOURCE/rocksdb) or rocksdb://DIR; "
+        "redis://HOST:PORT[,HOST:PORT...][/DB][?namespace=..&buckets=..&slot=..&previous=.."
+        "&cutover=..]; spark-state (Spark's own state, in the query's checkpoint)",
+    )
+    window: str = Field("24h", description="how long a messageId is remembered")
+    max_keys: int | None = Field(None, ge=1, description="rocksdb: ids kept per partition at most")
+    max_bytes: str | None = Field(None, description="rocksdb: disk per partition at most")
+    min_window: str = Field("24h", description="warn when the bounds shrink the window below")
     scope: Literal["source", "workspace"] = Field(
         "source",
         description="source: a messageId is a duplicate only of one from the same source, so "
         "no write key can suppress another source's events; workspace: of any source",
     )
+
+    @field_validator("window", "min_window")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        from exactly.units import parse_duration
+
+        try:
+            parse_duration(value)
+        except ConfigError as error:
+            raise ValueError(str(error).removeprefix("window ")) from None
+        return value
+
+    @field_validator("max_bytes")
+    @classmethod
+    def _size(cls, value: str | None) -> str | None:
+        from exactly.units import parse_size
+
+        if value is not None:
+            try:
+                parse_size(value)
+            except ConfigError as error:
+                raise ValueError(str(error).removeprefix("size ")) from None
+        return value
 
 
 class CollectorConfig(BaseModel):
@@ -185,6 +215,22 @@ class CollectorConfig(BaseModel):
         return self.rate_limits.get(source, self.rate_limit)
 
 
+class ConsoleSettings(BaseModel):
+    """``[console]``: the web console ``exactly up`` serves (docs/up.md): numbers, no controls."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = Field(True, description="serve the console (port 0 turns it off too)")
+    host: str = Field(
+        "127.0.0.1", description="address to listen on; it has no login, so keep it local"
+    )
+    port: int = Field(8089, ge=0, le=65535, description="port to listen on; 0: no console")
+
+    @property
+    def on(self) -> bool:
+        return self.enabled and self.port != 0
+
+
 class Settings(BaseSettings):
     """Everything configurable; build it with :func:`load_settings`."""
 
@@ -199,6 +245,7 @@ class Settings(BaseSettings):
     dedupe: DedupeSettings = DedupeSettings()
 
     collector: CollectorConfig = CollectorConfig()
+    console: ConsoleSettings = ConsoleSettings()
     delivery: DeliverySettings = DeliverySettings()
     destinations: tuple[DestinationSettings, ...] = Field(
         (), description="[[destinations]]: HTTP endpoints events are delivered to"
@@ -236,20 +283,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, _EnvSettings(settings_cls), TomlConfigSettingsSource(settings_cls)
-
-
-class _EnvSettings(EnvSettingsSource):
-    """``EXACTLY_*`` variables, leaving the ``EXACTLY_DEDUPE__*`` that only flags read to them."""
-
-    def __call__(self) -> dict[str, Any]:
-        found = super().__call__()
-        dedupe = found.get("dedupe")
-        if isinstance(dedupe, dict):
-            found["dedupe"] = {
-                key: value for key, value in dedupe.items() if key in DedupeSettings.model_fields
-            }
-        return found
+        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls)
 
 
 def read_toml(path: Path) -> dict[str, Any]:

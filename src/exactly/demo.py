@@ -1,14 +1,20 @@
-"""The demo run by the README's first command: the whole pipeline so far, on embedded defaults.
+"""The demo run by the README's first command: the whole pipeline, on embedded defaults.
 
-1. ``exactly collect`` starts (a subprocess, two sources) and generated clients send Segment
-   events through ``/v1/batch``; some batches are sent again, as a client that timed out before
-   seeing the answer does, so ``raw`` holds the same messageIds twice;
-2. ``dedupe`` (rocksdb) turns ``raw`` into ``events``, dropping the resent copies;
-3. ``aggregate`` counts ``events`` into SQLite (``event_counts``);
-4. ``audit`` recounts ``events`` with a batch read and compares with the table.
+1. ``exactly up`` starts (a subprocess, as one service: the collector with two sources, one Spark
+   application running the dedupe, aggregate and route queries, and the director) with a config
+   the demo writes under the data dir, whose three destinations are paths of a local receiver
+   that answers 503 to a fifth of the requests (:mod:`exactly.delivery.demo`);
+2. generated clients send Segment events through ``/v1/batch``; some batches are sent again, as a
+   client that timed out before seeing the answer does, so ``raw`` holds the same messageIds
+   twice;
+3. while ``up`` deduplicates them into ``events`` (rocksdb store), counts them into SQLite
+   (``event_counts``) and delivers them, the demo watches each stage's lag until all is done,
+   then stops ``up`` with SIGTERM;
+4. ``audit`` recounts ``events`` with a batch read and compares with the table, and what each
+   destination received is compared with what its filters take.
 
-Everything lives under the data dir: the sqlite log, the rocksdb store, the aggregates file and
-the checkpoints, so a second run adds to the first.
+Everything lives under the data dir: the sqlite log, the rocksdb store, the aggregates file, the
+JobDB and the checkpoints, so a second run adds to the first.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import http.client
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -26,6 +33,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from exactly.config import Settings
@@ -82,37 +90,49 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-class Collector:
-    """``exactly collect`` in a subprocess on a free port, stopped with SIGTERM (drains first)."""
+def collector_answers(port: int) -> bool:
+    """Whether a collector on ``port`` answers ``GET /health`` with 200."""
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+        connection.request("GET", "/health")
+        return connection.getresponse().status == 200
+    except OSError:
+        return False
 
-    def __init__(self, settings: Settings, partitions: int) -> None:
-        self.port = free_port()
-        args = [sys.executable, "-m", "exactly", "--data-dir", str(settings.data_dir)]
-        args += ["collect", "--port", str(self.port)]
-        args += ["--partitions", str(partitions)]
-        env = {  # not in argv: ps shows argv
+
+class UpService:
+    """``exactly up`` in a subprocess (its own process group), stopped with SIGTERM."""
+
+    def __init__(self, settings: Settings, config: Path, port: int) -> None:
+        self.port = port
+        self.log = settings.data_dir.resolve() / "demo" / "up.log"
+        env = {  # secrets of the URLs through the environment, not the config file or argv
             **os.environ,
             "EXACTLY_LOG__URL": settings.log_url,
-            "EXACTLY_COLLECTOR__SOURCES": ",".join(f"{n}={k}" for n, k in SOURCES.items()),
+            "EXACTLY_AGGREGATE__URL": settings.aggregate_url,
         }
-        self.proc = subprocess.Popen(
-            args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
-        )
-        deadline = time.monotonic() + 60
+        with self.log.open("wb") as output:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "exactly", "--config", str(config), "up", "--no-live"],
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + 120
         while not self.healthy():
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                error = self.proc.stderr.read().decode() if self.proc.stderr else ""
                 self.stop()
-                raise ExactlyError(f"the collector did not start: {error.strip()[-300:]}")
+                tail = self.log.read_text(errors="replace").strip()[-300:]
+                raise ExactlyError(f"exactly up did not start: {tail}")
             time.sleep(0.2)
 
     def healthy(self) -> bool:
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-            connection.request("GET", "/health")
-            return connection.getresponse().status == 200
-        except OSError:
-            return False
+        return collector_answers(self.port)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -120,8 +140,39 @@ class Collector:
             try:
                 self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+
+
+def write_config(settings: Settings, partitions: int, receiver_url: str) -> tuple[Path, int]:
+    """The demo's exactly.toml (under the data dir) and the collector's port in it."""
+    from exactly.delivery.demo import destinations_toml
+
+    port = free_port()
+    home = settings.data_dir.resolve() / "demo"
+    home.mkdir(parents=True, exist_ok=True)
+    sources = "\n".join(f'{name} = "{key}"' for name, key in SOURCES.items())
+    config = home / "exactly.toml"
+    config.write_text(
+        f'''data_dir = {json.dumps(str(settings.data_dir.resolve()))}
+
+[collector]
+port = {port}
+partitions = {partitions}
+
+[console]
+port = {free_port()}
+
+[collector.sources]
+{sources}
+
+[dedupe]
+store = "rocksdb"
+scope = "{settings.dedupe.scope}"
+
+{destinations_toml(receiver_url)}'''
+    )
+    return config, port
 
 
 def send(
@@ -198,14 +249,19 @@ def send(
 
 
 def topic_size(log_url: str, topic: str) -> int:
+    return sum(topic_ends(log_url, topic).values())
+
+
+def topic_ends(log_url: str, topic: str) -> dict[int, int]:
+    """Each partition's end offset; none for a topic not there yet."""
     from exactly.errors import UnknownTopic
     from exactly.log import open_log
 
     with open_log(log_url) as log:
         try:
-            return sum(log.end_offsets(topic).values())
+            return dict(log.end_offsets(topic))
         except UnknownTopic:
-            return 0
+            return {}
 
 
 @dataclass
@@ -213,10 +269,11 @@ class DemoResult:
     traffic: Traffic
     raw: int = 0  # records added to raw by this run
     events: int = 0  # records added to events by this run
-    counted: int = 0  # events the aggregate job counted in this run
+    counted: int = 0  # events the aggregate query counted in this run
     seconds: dict[str, float] = field(default_factory=dict)
     audit: Any = None  # exactly.aggregate.audit.AuditResult
     stats: list[tuple[Any, ...]] = field(default_factory=list)
+    received: list[Any] = field(default_factory=list)  # exactly.delivery.demo.Received
 
     @property
     def duplicates_dropped(self) -> int:
@@ -226,73 +283,92 @@ class DemoResult:
 def run_pipeline(
     settings: Settings, events: int, partitions: int, say: Callable[[str], None]
 ) -> DemoResult:
-    """Collector -> raw -> dedupe -> events -> aggregates -> audit; see the module docstring."""
+    """``exactly up``, clients, the wait for every stage, audit; see the module docstring."""
     from exactly.aggregate import open_db
     from exactly.aggregate.audit import run_audit
-    from exactly.aggregate.driver import drive
     from exactly.aggregate.frame import check
-    from exactly.aggregate.job import AggregatePlan, default_checkpoint
     from exactly.aggregate.spec import EVENT_COUNTS
     from exactly.aggregate.stats import StatsQuery, event_counts
-    from exactly.dedupe.job import DedupePlan
-    from exactly.dedupe.job import default_checkpoint as dedupe_checkpoint
-    from exactly.dedupe.job import prepare as prepare_dedupe
-    from exactly.dedupe.job import run as run_dedupe
-    from exactly.log import open_log
+    from exactly.config import load_settings
+    from exactly.delivery.demo import FlakyReceiver, received
     from exactly.spark.session import build_session
 
-    raw_before, events_before = (topic_size(settings.log_url, t) for t in ("raw", "events"))
-    clock = time.perf_counter()
-    shown = redact(settings.log_url)
-    say(f"1/4 collector on the embedded log {shown}; sending {events:,} events ...")
-    collector = Collector(settings, partitions)
-    try:
-        traffic = send(collector.port, events)
-    finally:
-        collector.stop()
-    result = DemoResult(traffic)
-    result.seconds["collect"] = time.perf_counter() - clock
-    result.raw = topic_size(settings.log_url, "raw") - raw_before
-
-    say("2/4 dedupe raw -> events (rocksdb store), Spark starting ...")
-    clock = time.perf_counter()
-    spark = build_session(settings, app_name="exactly-demo")
-    try:
-        plan = DedupePlan(
-            settings.log_url,
-            "rocksdb",
-            settings.data_dir,
-            dedupe_checkpoint(settings.data_dir, "rocksdb", "raw", "events"),
-            until_caught_up=True,
-            max_record_bytes=settings.log.max_record_bytes,
-            scope=settings.dedupe.scope,
-        )
-        with open_log(settings.log_url) as log:
-            dedupe_partitions = prepare_dedupe(log, plan)
-        spark.conf.set("spark.sql.shuffle.partitions", str(dedupe_partitions))
-        run_dedupe(spark, plan, dedupe_partitions)
-        result.seconds["dedupe"] = time.perf_counter() - clock
-        result.events = topic_size(settings.log_url, "events") - events_before
-
-        say(f"3/4 aggregate events -> {redact(settings.aggregate_url)} ...")
+    raw_before = topic_size(settings.log_url, "raw")
+    events_start = topic_ends(settings.log_url, "events")
+    events_before = sum(events_start.values())
+    counted_before = _counted(settings)
+    with FlakyReceiver() as receiver:
+        config, port = write_config(settings, partitions, receiver.url)
         clock = time.perf_counter()
-        aggregate = AggregatePlan(
-            settings.log_url,
-            default_checkpoint(settings.data_dir, "events"),
-            until_caught_up=True,
+        say(
+            f"1/3 exactly up: collector, Spark (dedupe, aggregate, route), director on "
+            f"{redact(settings.log_url)}; sending {events:,} events ..."
         )
-        with open_db(settings.aggregate_url, say=say) as db:
-            progress = drive(spark, aggregate, db, say=lambda _line: None)
-            result.counted = progress.events
-            result.seconds["aggregate"] = time.perf_counter() - clock
-            result.stats = event_counts(db, StatsQuery(by="hour", limit=40))
+        up = UpService(settings, config, port)
+        say(f"    watch it on http://127.0.0.1:{load_settings(config).console.port}")
+        try:
+            traffic = send(port, events)
+            result = DemoResult(traffic)
+            result.seconds["collect"] = time.perf_counter() - clock
+            result.raw = topic_size(settings.log_url, "raw") - raw_before
+            say("2/3 waiting for dedupe, aggregate, route and delivery to catch up ...")
+            _wait_until_done(load_settings(config), up, say)
+            result.seconds["pipeline"] = time.perf_counter() - clock
+        finally:
+            up.stop()
+        result.events = topic_size(settings.log_url, "events") - events_before
+        result.counted = _counted(settings) - counted_before
+        result.received = received(receiver, settings.log_url, events_start)
 
-            say("4/4 audit: recounting events with a batch read ...")
-            clock = time.perf_counter()
+    say("3/3 audit: recounting events with a batch read ...")
+    clock = time.perf_counter()
+    spark = build_session(settings, app_name="exactly-demo-audit")
+    try:
+        with open_db(settings.aggregate_url, say=say) as db:
+            result.stats = event_counts(db, StatsQuery(by="hour", limit=40))
             result.audit = run_audit(
                 spark, settings.log_url, "events", db, check(spark, [EVENT_COUNTS])
             )
-            result.seconds["audit"] = time.perf_counter() - clock
     finally:
         spark.stop()
+    result.seconds["audit"] = time.perf_counter() - clock
     return result
+
+
+def _wait_until_done(settings: Settings, up: UpService, say: Callable[[str], None]) -> None:
+    """Until every query has read its topic's end and no job is queued or retrying."""
+    from exactly.delivery.base import AWAITING_RETRY
+    from exactly.log import open_log
+    from exactly.up import watch
+
+    stages = watch.stages(settings)
+    shown = 0.0
+    with open_log(settings.log_url) as log:
+        while True:
+            if not up.alive():
+                raise ExactlyError(f"exactly up stopped; see {up.log}")
+            now = watch.take(settings, log, stages)
+            lags = {stage.name: now.lag(stage) for stage in stages}
+            waiting = sum(
+                entry.queued + entry.states.get(AWAITING_RETRY, 0)
+                for entry in now.deliveries.values()
+            )
+            if all(lag == 0 for lag in lags.values()) and waiting == 0:
+                return
+            if time.monotonic() - shown >= 5:
+                shown = time.monotonic()
+                behind = ", ".join(
+                    f"{name} {'starting' if lag is None else f'{lag:,} behind'}"
+                    for name, lag in lags.items()
+                )
+                say(f"  {behind}; {waiting:,} deliveries waiting")
+            time.sleep(0.5)
+
+
+def _counted(settings: Settings) -> int:
+    """Events counted in event_counts so far (0 before the table exists)."""
+    from exactly.aggregate import open_db
+    from exactly.aggregate.stats import total_events
+
+    with open_db(settings.aggregate_url) as db:
+        return total_events(db)

@@ -160,7 +160,7 @@ class Collector(ServerProcess):
 def read_all(log_url: str, topic: str = "raw") -> list[LogRecord]:
     found: list[LogRecord] = []
     with open_log(log_url) as log:
-        for partition in range(log.describe(topic).partitions):
+        for partition in range(log.topic_info(topic).partitions):
             offset = 0
             while batch := log.read(topic, partition, offset, max_records=10_000):
                 found += batch

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -118,6 +119,11 @@ def test_demo_small(tmp_path: Path) -> None:
     assert "duplicates dropped" in result.stdout
     assert "3,000 events counted into event_counts" in result.stdout
     assert "audit: exact" in result.stdout
+    # delivery: every event to every matching destination, through the receiver's 503s
+    assert re.search(r"all-events +[\d,]+ requests +3,000 events +0 duplicates", result.stdout)
+    assert re.search(r"orders +[\d,]+ requests +[1-9][\d,]* events +0 duplicates", result.stdout)
+    assert "MISMATCH" not in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()[-5:]) <= 80
 
 
 def test_doctor_reports_unreachable_log(tmp_path: Path) -> None:
@@ -152,3 +158,48 @@ def test_stats_before_any_aggregate_says_so_and_creates_nothing(tmp_path: Path) 
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("no events counted yet: no database at ")
     assert not (tmp_path / ".exactly" / "aggregates.db").exists()
+
+
+def test_stats_json_is_one_object_per_row(tmp_path: Path) -> None:
+    from decimal import Decimal
+
+    from exactly.aggregate import open_db
+    from exactly.aggregate.base import Batch
+    from exactly.aggregate.spec import EVENT_COUNTS
+
+    done = run("stats", "--json", cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout == ""  # nothing counted: no rows
+    assert done.stderr.startswith("no events counted yet")
+    with open_db(f"sqlite://{tmp_path / '.exactly' / 'aggregates.db'}") as db:
+        db.prepare([EVENT_COUNTS], "cp", fresh=True)
+        rows = [
+            ("web", "track", "Order Completed", "2024-01-01 10:05:00", 3, Decimal("30.5")),
+            ("web", "track", "Order Completed", "2024-01-01 10:20:00", 1, Decimal("2.25")),
+            ("ios", "screen", "Home", "2024-01-01 11:00:00", 2, Decimal("0")),
+        ]
+        db.commit(Batch("q", 0, "cp", "events", {0: 6}, {"event_counts": rows}, 6), [EVENT_COUNTS])
+    done = run("stats", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    found = [json.loads(line) for line in done.stdout.splitlines()]
+    assert found == [
+        {
+            "source": "web",
+            "type": "track",
+            "event": "Order Completed",
+            "time": "2024-01-01 10:00:00",
+            "count": 4,
+            "revenue": 32.75,
+        },
+        {
+            "source": "ios",
+            "type": "screen",
+            "event": "Home",
+            "time": "2024-01-01 11:00:00",
+            "count": 2,
+            "revenue": 0.0,
+        },
+    ]
+    by_source = run("stats", "--json", "--source", "ios", "--by", "minute", cwd=tmp_path)
+    assert [json.loads(line)["count"] for line in by_source.stdout.splitlines()] == [2]
+    table = run("stats", cwd=tmp_path).stdout
+    assert "Order Completed" in table and "32.75" in table

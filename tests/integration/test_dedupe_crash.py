@@ -21,7 +21,7 @@ from exactly.log import open_log
 from tests.dedupe_stream import RAW, Stream, assert_deduplicated
 from tests.job_child import kill_at_random_points
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.usefixtures("redis_store_env")]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 KILLS = 20
 MODULE = "tests.dedupe_job_child"
 PARTITIONS = 2
@@ -29,11 +29,13 @@ PARTITIONS = 2
 
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("store", STORES)
-def test_dedupe_killed_at_random_points_stays_exact(tmp_path: Path, store: str) -> None:
+def test_dedupe_killed_at_random_points_stays_exact(
+    tmp_path: Path, store: str, dedupe_store: str
+) -> None:
     rng = random.Random(f"dedupe-crash-{store}")
     log_url = f"sqlite://{tmp_path / 'log'}"
     stream = Stream(PARTITIONS, seed=5, duplicate_rate=0.02, reject_rate=0.002)
-    args = [str(tmp_path / "data"), log_url, store, str(tmp_path / "checkpoint")]
+    args = [str(tmp_path / "data"), log_url, dedupe_store, str(tmp_path / "checkpoint")]
     with open_log(log_url) as log:
         log.create_topic(RAW, PARTITIONS)
         stream.append(log, 300)

@@ -12,7 +12,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from exactly.dedupe.job import STORES, DedupePlan, prepare, run
+from exactly.dedupe.job import STORES, DedupePlan, prepare, run, store_kind
 from exactly.dedupe.rocksdb import RocksDBStore
 from exactly.dedupe.status import collect, render
 from exactly.dedupe.window import Bounds
@@ -27,7 +27,7 @@ from tests.dedupe_stream import (
     read_all,
 )
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.usefixtures("redis_store_env")]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 PARTITIONS = 2
 HOUR = 3_600_000
 KINDS = ("duplicate next", "duplicate chunk", "duplicate earlier", "rejected")
@@ -52,7 +52,7 @@ def plan_for(log: Log, tmp_path: Path, store: str, **changes: object) -> DedupeP
         log.url,
         store,
         tmp_path,
-        tmp_path / f"checkpoint-{store}",
+        tmp_path / f"checkpoint-{store_kind(store)}",
         **settings,  # type: ignore[arg-type]
     )
 
@@ -66,10 +66,10 @@ def forget_last_commit(checkpoint: Path) -> None:
 
 @pytest.mark.parametrize("store", STORES)
 def test_exactly_the_first_of_each_message_id_across_batches_runs_and_replays(
-    spark: SparkSession, log: Log, tmp_path: Path, store: str
+    spark: SparkSession, log: Log, tmp_path: Path, store: str, dedupe_store: str
 ) -> None:
     stream = Stream(PARTITIONS, seed=2, duplicate_rate=0.006, reject_rate=0.002)  # Segment's 0.6%
-    plan = plan_for(log, tmp_path, store)
+    plan = plan_for(log, tmp_path, dedupe_store)
     partitions = prepare(log, plan)
     for _ in range(2):
         stream.append(log, 1_000)
@@ -98,11 +98,11 @@ def fail_first_attempt(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordB
 
 @pytest.mark.parametrize("store", STORES)
 def test_a_task_failing_after_its_claims_is_retried_exactly(
-    spark: SparkSession, log: Log, tmp_path: Path, store: str
+    spark: SparkSession, log: Log, tmp_path: Path, store: str, dedupe_store: str
 ) -> None:
     stream = Stream(PARTITIONS, seed=11, duplicate_rate=0.05)
     stream.append(log, 1_000)
-    plan = plan_for(log, tmp_path, store, max_records_per_trigger=2_000, read_records=100)
+    plan = plan_for(log, tmp_path, dedupe_store, max_records_per_trigger=2_000, read_records=100)
     partitions = prepare(log, plan)
 
     def then(df: DataFrame) -> DataFrame:
@@ -199,11 +199,16 @@ def from_sources(log: Log) -> list[tuple[int, str, str]]:
 @pytest.mark.parametrize("scope", ["source", "workspace"])
 @pytest.mark.parametrize("store", STORES)
 def test_the_same_message_id_from_two_sources_lands_twice_unless_deduped_workspace_wide(
-    spark: SparkSession, log: Log, tmp_path: Path, store: str, scope: str
+    spark: SparkSession,
+    log: Log,
+    tmp_path: Path,
+    store: str,
+    dedupe_store: str,
+    scope: str,
 ) -> None:
     sent = from_sources(log)
     changes = {} if scope == "source" else {"scope": scope}  # source is the default
-    plan = plan_for(log, tmp_path, store, **changes)
+    plan = plan_for(log, tmp_path, dedupe_store, **changes)
     run(spark, plan, prepare(log, plan))
     for partition in range(PARTITIONS):
         got = [orjson.loads(value) for _, value, _ in actual_events(log, partition)]

@@ -20,6 +20,7 @@ from exactly.errors import StoreUnavailable
 from exactly.events.ids import pack_id, pack_owner
 from exactly.log import Log, Record, open_log
 from tests.conftest import redis_namespace
+from tests.dedupe_stores import hosts, redis_store_url
 from tests.dedupe_stream import RAW, Stream, actual_events, assert_deduplicated
 
 HOUR = 3_600_000
@@ -121,18 +122,16 @@ def log(tmp_path: Path) -> Iterator[Log]:
         yield opened
 
 
-def plan_for(log: Log, tmp_path: Path, sharding: Sharding, namespace: str) -> DedupePlan:
+def plan_for(log: Log, tmp_path: Path, store: str) -> DedupePlan:
     return DedupePlan(
         log.url,
-        "redis",
+        store,
         tmp_path,
         tmp_path / "checkpoint",
         bounds=Bounds(window=HOUR),
         until_caught_up=True,
         max_records_per_trigger=700,
         read_records=200,
-        redis=sharding,
-        redis_namespace=namespace,
     )
 
 
@@ -146,16 +145,17 @@ def test_the_job_resharded_mid_stream_passes_no_duplicate(
     assert isinstance(spark, SparkSession)
     namespace = redis_namespace()
     stream = Stream(PARTITIONS, seed=21, duplicate_rate=0.05)
-    two = Epoch(tuple(redis_servers[:2]), buckets=8)
-    plan = plan_for(log, tmp_path, Sharding(two), namespace)
+    plan = plan_for(log, tmp_path, redis_store_url(redis_servers[:2], namespace, buckets=8))
     partitions = prepare(log, plan)
     stream.append(log, 1_000)
     run(spark, plan, partitions)
     cutover = int(time.time() * 1000) + 1
     time.sleep(0.01)
-    three = Sharding(Epoch(tuple(redis_servers), buckets=8), two, cutover)
+    three = redis_store_url(
+        redis_servers, namespace, buckets=8, previous=hosts(redis_servers[:2]), cutover=cutover
+    )
     stream.append(log, 1_000)  # duplicates of ids before and after the cutover
-    run(spark, plan_for(log, tmp_path, three, namespace), partitions)
+    run(spark, plan_for(log, tmp_path, three), partitions)
     assert stream.kinds.get("duplicate earlier", 0) >= 5
     assert_deduplicated(log, PARTITIONS)
     assert keys_in(redis_servers[2], namespace) > 0
@@ -171,7 +171,7 @@ def test_a_flushed_redis_is_rebuilt_from_events_before_the_job_resumes(
     assert isinstance(spark, SparkSession)
     stream = Stream(PARTITIONS, seed=23)
     stream.append(log, 800)
-    plan = plan_for(log, tmp_path, Sharding(Epoch(tuple(redis_servers[1:3]))), redis_namespace())
+    plan = plan_for(log, tmp_path, redis_store_url(redis_servers[1:3], redis_namespace()))
     partitions = prepare(log, plan)
     run(spark, plan, partitions)
     store = plan.open_store()

@@ -156,3 +156,31 @@ def test_drop_deletes_a_partition(tmp_path: Path) -> None:
     store.drop(0)
     with store.open(0) as part:
         assert part.position() is None
+
+
+def test_stats_read_again_when_a_compaction_removes_a_file_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The status after each batch reads a running job's store: a vanished file is retried."""
+    import exactly.dedupe.rocksdb as rocksdb
+
+    store = RocksDBStore(tmp_path)
+    with store.open(0) as part:
+        part.claim(batch(0, 100, at=1_000))
+    real = rocksdb._open_db
+    failures = iter([True, True])
+
+    def racing(path: Path, access: object = None) -> object:
+        if next(failures, False):
+            raise Exception("Corruption: IO error: No such file or directory: 000018.sst")
+        return real(path, access)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rocksdb, "_open_db", racing)
+    assert store.stats(1)[0].keys == 100
+    monkeypatch.setattr(rocksdb, "_open_db", lambda *_: racing_forever())
+    with pytest.raises(StoreUnavailable, match="while its job writes it"):
+        store.stats(1)
+
+
+def racing_forever() -> object:
+    raise Exception("Corruption: IO error: No such file or directory")

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from exactly.dedupe.base import Claim, write_once
-from exactly.dedupe.job import STORES, DedupePlan, prepare
+from exactly.dedupe.job import STORES, DedupePlan, prepare, store_kind
 from exactly.dedupe.recovery import source_offset
 from exactly.dedupe.redis import RedisStore, connect
 from exactly.dedupe.rocksdb import RocksDBStore
@@ -24,8 +24,6 @@ from tests.conftest import redis_namespace
 from tests.dedupe_stores import STORES as CLAIM_STORES
 from tests.dedupe_stores import make_store
 
-pytestmark = pytest.mark.usefixtures("redis_store_env")
-
 
 @pytest.fixture
 def log(tmp_path: Path) -> Iterator[Log]:
@@ -35,17 +33,18 @@ def log(tmp_path: Path) -> Iterator[Log]:
 
 
 def plan_for(log: Log, tmp_path: Path, store: str, scope: str) -> DedupePlan:
-    return DedupePlan(log.url, store, tmp_path, tmp_path / f"checkpoint-{store}", scope=scope)
+    checkpoint = tmp_path / f"checkpoint-{store_kind(store)}"
+    return DedupePlan(log.url, store, tmp_path, checkpoint, scope=scope)
 
 
 @pytest.mark.parametrize("store", STORES)
 def test_a_store_keeps_its_scope_and_refuses_another_at_start(
-    log: Log, tmp_path: Path, store: str
+    log: Log, tmp_path: Path, store: str, dedupe_store: str
 ) -> None:
-    assert prepare(log, plan_for(log, tmp_path, store, "source")) == 2
-    assert prepare(log, plan_for(log, tmp_path, store, "source")) == 2  # again: the same
+    assert prepare(log, plan_for(log, tmp_path, dedupe_store, "source")) == 2
+    assert prepare(log, plan_for(log, tmp_path, dedupe_store, "source")) == 2  # again: the same
     with pytest.raises(ConfigError) as refused:
-        prepare(log, plan_for(log, tmp_path, store, "workspace"))
+        prepare(log, plan_for(log, tmp_path, dedupe_store, "workspace"))
     message = str(refused.value)
     assert "'source', not 'workspace'" in message and "EXACTLY_DEDUPE__SCOPE=source" in message
     assert "\n" not in message
@@ -53,9 +52,9 @@ def test_a_store_keeps_its_scope_and_refuses_another_at_start(
 
 @pytest.mark.parametrize("store", STORES)
 def test_a_store_built_before_scopes_is_workspace_wide(
-    log: Log, tmp_path: Path, store: str
+    log: Log, tmp_path: Path, store: str, dedupe_store: str
 ) -> None:
-    plan = plan_for(log, tmp_path, store, "source")
+    plan = plan_for(log, tmp_path, dedupe_store, "source")
     opened = plan.open_store()
     if not opened.claims:  # spark-state: a checkpoint with a planned batch and no scope file
         (plan.checkpoint / "offsets").mkdir(parents=True)
@@ -65,7 +64,7 @@ def test_a_store_built_before_scopes_is_workspace_wide(
             part.claim([Claim(pack_id("m"), pack_owner(1, 0), 1_000)])
     with pytest.raises(ConfigError, match="scope 'workspace', not 'source'"):
         prepare(log, plan)
-    prepare(log, plan_for(log, tmp_path, store, "workspace"))
+    prepare(log, plan_for(log, tmp_path, dedupe_store, "workspace"))
 
 
 def test_a_bad_scope_is_refused_before_anything(log: Log, tmp_path: Path) -> None:
@@ -128,7 +127,7 @@ def test_redis_refuses_a_scope_when_one_shard_recorded_another(
     from exactly.dedupe.redis.sharding import sharding_from
 
     namespace = redis_namespace()
-    store = RedisStore(sharding_from(",".join(redis_servers[:2])), namespace)
+    store = RedisStore(sharding_from(redis_servers[:2]), namespace)
     connect(redis_servers[1]).set(f"{namespace}:scope", "workspace")
     with pytest.raises(ConfigError, match="scope 'workspace', not 'source'"):
         store.adopt_scope("source", 2)

@@ -85,6 +85,37 @@ def test_a_replayed_micro_batch_adds_nothing(db: JobDB, url: str) -> None:
         assert len(again.pending("web/hook")) == 6
 
 
+def test_the_marker_keeps_where_each_stream_stopped(db: JobDB, url: str) -> None:
+    assert db.end_offsets("events@/cp") is None
+    db.add(jobs(2), query_id="q1", batch_id=0, stream="events@/cp", end_offsets={1: 9, 0: 4})
+    db.add(jobs(1, start=2), query_id="q1", batch_id=1, stream="events@/cp", end_offsets={0: 6})
+    db.add(jobs(1, start=3), query_id="q1", batch_id=1, stream="events@/cp", end_offsets={0: 99})
+    db.add(jobs(1, start=4), query_id="q9", batch_id=0, stream="other", end_offsets={0: 1})
+    assert db.end_offsets("events@/cp") == {0: 6}  # the replay moved nothing
+    time.sleep(0.01)
+    # a lost checkpoint: a new query id over the same stream; the newest marker wins
+    db.add([], query_id="q2", batch_id=0, stream="events@/cp", end_offsets={0: 7, 1: 9})
+    with open_jobdb(url) as again:
+        assert again.end_offsets("events@/cp") == {0: 7, 1: 9}
+        assert again.end_offsets("other") == {0: 1}
+        assert again.marker("q2") == 0 and again.marker("q1") == 1
+    assert len(db.pending("web/hook")) == 4  # the replayed batch added none
+
+
+def test_a_jobdb_from_before_stream_markers_gains_their_columns(url: str) -> None:
+    with open_jobdb(url) as db:
+        db.add(jobs(1), query_id="q", batch_id=0)
+        connection = db._connection  # type: ignore[attr-defined]
+        cursor = connection.cursor()
+        for column in ("stream", "end_offsets", "committed_at"):
+            cursor.execute(f"ALTER TABLE jobdb_markers DROP COLUMN {column}")
+        connection.commit()
+    with open_jobdb(url) as db:
+        assert db.marker("q") == 0 and db.end_offsets("s") is None
+        db.add(jobs(1, start=1), query_id="q", batch_id=1, stream="s", end_offsets={0: 3})
+        assert db.end_offsets("s") == {0: 3}
+
+
 def test_transitions_set_the_state(db: JobDB) -> None:
     db.add(jobs(4), query_id="q", batch_id=0)
     a, b, c, d = db.pending("web/hook")
@@ -141,6 +172,18 @@ def test_datasets_roll_and_archived_ones_are_dropped(db: JobDB) -> None:
     db.archive(2, lambda records: None)
     assert [dataset.number for dataset in db.datasets()] == [3]
     assert ARCHIVED  # archived transitions go with the dropped tables
+
+
+def test_unpaged_counts_a_buckets_jobs_above_a_cursor_across_datasets(db: JobDB) -> None:
+    for batch in range(3):  # 25 jobs of web/hook in three datasets, 3 of web/other
+        db.add(jobs(8 if batch < 2 else 9, start=batch * 10), query_id="q", batch_id=batch)
+    db.add(jobs(3, destination="other", start=40), query_id="q", batch_id=3)
+    ids = [job.id for job in db.pending("web/hook")]
+    assert len(db.datasets()) >= 3
+    assert db.unpaged("web/hook", after=0) == 25
+    assert db.unpaged("web/hook", after=ids[11]) == 13
+    assert db.unpaged("web/hook", after=ids[-1]) == 0
+    assert db.unpaged("web/other", after=0) == 3
 
 
 def test_new_datasets_keep_ids_growing(db: JobDB) -> None:
@@ -202,6 +245,8 @@ def test_summary_per_destination(db: JobDB) -> None:
     assert hook.last_error == "503: busy now" and hook.last_error_at is not None
     assert other.last_error is None
     assert hook.oldest_pending_seconds is not None and hook.oldest_pending_seconds >= 30
+    assert hook.succeeded_last_minute == 1 and other.succeeded_last_minute == 0
+    assert db.summary(time.time() + 120)["hook"].succeeded_last_minute == 0  # a minute later
 
 
 def test_every_listed_backend_has_a_test_jobdb(tmp_path: Path) -> None:
@@ -227,3 +272,133 @@ def test_open_jobdb_refuses_unknown_urls_in_one_line(url: str, message: str) -> 
     with pytest.raises(ConfigError, match=message) as caught:
         open_jobdb(url)
     assert "\n" not in str(caught.value)
+
+
+def test_jobs_of_a_destination_carry_their_outcome(db: JobDB) -> None:
+    db.add(jobs(3) + jobs(2, destination="other", start=3), query_id="q", batch_id=0)
+    found = db.jobs_of("hook")
+    assert [job.message_id for job in found] == ["m0", "m1", "m2"]
+    first, second, _ = found
+    db.record([Transition(first.id, EXECUTING, 1), Transition(second.id, EXECUTING, 1)])
+    db.record([Transition(first.id, EXPIRED, 1), Transition(first.id, "archiving", 1)])
+    states = {job.message_id: job.state for job in db.jobs_of("hook")}
+    assert states == {"m0": EXPIRED, "m1": EXECUTING, "m2": AWAITING_SCHEDULING}
+    assert [job.message_id for job in db.jobs_of("hook", after=first.id, limit=1)] == ["m1"]
+
+
+def test_move_marker_only_raises_it(db: JobDB) -> None:
+    assert db.marker("replay:k") is None
+    db.move_marker("replay:k", 5)
+    db.move_marker("replay:k", 3)
+    assert db.marker("replay:k") == 5
+    db.move_marker("replay:k", 9)
+    assert db.marker("replay:k") == 9
+
+
+def dataset_tables(db: JobDB) -> set[int]:
+    from exactly.delivery.sql import SQLJobDB
+
+    assert isinstance(db, SQLJobDB)
+    with db._mutex:
+        found = db._dataset_tables(db._cursor())
+        db._connection.commit()
+    return {number for _, number in found}
+
+
+def test_tables_a_crash_left_unlisted_are_dropped(db: JobDB) -> None:
+    from exactly.delivery.sql import SQLJobDB
+
+    assert isinstance(db, SQLJobDB)
+    for batch in range(3):
+        db.add(jobs(10, start=10 * batch), query_id="q", batch_id=batch)
+    first = [job.id for job in db.pending("web/hook", limit=10)]
+    db.record([Transition(job_id, SUCCEEDED, 1) for job_id in first])
+    with db._mutex:
+        cursor = db._cursor()
+        # a crash in archive's step 4: dataset 1 forgotten, its transitions dropped, not its jobs
+        db._execute(cursor, "DELETE FROM jobdb_datasets WHERE number = 1")
+        db._connection.commit()
+        db._execute(cursor, "DROP TABLE job_state_transitions_1")
+        db._connection.commit()
+        # a crash between creating dataset 4's tables and registering it
+        db._create_dataset(cursor, 4)
+    assert dataset_tables(db) == {1, 2, 3, 4}
+    assert db.drop_orphans() == [1, 4]
+    assert dataset_tables(db) == {2, 3} and [d.number for d in db.datasets()] == [2, 3]
+    assert db.drop_orphans() == []
+    assert db.add(jobs(10, start=30), query_id="q", batch_id=3) == 10  # dataset 4 made anew
+    assert dataset_tables(db) == {2, 3, 4}
+    assert len(db.pending("web/hook", limit=100)) == 30
+
+
+def test_dropping_orphans_never_takes_a_dataset_a_router_is_registering(url: str) -> None:
+    """A router rolls a new dataset with every add while another JobDB drops orphans in a loop:
+    every job added is still there."""
+    import random
+    import threading
+
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def cleaner() -> None:
+        try:
+            with open_jobdb(url) as other:
+                while not stop.is_set():  # a director starting every few milliseconds
+                    other.drop_orphans()
+                    time.sleep(random.uniform(0.002, 0.02))
+        except BaseException as error:  # noqa: BLE001 (reported below)
+            errors.append(error)
+
+    with open_jobdb(url, dataset_rows=2) as router:
+        router.add(jobs(2), query_id="q", batch_id=0)
+        thread = threading.Thread(target=cleaner)
+        thread.start()
+        try:
+            for batch in range(1, 20):
+                assert router.add(jobs(2, start=2 * batch), query_id="q", batch_id=batch) == 2
+        finally:
+            stop.set()
+            thread.join(60)
+        assert not errors, errors
+        found = router.pending("web/hook", limit=1000)
+        assert [job.message_id for job in found] == [f"m{i}" for i in range(40)]
+        assert len(router.datasets()) == 20
+
+
+def _hold_replay(url: str, ready: Any) -> None:
+    with open_jobdb(url).replay_lock("hook"):
+        ready.set()
+        time.sleep(600)
+
+
+def test_one_replay_of_a_destination_at_a_time(url: str) -> None:
+    from exactly.delivery.base import ReplayRunning
+
+    context = multiprocessing.get_context("spawn")
+    ready = context.Event()
+    holder = context.Process(target=_hold_replay, args=(url, ready))
+    holder.start()
+    try:
+        assert ready.wait(60)
+        db = open_jobdb(url)
+        with (
+            pytest.raises(ReplayRunning, match="another replay of 'hook'"),
+            db.replay_lock("hook"),
+        ):
+            pass
+        with db.replay_lock("other"):  # another destination's replay may run
+            pass
+        os.kill(holder.pid or 0, signal.SIGKILL)
+        holder.join(30)
+        deadline = time.monotonic() + 10
+        while True:  # the server notices the closed connection a moment later
+            try:
+                with db.replay_lock("hook"):
+                    break
+            except ReplayRunning:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        db.close()
+    finally:
+        if holder.is_alive():
+            holder.kill()

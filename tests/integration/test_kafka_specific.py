@@ -56,7 +56,7 @@ def test_unreachable_broker_fails_fast() -> None:
     started = time.monotonic()
     with open_log(url, timeout=2) as log:
         assert time.monotonic() - started < 2  # opening never waits for the broker
-        for call in (log.topics, lambda: log.describe("t"), lambda: log.create_topic("t", 1)):
+        for call in (log.topics, lambda: log.topic_info("t"), lambda: log.create_topic("t", 1)):
             started = time.monotonic()
             with pytest.raises(LogUnavailable, match="exactly doctor") as caught:
                 call()

@@ -38,9 +38,9 @@ def read_all(log: Log, topic: str, partition: int, offset: int = 0) -> list:  # 
 # -- topics -------------------------------------------------------------------------------------
 
 
-def test_create_and_describe(log: Log, topic: str) -> None:
+def test_create_and_topic_info(log: Log, topic: str) -> None:
     assert log.create_topic(topic, 3) == TopicInfo(topic, 3)
-    assert log.describe(topic) == TopicInfo(topic, 3)
+    assert log.topic_info(topic) == TopicInfo(topic, 3)
     assert topic in log.topics()
     assert log.end_offsets(topic) == {0: 0, 1: 0, 2: 0}
 
@@ -209,7 +209,7 @@ def test_unknown_topic(log: Log, topic: str) -> None:
     with pytest.raises(UnknownTopic):
         log.end_offsets(topic)
     with pytest.raises(UnknownTopic):
-        log.describe(topic)
+        log.topic_info(topic)
 
 
 def test_partition_out_of_range(log: Log, topic: str) -> None:

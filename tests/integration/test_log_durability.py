@@ -184,7 +184,7 @@ def held(fd):
     real(fd)
 
 with open_log(url) as log:
-    log.describe(topic)
+    log.topic_info(topic)
     os.fdatasync = held
     log.append(topic, 0, [Record(b"a"), Record(b"b")], producer="p", sequences=[0, 1])
 """

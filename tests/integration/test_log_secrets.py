@@ -39,7 +39,7 @@ def test_an_unreachable_kafka_log_never_shows_its_secret() -> None:
         for shown in (log.url, str(log), repr(log)):
             assert SECRET not in shown
             assert "sasl.password=***" in shown and "sasl.username=app" in shown
-        for call in (log.topics, lambda: log.describe("raw"), lambda: log.create_topic("t", 1)):
+        for call in (log.topics, lambda: log.topic_info("raw"), lambda: log.create_topic("t", 1)):
             with pytest.raises(LogUnavailable) as failed:
                 call()
             assert "sasl.password=***" in str(failed.value)

@@ -1,75 +1,13 @@
-"""GCRA rate limits (pure): property tests of what a client may send, and the bounded table."""
+"""The collector's rate-limit table (GCRA itself: tests/unit/test_gcra.py): keys, the bound."""
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from exactly.collector.ratelimit import Rate, RateLimiter, client_key, gcra
+from exactly.collector.ratelimit import RateLimiter, client_key
 from exactly.config import load_settings
 from exactly.errors import ConfigError
-
-RATES = st.builds(
-    Rate,
-    per_second=st.floats(min_value=0.1, max_value=1000, allow_nan=False),
-    burst=st.integers(min_value=1, max_value=100),
-)
-GAPS = st.lists(st.floats(min_value=0, max_value=2, allow_nan=False), min_size=1, max_size=300)
-
-
-def arrivals(gaps: list[float]) -> list[float]:
-    times, now = [], 1000.0
-    for gap in gaps:
-        now += gap
-        times.append(now)
-    return times
-
-
-@given(rate=RATES, gaps=GAPS)
-def test_no_window_admits_more_than_burst_plus_rate_times_its_length(
-    rate: Rate, gaps: list[float]
-) -> None:
-    tat, allowed = 0.0, []
-    for now in arrivals(gaps):
-        tat, wait = gcra(tat, now, rate)
-        if not wait:
-            allowed.append(now)
-    for i, start in enumerate(allowed):
-        for j in range(i, len(allowed)):
-            window = allowed[j] - start
-            assert j - i + 1 <= rate.burst + window * rate.per_second + 1e-6
-
-
-@given(rate=RATES, count=st.integers(min_value=1, max_value=300))
-def test_a_client_within_its_rate_is_never_refused(rate: Rate, count: int) -> None:
-    tat, now = 0.0, 50.0
-    for _ in range(count):
-        tat, wait = gcra(tat, now, rate)
-        assert wait == 0
-        now += rate.interval * 1.000001
-
-
-@given(rate=RATES)
-def test_a_burst_is_taken_at_once_then_the_client_waits_what_it_is_told(rate: Rate) -> None:
-    tat, now = 0.0, 7.0
-    for _ in range(rate.burst):
-        tat, wait = gcra(tat, now, rate)
-        assert wait == 0
-    refused_tat, wait = gcra(tat, now, rate)
-    assert wait > 0 and refused_tat == tat  # a refusal costs the client nothing more
-    assert gcra(tat, now + wait, rate)[1] == 0
-
-
-@given(rate=RATES, gaps=GAPS)
-def test_a_refused_request_is_allowed_after_its_wait(rate: Rate, gaps: list[float]) -> None:
-    tat = 0.0
-    for now in arrivals(gaps):
-        new_tat, wait = gcra(tat, now, rate)
-        if wait:
-            assert gcra(tat, now + wait, rate)[1] == 0
-        else:
-            tat = new_tat
+from exactly.gcra import Rate
 
 
 def test_the_limiter_keys_sources_and_addresses_and_rounds_retry_after_up() -> None:

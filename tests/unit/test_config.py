@@ -45,6 +45,8 @@ def test_precedence_flag_over_env_over_file(
         ("[lgo]\nurl = 1\n", "lgo"),
         ('[dedupe]\nscope = "tenant"\n', "dedupe.scope"),
         ('[dedupe]\nscop = "workspace"\n', "dedupe.scop"),
+        ('[dedupe]\nwindow = "5x"\n', "dedupe.window.*'5x' is not a duration"),
+        ('[dedupe]\nmax_bytes = "lots"\n', "dedupe.max_bytes.*'lots' is not a size"),
         ('[collector.sources]\n"web\\n" = "k"\n', "collector.sources"),
         ('[collector.sources]\nweb = "k"\napp = "k"\n', "same write key"),
         ('[collector]\nsources = "web"\n', "NAME=WRITE_KEY"),
@@ -61,12 +63,33 @@ def test_dedupe_scope_per_source_unless_set(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("EXACTLY_DEDUPE__SCOPE", raising=False)
-    monkeypatch.setenv("EXACTLY_DEDUPE__STORE", "redis")  # a flag's variable, not a setting
     assert load_settings().dedupe.scope == "source"
     (tmp_path / "exactly.toml").write_text('[dedupe]\nscope = "workspace"\n')
     assert load_settings().dedupe.scope == "workspace"
     monkeypatch.setenv("EXACTLY_DEDUPE__SCOPE", "source")
     assert load_settings().dedupe.scope == "source"
+
+
+def test_dedupe_store_and_bounds_from_the_file_or_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert load_settings().dedupe.store == "rocksdb"
+    (tmp_path / "exactly.toml").write_text(
+        '[dedupe]\nstore = "redis://r1:6379,r2:6379/0?buckets=64"\nwindow = "7d"\nmax_keys = 5\n'
+    )
+    dedupe = load_settings().dedupe
+    assert (dedupe.store, dedupe.window, dedupe.max_keys) == (
+        "redis://r1:6379,r2:6379/0?buckets=64",
+        "7d",
+        5,
+    )
+    monkeypatch.setenv("EXACTLY_DEDUPE__STORE", "spark-state")
+    monkeypatch.setenv("EXACTLY_DEDUPE__MIN_WINDOW", "12h")
+    dedupe = load_settings().dedupe
+    assert (dedupe.store, dedupe.min_window, dedupe.window) == ("spark-state", "12h", "7d")
+    monkeypatch.setenv("EXACTLY_DEDUPE__REDIS", "redis://r1:6379/0")  # gone: in the store URL
+    with pytest.raises(ConfigError, match=r"dedupe\.redis"):
+        load_settings()
 
 
 def test_missing_explicit_config(tmp_path: Path) -> None:

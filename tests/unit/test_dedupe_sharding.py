@@ -17,7 +17,7 @@ from exactly.dedupe.redis.sharding import (
     parse_urls,
     partition_position,
     sharding_from,
-    sharding_from_env,
+    sharding_from_url,
 )
 from exactly.errors import ConfigError
 
@@ -85,7 +85,7 @@ def test_the_position_is_the_least_of_the_shards_in_play() -> None:
     assert partition_position(gone, {A: None, C: 7}, 100 * HOUR, HOUR) is None
 
 
-def test_flags_and_environment() -> None:
+def test_servers_and_options_from_a_store_url() -> None:
     assert parse_urls([f"{A},{B}", C, A]) == (A, B, C)
     with pytest.raises(ConfigError, match="redis://"):
         parse_urls("localhost:6379")
@@ -93,17 +93,18 @@ def test_flags_and_environment() -> None:
     assert parse_cutover("1795341600000") == 1_795_341_600_000
     with pytest.raises(ConfigError, match="time zone"):
         parse_cutover("2026-11-22T10:00")
-    with pytest.raises(ConfigError, match="--redis-cutover"):
+    with pytest.raises(ConfigError, match="cutover"):
         sharding_from(A, previous=B)
     with pytest.raises(ConfigError, match="at least one"):
         sharding_from(None)
-    env = {
-        "EXACTLY_DEDUPE__REDIS": f"{A},{B},{C}",
-        "EXACTLY_DEDUPE__REDIS_PREVIOUS": f"{A},{B}",
-        "EXACTLY_DEDUPE__REDIS_CUTOVER": "2026-11-22T10:00Z",
-        "EXACTLY_DEDUPE__REDIS_SLOT": "1h",
-    }
-    sharding = sharding_from_env(env)
+    sharding, namespace = sharding_from_url(
+        "redis://a:6379,b:6379,c:6379/0?previous=a:6379,b:6379&cutover=2026-11-22T10:00Z"
+        "&slot=1h&namespace=ns:raw"
+    )
+    assert namespace == "ns:raw"
     assert sharding.current == Epoch((A, B, C), slot_ms=HOUR)
     assert sharding.previous == Epoch((A, B), slot_ms=HOUR)
+    assert sharding.cutover == 1_795_341_600_000
     assert sharding.servers == (A, B, C)
+    with pytest.raises(ConfigError, match="unknown option 'shards'"):
+        sharding_from_url("redis://a:6379/0?shards=2")

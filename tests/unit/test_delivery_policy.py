@@ -1,4 +1,4 @@
-"""Delivery policy: outcomes, Retry-After, the next transition, GCRA and signatures."""
+"""Delivery policy: outcomes, Retry-After, the next transition and signatures."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from standardwebhooks.webhooks import Webhook
 
 from exactly.delivery.base import AWAITING_RETRY, DISCARDED, EXPIRED, SUCCEEDED
-from exactly.delivery.policy import gcra, next_step, outcome, retry_after
+from exactly.delivery.policy import next_step, outcome, retry_after
 from exactly.delivery.settings import signing_key
 from exactly.delivery.signing import request_headers
 
@@ -73,23 +73,6 @@ def test_next_step_keeps_a_refusal_truncated() -> None:
         coefficient=2,
     )
     assert (step.state, step.status_code, len(step.response or "")) == (DISCARDED, 404, 1024)
-
-
-@given(
-    st.floats(min_value=0.1, max_value=1000),
-    st.integers(min_value=1, max_value=20),
-    st.lists(st.floats(min_value=0, max_value=5), min_size=1, max_size=50),
-)
-def test_gcra_never_exceeds_rate_plus_burst(rate: float, burst: int, gaps: list[float]) -> None:
-    tat, now, sent = 0.0, 100.0, []
-    for gap in gaps:
-        now += gap
-        send_at, tat = gcra(tat, now, rate=rate, burst=burst)
-        assert send_at >= now
-        now = send_at
-        sent.append(send_at)
-    span = sent[-1] - sent[0]
-    assert len(sent) <= burst + span * rate + 1e-6 * len(sent) + 1
 
 
 def test_signature_verifies_with_standard_webhooks() -> None:

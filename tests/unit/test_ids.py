@@ -17,11 +17,16 @@ from exactly.events.ids import (
     MAX_OFFSET,
     MAX_PARTITION,
     id_packer,
+    offset_bytes,
+    owner_offset,
+    owner_offset_bytes,
+    owner_packer,
     owner_text,
     pack_id,
     pack_owner,
     pack_source_id,
     parsed_source,
+    partition_prefix,
     record_sources,
     unpack_owner,
     uuid_bytes,
@@ -105,6 +110,22 @@ def test_owner_round_trip_and_order(partition: int, offset: int) -> None:
     assert len(packed) == 8
     assert unpack_owner(packed) == (partition, offset)
     assert owner_text(packed) == f"{partition}:{offset}"
+
+
+@given(partitions, offsets)
+def test_an_owner_is_its_partition_prefix_and_offset_bytes(partition: int, offset: int) -> None:
+    packed = pack_owner(partition, offset)
+    assert owner_packer(partition)(offset) == packed
+    assert partition_prefix(partition) + offset_bytes(offset) == packed
+    assert owner_offset_bytes(packed) == offset_bytes(offset)
+    assert owner_offset(packed) == offset
+
+
+def test_the_owner_packer_checks_its_partition_once_and_each_offset() -> None:
+    with pytest.raises(InvalidId):
+        owner_packer(MAX_PARTITION + 1)
+    with pytest.raises(InvalidId):
+        owner_packer(0)(MAX_OFFSET + 1)
 
 
 @given(partitions, offsets, offsets)

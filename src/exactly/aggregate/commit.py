@@ -138,3 +138,36 @@ class CommitProtocol(SQLDatabase):
             )
 
         return self._retrying(work, min(self.retry_seconds, 30.0))
+
+    def markers(self, topic: str) -> list[Marker]:
+        """Every marker kept for ``topic`` (the last :data:`KEEP_MARKERS` per query), by query
+        and batch: which micro-batch counted an offset (``exactly trace``)."""
+        p = self.placeholder
+
+        def work(connection: Any) -> list[Marker]:
+            cursor = connection.cursor()
+            if self._existing_columns(cursor, BATCHES_TABLE) is None:
+                connection.rollback()
+                return []
+            cursor.execute(
+                f"SELECT query_id, batch_id, end_offsets, events, committed_at FROM "
+                f"{BATCHES_TABLE} WHERE topic = {p} ORDER BY query_id, batch_id",
+                (topic,),
+            )
+            rows = cursor.fetchall()
+            connection.rollback()
+            found = []
+            for query_id, batch_id, offsets, events, committed_at in rows:
+                ends = None if offsets is None else json.loads(offsets)
+                found.append(
+                    Marker(
+                        str(query_id),
+                        int(batch_id),
+                        None if ends is None else {int(k): int(v) for k, v in ends.items()},
+                        int(events),
+                        str(committed_at),
+                    )
+                )
+            return found
+
+        return self._retrying(work, min(self.retry_seconds, 30.0))

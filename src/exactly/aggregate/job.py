@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING
 from exactly.aggregate.base import AggregateDB, Batch
 from exactly.aggregate.frame import aggregate, events_frame
 from exactly.aggregate.spec import EVENT_COUNTS, TableSpec
-from exactly.errors import AggregateError, ExactlyError
+from exactly.errors import AggregateError
 from exactly.log import Log
 from exactly.spark import checkpoint as spark_checkpoint
 from exactly.spark import offsets
+from exactly.spark.batches import BatchFunction, run_batches
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -73,14 +74,6 @@ def is_fresh(checkpoint: Path) -> bool:
     return not spark_checkpoint.planned(checkpoint)
 
 
-def query_id(checkpoint: Path) -> str:
-    """Spark's id of the query, stable across restarts from the same checkpoint."""
-    found = spark_checkpoint.query_id(checkpoint)
-    if found is None:
-        raise AggregateError(f"checkpoint {checkpoint} has no query id: Spark did not start it")
-    return found
-
-
 def starting_offsets(db: AggregateDB, plan: AggregatePlan) -> str:
     """``earliest``, or where the database's counting stopped when the checkpoint is new."""
     if not is_fresh(plan.checkpoint):
@@ -93,12 +86,12 @@ def starting_offsets(db: AggregateDB, plan: AggregatePlan) -> str:
 
 def prepare(log: Log, db: AggregateDB, plan: AggregatePlan, specs: Sequence[TableSpec]) -> str:
     """Check the topic, create or check the tables; returns the starting offsets."""
-    log.describe(plan.topic)  # a missing topic fails here, in one line
+    log.topic_info(plan.topic)  # a missing topic fails here, in one line
     db.prepare(specs, str(plan.checkpoint), is_fresh(plan.checkpoint))
     return starting_offsets(db, plan)
 
 
-class BatchCounter:
+class BatchCounter(BatchFunction):
     """The ``foreachBatch`` function: steps 2 and 3 of the module docstring."""
 
     def __init__(
@@ -108,23 +101,13 @@ class BatchCounter:
         specs: Sequence[TableSpec],
         on_batch: Callable[[int, int, bool], None] | None = None,
     ) -> None:
+        super().__init__(plan.checkpoint)
         self.db = db
         self.plan = plan
         self.specs = list(specs)
         self.on_batch = on_batch
-        self.failure: BaseException | None = None
-        self._query_id: str | None = None
 
-    def __call__(self, records: DataFrame, batch_id: int) -> None:
-        try:
-            self._count(records, batch_id)
-        except BaseException as error:
-            self.failure = error  # Spark reports it as text; run() raises the error itself
-            raise
-
-    def _count(self, records: DataFrame, batch_id: int) -> None:
-        if self._query_id is None:
-            self._query_id = query_id(self.plan.checkpoint)
+    def process(self, records: DataFrame, batch_id: int) -> None:
         # 2. parse once, aggregate per table
         frame = events_frame(records)
         several = len(self.specs) > 1
@@ -140,7 +123,7 @@ class BatchCounter:
                 frame.unpersist()
         events = sum(int(row[len(EVENT_COUNTS.keys)]) for row in rows[EVENT_COUNTS.name])
         batch = Batch(
-            self._query_id,
+            self.query_id,
             batch_id,
             str(self.plan.checkpoint),
             self.plan.topic,
@@ -168,8 +151,6 @@ def run(
     ``specs`` are the tables as ``frame.check`` resolved them; the event counts come first. A
     failure raises the :class:`~exactly.errors.ExactlyError` behind it when there is one.
     """
-    from exactly.spark.streaming import run_query
-
     if not specs or specs[0].name != EVENT_COUNTS.name:
         raise AggregateError("the event counts table comes first")
     spark.conf.set("spark.sql.session.timeZone", "UTC")  # minutes, hours and days in UTC
@@ -180,35 +161,9 @@ def run(
         if on_batch is not None:
             on_batch(batch_id, events, counted)
 
-    reader = (
-        spark.readStream.format("exactly")
-        .option("log", plan.log_url)
-        .option("topic", plan.topic)
-        .option("readRecords", str(plan.read_records))
-        .option("startingOffsets", start)
-    )
-    if plan.max_records_per_trigger is not None:
-        reader = reader.option("maxRecordsPerTrigger", str(plan.max_records_per_trigger))
     counter = BatchCounter(db, plan, specs, note)
-    writer = (
-        reader.load()
-        .select("partition", "offset", "value", "timestamp")
-        .writeStream.foreachBatch(counter)
-        .option("checkpointLocation", str(plan.checkpoint))
-        .queryName(f"aggregate {plan.topic}")
-    )
-    try:
-        run_query(
-            writer, until_caught_up=plan.until_caught_up, trigger_seconds=plan.trigger_seconds
-        )
-    except ExactlyError:
-        if isinstance(counter.failure, ExactlyError):
-            raise counter.failure from None
-        if counter.failure is not None:
-            raise AggregateError(
-                f"a micro-batch failed: {type(counter.failure).__name__}: {counter.failure}"
-            ) from counter.failure
-        raise
+    columns = ("partition", "offset", "value", "timestamp")
+    run_batches(spark, "aggregate", plan, counter, columns, start=start, failed=AggregateError)
     return progress
 
 

@@ -58,3 +58,11 @@ def event_counts(db: AggregateDB, query: StatsQuery) -> list[Row]:
         args,
     )
     return list(reversed(rows))
+
+
+def total_events(db: AggregateDB) -> int:
+    """Every event counted in ``event_counts`` so far (0 before the table exists)."""
+    if EVENT_COUNTS.name not in db.tables():
+        return 0
+    rows = db.query(f"SELECT COALESCE(SUM({quote('count')}), 0) FROM {EVENT_COUNTS.name}", [])
+    return int(rows[0][0]) if rows else 0

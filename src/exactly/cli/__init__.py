@@ -103,8 +103,12 @@ def _register() -> None:
         doctor,
         import_file,
         log,
+        replay,
+        route,
         sink,
         status,
+        trace,
+        up,
     )
 
     app.add_typer(log.app, name="log")
@@ -119,8 +123,13 @@ def _register() -> None:
     app.command("aggregate")(aggregate.aggregate)
     app.command("stats")(aggregate.stats)
     app.command("audit")(aggregate.audit)
+    app.command("route")(route.route)
     app.command("deliver")(deliver.deliver)
     app.command("deliveries")(deliveries.deliveries)
+    app.command("up")(up.up)
+    app.command("pipeline", hidden=True)(up.pipeline)
+    app.command("replay")(replay.replay)
+    app.command("trace")(trace.trace)
 
 
 _register()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -9,8 +11,8 @@ import typer
 from rich.console import Console
 from rich.table import Column, Table
 
-from exactly.cli.context import context
-from exactly.cli.options import MaxRecordsPerTrigger, TriggerSeconds, UntilCaughtUp
+from exactly.cli.context import context, with_master
+from exactly.cli.options import Master, MaxRecordsPerTrigger, TriggerSeconds, UntilCaughtUp
 
 DB = typer.Option(
     "--db",
@@ -23,6 +25,7 @@ TOPIC = typer.Option(help="The deduplicated topic to count.")
 
 def aggregate(
     ctx: typer.Context,
+    master: Master = None,
     db: Annotated[str | None, DB] = None,
     topic: Annotated[str, TOPIC] = "events",
     checkpoint: Annotated[
@@ -44,7 +47,7 @@ def aggregate(
     from exactly.aggregate.job import AggregatePlan, default_checkpoint, say
     from exactly.spark.session import build_session
 
-    settings = context(ctx).settings
+    settings = with_master(ctx, master).settings
     plan = AggregatePlan(
         log_url=settings.log_url,
         checkpoint=(checkpoint or default_checkpoint(settings.data_dir, topic)).resolve(),
@@ -84,6 +87,14 @@ def stats(
     ] = None,
     by: Annotated[str, typer.Option(help="Time bucket: minute, hour or day.")] = "hour",
     limit: Annotated[int, typer.Option(min=1, help="Show the newest N rows.")] = 50,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print one JSON object per row (source, type, event, time, count, revenue), "
+            "one per line, instead of a table.",
+        ),
+    ] = False,
 ) -> None:
     """Print the event counts and revenue by time bucket, source, type and event."""
     from exactly.aggregate import open_db
@@ -96,11 +107,35 @@ def stats(
         from exactly.aggregate.sqlite import sqlite_path
 
         if not sqlite_path(url).exists():  # do not create an empty database just to look
-            print(f"no events counted yet: no database at {sqlite_path(url)} (exactly aggregate)")
+            print(
+                f"no events counted yet: no database at {sqlite_path(url)} (exactly aggregate)",
+                file=sys.stderr if as_json else sys.stdout,
+            )
             return
     with open_db(url, retry_seconds=10) as database:
         rows = event_counts(database, query)
+    if as_json:
+        for line in counts_as_json(rows):
+            print(line)
+        return
     print_counts(rows, by)
+
+
+def counts_as_json(rows: list[tuple[Any, ...]]) -> list[str]:
+    """One JSON object per row; the time as the table shows it (UTC), revenue as a number."""
+    return [
+        json.dumps(
+            {
+                "source": source,
+                "type": kind,
+                "event": event,
+                "time": str(bucket),
+                "count": int(count),
+                "revenue": float(revenue),
+            }
+        )
+        for bucket, source, kind, event, count, revenue in rows
+    ]
 
 
 def print_counts(rows: list[tuple[Any, ...]], by: str, console: Console | None = None) -> None:

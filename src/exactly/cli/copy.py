@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from exactly.cli.context import context
-from exactly.cli.options import MaxRecordsPerTrigger, TriggerSeconds, UntilCaughtUp
+from exactly.cli.context import with_master
+from exactly.cli.options import Master, MaxRecordsPerTrigger, TriggerSeconds, UntilCaughtUp
 
 
 def copy(
@@ -29,6 +29,7 @@ def copy(
     ] = "earliest",
     max_records_per_trigger: MaxRecordsPerTrigger = None,
     trigger_seconds: TriggerSeconds = 1.0,
+    master: Master = None,
 ) -> None:
     """Copy SOURCE to DESTINATION partition by partition, each record exactly once.
 
@@ -40,7 +41,7 @@ def copy(
     from exactly.spark.offsets import parse_spec
     from exactly.spark.streaming import checkpoint_lock
 
-    found = context(ctx)
+    found = with_master(ctx, master)
     settings = found.settings
     parse_spec("--starting-offsets", starting_offsets)
     plan = CopyPlan(

@@ -34,6 +34,16 @@ def deliver(
             envvar="EXACTLY_DELIVERY_WAIT",
         ),
     ] = True,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve Prometheus metrics at http://127.0.0.1:PORT/metrics "
+            "(default: [delivery] metrics_port, off).",
+            envvar="EXACTLY_DELIVERY__METRICS_PORT",
+            min=1,
+            max=65535,
+        ),
+    ] = None,
 ) -> None:
     """Deliver queued jobs to their destinations until stopped (SIGTERM) or drained.
 
@@ -49,6 +59,8 @@ def deliver(
     if not settings.destinations:
         raise ConfigError("no [[destinations]] in the config: nothing to deliver to")
     options = settings.delivery
+    archive = open_archive(settings.archive_url)
+    archive.check()  # a wrong URL or an unreachable bucket stops here, in one line
     with open_jobdb(
         jobdb or settings.jobdb_url,
         dataset_rows=options.dataset_rows,
@@ -58,7 +70,9 @@ def deliver(
             database,
             settings.destinations,
             page_size=options.page_size,
-            archive=open_archive(settings.archive_url),
+            archive=archive,
+            metrics_port=metrics_port or options.metrics_port,
+            jobdb_patience=options.jobdb_patience,
         )
         tallies = director.run(until_drained=until_drained, wait=wait)
     for name, tally in tallies.items():

@@ -1,4 +1,4 @@
-"""``exactly demo``: the whole pipeline so far, collector to aggregates, on embedded defaults."""
+"""``exactly demo``: the whole pipeline, collector to aggregates and deliveries, embedded."""
 
 from __future__ import annotations
 
@@ -18,14 +18,16 @@ def demo(
         int, typer.Option(help="Partitions of raw and events (when created).", min=1)
     ] = 4,
 ) -> None:
-    """Send generated events (with client retries) through collector, dedupe and aggregate.
+    """Run `exactly up` and send it generated events (with client retries); check every stage.
 
-    Prints the aggregates, the duplicates dropped and the audit (a recount from events); exits 1
-    if the audit finds a difference. Everything lives under the data dir; a rerun adds to it.
+    Prints the aggregates, the duplicates dropped, the audit (a recount from events) and what a
+    local receiver failing a fifth of the time got per destination; exits 1 if the audit or the
+    deliveries differ from the events. Everything lives under the data dir; a rerun adds to it.
     """
     from exactly.aggregate.audit import render
     from exactly.aggregate.spec import EVENT_COUNTS
     from exactly.cli.aggregate import print_counts
+    from exactly.delivery import demo as delivery
     from exactly.demo import run_pipeline
 
     console = Console(soft_wrap=True)
@@ -37,23 +39,32 @@ def demo(
     seconds = result.seconds
     console.print(
         f"sent {traffic.events:,} events in {traffic.requests:,} batch requests "
-        f"({traffic.distinct:,} distinct; {traffic.resent:,} sent twice by retrying clients) in "
-        f"{seconds['collect']:.1f} s: {traffic.events / max(traffic.seconds, 1e-9):,.0f} events/s"
+        f"({traffic.distinct:,} distinct;\n  {traffic.resent:,} sent twice by retrying clients) "
+        f"in {seconds['collect']:.1f} s: {traffic.events / max(traffic.seconds, 1e-9):,.0f} "
+        "events/s"
     )
     console.print(
         f"dedupe: {result.raw:,} records in raw -> {result.events:,} events, "
-        f"{result.duplicates_dropped:,} duplicates dropped ({seconds['dedupe']:.1f} s)"
+        f"{result.duplicates_dropped:,} duplicates dropped"
     )
     console.print(
-        f"aggregate: {result.counted:,} events counted into event_counts "
-        f"({seconds['aggregate']:.1f} s)"
+        f"aggregate: {result.counted:,} events counted into event_counts; all stages done "
+        f"{seconds['pipeline']:.1f} s after exactly up started"
     )
     for line in render(result.audit, [EVENT_COUNTS]):
         console.print(line, highlight=False)
-    exact = result.audit.exact and result.events == traffic.distinct
-    if result.events != traffic.distinct:
+    for line in delivery.lines(result.received):
+        console.print(line, highlight=False)
+    exact = (
+        result.audit.exact
+        and result.events == traffic.distinct
+        and result.counted == result.events
+        and delivery.exact(result.received)
+    )
+    if result.events != traffic.distinct or result.counted != result.events:
         console.print(
-            f"MISMATCH: {traffic.distinct:,} distinct events sent, {result.events:,} kept"
+            f"MISMATCH: {traffic.distinct:,} distinct events sent, {result.events:,} kept, "
+            f"{result.counted:,} counted"
         )
     if not exact:
         raise typer.Exit(1)

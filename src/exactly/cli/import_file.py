@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -60,6 +61,17 @@ def import_file(
 
     size = file.stat().st_size if file.exists() else 0
     with context(ctx).open_log() as log:
+        run = partial(
+            run_import,
+            log,
+            file,
+            source,
+            topic=topic,
+            partitions=partitions,
+            batch_lines=batch,
+            producer=producer,
+            on_invalid=on_invalid,
+        )
         if sys.stderr.isatty():
             with Progress(
                 "[progress.description]{task.description}",
@@ -70,28 +82,9 @@ def import_file(
                 transient=True,
             ) as progress:
                 task = progress.add_task(f"importing {file.name}", total=size)
-                report = run_import(
-                    log,
-                    file,
-                    source,
-                    topic=topic,
-                    partitions=partitions,
-                    batch_lines=batch,
-                    producer=producer,
-                    on_invalid=on_invalid,
-                    on_progress=lambda done: progress.update(task, completed=done),
-                )
+                report = run(on_progress=lambda done: progress.update(task, completed=done))
         else:
-            report = run_import(
-                log,
-                file,
-                source,
-                topic=topic,
-                partitions=partitions,
-                batch_lines=batch,
-                producer=producer,
-                on_invalid=on_invalid,
-            )
+            report = run()
     if listed > MAX_LISTED:
         err.print(f"... and {listed - MAX_LISTED} more invalid lines", markup=False, soft_wrap=True)
     print(report.summary(topic), file=sys.stderr)

@@ -45,7 +45,7 @@ def append(ctx: typer.Context, topic: str) -> None:
     line {"partition", "offset"} per record, in input order.
     """
     with context(ctx).open_log() as log:
-        partitions = log.describe(topic).partitions
+        partitions = log.topic_info(topic).partitions
         lines = enumerate(sys.stdin, start=1)
         total = 0
         spread = itertools.cycle(range(partitions))
@@ -133,7 +133,7 @@ def read(
 ) -> None:
     """Print records as JSON lines (text fields as UTF-8, else *_base64)."""
     with context(ctx).open_log() as log:
-        wanted = [partition] if partition is not None else range(log.describe(topic).partitions)
+        wanted = [partition] if partition is not None else range(log.topic_info(topic).partitions)
         left = limit
         for part in wanted:
             offset = from_
@@ -183,7 +183,7 @@ def stat(
     """Partitions and end offsets of TOPIC (or of every topic)."""
     with context(ctx).open_log() as log:
         names = [topic] if topic is not None else log.topics()
-        stats = [(name, log.describe(name).partitions, log.end_offsets(name)) for name in names]
+        stats = [(name, log.topic_info(name).partitions, log.end_offsets(name)) for name in names]
     if as_json:
         rows = [
             {"topic": name, "partitions": count, "end_offsets": ends} for name, count, ends in stats

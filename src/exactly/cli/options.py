@@ -26,3 +26,11 @@ TriggerSeconds = Annotated[
     float,
     typer.Option(min=0.0, help="Seconds between micro-batches.", envvar="EXACTLY_TRIGGER_SECONDS"),
 ]
+Master = Annotated[
+    str | None,
+    typer.Option(
+        help="Spark master URL (spark://HOST:7077, yarn, k8s://..., local[N]); default "
+        "\\[spark] master. Not local: exactly is shipped to the executors (docs/cluster.md).",
+        show_default=False,
+    ),
+]

@@ -20,7 +20,7 @@ def owner(ctx: typer.Context, topic: str) -> None:
     from exactly.spark import lease
 
     with context(ctx).open_log() as log:
-        log.describe(topic)
+        log.topic_info(topic)
         found = lease.holder(log, topic)
     if found is None:
         print(f"topic {topic}: no sink owns it")
@@ -43,7 +43,7 @@ def release(
     from exactly.spark import lease
 
     with context(ctx).open_log() as log:
-        log.describe(topic)
+        log.topic_info(topic)
         released = lease.release(log, topic, sink)
     if released is None:
         print(f"topic {topic}: nothing to release" + (f" for sink {sink}" if sink else ""))

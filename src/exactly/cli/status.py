@@ -1,42 +1,224 @@
-"""``exactly status``: what each job of the pipeline has done, from durable sources.
+"""``exactly status``: what each stage of the pipeline holds and has done, from durable sources.
 
-Each job leaves a status file under ``DATA_DIR/status`` when it runs; this command finds them and
-recomputes the figures live (log end offsets, checkpoints, stores). Sections so far: dedupe.
+Every figure is read live where it is durable, so it is right after any crash:
+
+* **log**: each topic's partitions and end offsets;
+* **dedupe**: per job that ran in this data dir (its status file under ``DATA_DIR/status``
+  names the store by its URL, password masked, and the checkpoint): per partition in, passed,
+  duplicate, rejected, lag, and the store's keys, position and window; the store's scope;
+* **aggregate**: the newest micro-batch the aggregate database committed (its marker);
+* **delivery**: per destination, the JobDB's jobs by state, the oldest queued, the last error.
+
+A stage that never ran (an embedded database that does not exist yet) is left out, and nothing
+is created by looking. Stores and databases come from the settings (``[dedupe] store``,
+``[aggregate] url``, ``[delivery] jobdb``), so no flag needs repeating after a run.
 """
 
 from __future__ import annotations
 
 import json
+import sys
+import time
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict, TypeVar
 
 import typer
 
 from exactly.cli.context import context
+from exactly.errors import ExactlyError
+from exactly.urls import redact, scrub
+
+if TYPE_CHECKING:  # the command imports them when it runs, so other commands start fast
+    from exactly.aggregate.commit import Marker
+    from exactly.config import Settings
+    from exactly.dedupe.status import DedupeStatus
+    from exactly.delivery.base import Summary
+    from exactly.log import Log
+
+T = TypeVar("T")
 
 
 def status(
     ctx: typer.Context,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object instead of tables.")
+    ] = False,
 ) -> None:
-    """Print per-partition progress of the jobs that ran in this data dir (dedupe so far)."""
-    from exactly.dedupe import status as dedupe_status
+    """Every stage that ran in this data dir: log topics, dedupe, aggregates, deliveries.
 
+    Stores and databases are found from the config ([dedupe] store, [aggregate] url,
+    [delivery] jobdb) and from what each job recorded, so no option needs repeating.
+    """
     found = context(ctx)
     settings = found.settings
-    directory = settings.data_dir.resolve() / "status"
-    files = sorted(directory.glob("dedupe-*.json"))
-    if not files:
-        print(f"nothing has run in {settings.data_dir} yet (no status files in {directory})")
-        return
-    reports = []
-    with found.open_log() as log:
-        defaults = {"log_url": settings.log_url, "data_dir": settings.data_dir}
-        for path in files:
-            plan, saved = dedupe_status.load(path, defaults)
-            live = dedupe_status.collect(log, plan, saved.late, saved.last_batch)
-            reports.append(live)
+    topics: list[TopicStatus] | None = None
+    dedupe: list[DedupeStatus] = []
+    jobs = sorted((settings.data_dir.resolve() / "status").glob("dedupe-*.json"))
+    if jobs or _exists(settings.log_url):
+        with found.open_log() as log:
+            topics = _topics(log)
+            dedupe = _dedupe(log, settings, jobs)
+    marker, aggregate_error = _read(settings.aggregate_url, lambda: _marker(settings))
+    destinations, jobdb_error = _read(settings.jobdb_url, lambda: _destinations(settings))
     if as_json:
-        print(json.dumps([{"job": "dedupe", **asdict(r)} for r in reports], indent=1))
-        return
-    print("\n\n".join(dedupe_status.render(report) for report in reports))
+        listed = None if topics is None else {"topics": topics}
+        counted = None if marker is None else {"marker": asdict(marker)}
+        queues = None
+        if destinations is not None:
+            queues = {"destinations": [{**asdict(d), "queued": d.queued} for d in destinations]}
+        report = {
+            "log": _stage({"url": settings.log_url}, None, listed),
+            "dedupe": [{"job": "dedupe", **asdict(job)} for job in dedupe],
+            "aggregate": _stage({"url": settings.aggregate_url}, aggregate_error, counted),
+            "delivery": _stage({"jobdb": settings.jobdb_url}, jobdb_error, queues),
+        }
+        print(json.dumps(report, indent=1))
+    else:
+        unread = bool(aggregate_error or jobdb_error)
+        _print(settings, topics, dedupe, marker, destinations, unread)
+    for where, error in (("aggregate", aggregate_error), ("delivery", jobdb_error)):
+        if error:
+            print(f"error: {where}: {error}", file=sys.stderr)
+    if aggregate_error or jobdb_error:
+        raise typer.Exit(1)
+
+
+def _print(
+    settings: Settings,
+    topics: list[TopicStatus] | None,
+    dedupe: list[DedupeStatus],
+    marker: Marker | None,
+    destinations: list[Summary] | None,
+    unread: bool,
+) -> None:
+    """The report as text: a section per stage (``unread``: a stage could not be read)."""
+    from exactly.dedupe.status import render
+
+    if not (dedupe or marker or destinations or unread):
+        directory = settings.data_dir.resolve() / "status"
+        print(f"nothing has run in {settings.data_dir} yet (no status files in {directory})")
+    sections = []
+    if topics:
+        sections.append(_render_topics(redact(settings.log_url), topics))
+    sections += [render(job) for job in dedupe]
+    if marker is not None:
+        sections.append(
+            f"aggregate {redact(settings.aggregate_url)}: batch {marker.batch_id} of query "
+            f"{marker.query_id} committed at {marker.committed_at} ({marker.events:,} events)"
+        )
+    if destinations is not None:
+        sections.append(_render_destinations(redact(settings.jobdb_url), destinations))
+    if sections:
+        print("\n\n".join(sections))
+
+
+def _stage(
+    where: dict[str, str], error: str | None, found: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """A stage in the JSON report: where it is (the URL redacted), then what was found there or
+    the error that kept it from being read; None if it never ran."""
+    shown = {key: redact(url) for key, url in where.items()}
+    if error:
+        return {**shown, "error": error}
+    return None if found is None else {**shown, **found}
+
+
+def _read(url: str, read: Callable[[], T]) -> tuple[T | None, str | None]:
+    """What ``read`` returns, or one line saying what kept it from reading the database at
+    ``url`` (down, refusing, ...), its password masked."""
+    try:
+        return read(), None
+    except ExactlyError as error:
+        return None, str(error)
+    except Exception as error:  # noqa: BLE001 - a client library's own: say it, show the rest
+        from urllib.parse import urlsplit
+
+        password = urlsplit(url).password
+        text = f"cannot read {redact(url)}: {type(error).__name__}: {error}"
+        return None, scrub(" ".join(text.split()), [password] if password else [])
+
+
+class TopicStatus(TypedDict):
+    topic: str
+    partitions: int
+    records: int
+    end_offsets: dict[int, int]
+
+
+def _exists(url: str) -> bool:
+    """False for an embedded (``sqlite://``) store whose file or directory is not there yet."""
+    scheme, _, rest = url.partition("://")
+    return scheme != "sqlite" or Path(rest).exists()
+
+
+def _topics(log: Log) -> list[TopicStatus]:
+    topics = []
+    for name in log.topics():
+        ends = log.end_offsets(name)
+        size = sum(ends.values())
+        topics.append(TopicStatus(topic=name, partitions=len(ends), records=size, end_offsets=ends))
+    return topics
+
+
+def _dedupe(log: Log, settings: Settings, jobs: list[Path]) -> list[DedupeStatus]:
+    """Each dedupe job's status now, its store opened by the URL its status file records."""
+    from exactly.dedupe.status import collect, load
+
+    reports = []
+    for path in jobs:
+        plan, saved = load(path, settings.log_url, settings.data_dir, settings.dedupe.store)
+        reports.append(collect(log, plan, saved.late, saved.last_batch))
+    return reports
+
+
+def _marker(settings: Settings) -> Marker | None:
+    """The newest micro-batch the aggregate database committed."""
+    if not _exists(settings.aggregate_url):
+        return None
+    from exactly.aggregate import open_db
+
+    with open_db(settings.aggregate_url, retry_seconds=0) as db:
+        return db.latest_marker()
+
+
+def _destinations(settings: Settings) -> list[Summary] | None:
+    """Per destination (each configured one too), its jobs in the JobDB by state."""
+    if not _exists(settings.jobdb_url):
+        return None
+    from exactly.delivery import open_jobdb
+    from exactly.delivery.base import Summary
+
+    with open_jobdb(settings.jobdb_url) as jobdb:
+        found = jobdb.summary(time.time())
+    for destination in settings.destinations:
+        found.setdefault(destination.name, Summary(destination.name, {}))
+    return [entry for _, entry in sorted(found.items())]
+
+
+def _render_topics(url: str, topics: list[TopicStatus]) -> str:
+    width = max(len(t["topic"]) for t in topics)
+    return "\n".join(
+        [f"log {url}"]
+        + [
+            f"  {t['topic']:<{width}}  {t['partitions']:>4} partitions  {t['records']:>12,} records"
+            for t in topics
+        ]
+    )
+
+
+def _render_destinations(url: str, destinations: list[Summary]) -> str:
+    from exactly.delivery.base import AWAITING_RETRY, DISCARDED, EXPIRED, SUCCEEDED
+
+    lines = [f"delivery {url}"]
+    for entry in destinations:
+        states, age = entry.states, entry.oldest_pending_seconds
+        lines.append(
+            f"  {entry.destination}: queued {entry.queued}, retrying "
+            f"{states.get(AWAITING_RETRY, 0)}, succeeded {states.get(SUCCEEDED, 0)}, "
+            f"discarded {states.get(DISCARDED, 0)}, expired {states.get(EXPIRED, 0)}"
+            + ("" if age is None else f", oldest queued {age:.0f} s")
+            + ("" if not entry.last_error else f", last error: {entry.last_error[:80]}")
+        )
+    return "\n".join(lines)

@@ -38,12 +38,13 @@ from exactly.collector.appender import Appender, QueueFull
 from exactly.collector.body import ClientGone, HTTPError, Receive, decode, read_body
 from exactly.collector.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from exactly.collector.metrics import Metrics
-from exactly.collector.ratelimit import Rate, RateLimiter
+from exactly.collector.ratelimit import RateLimiter
 from exactly.collector.settings import CollectorSettings
 from exactly.collector.sources import Sources, Unauthorized, basic_username
 from exactly.collector.wire import RECORD
 from exactly.errors import LogUnavailable, UnknownTopic
 from exactly.events import InvalidEvent, Receipt, normalise, partition_for
+from exactly.gcra import Rate
 from exactly.log import open_log
 
 Scope = dict[str, Any]
@@ -115,7 +116,7 @@ class CollectorApp:
         settings = self.settings
         with open_log(settings.log_url, max_record_bytes=settings.max_record_bytes) as log:
             try:
-                return log.describe(settings.topic).partitions
+                return log.topic_info(settings.topic).partitions
             except UnknownTopic:
                 return log.create_topic(
                     settings.topic, settings.partitions, exist_ok=True
@@ -491,5 +492,12 @@ def _label(path: str) -> str:
 
 
 def from_environment() -> CollectorApp:
-    """The factory the ASGI server calls in each worker: settings from the environment."""
+    """The factory the ASGI server calls in each worker: settings from the environment.
+
+    A worker dies with the server process that started it, so a collector SIGKILLed does not
+    leave workers holding its port (its appenders still finish what they were sent).
+    """
+    from exactly.lifetime import die_with_parent
+
+    die_with_parent()
     return CollectorApp(CollectorSettings.from_environment())

@@ -153,7 +153,7 @@ def import_file(
     name = producer or producer_name(source, path)
     report = ImportReport(path, name)
     try:
-        count = log.describe(topic).partitions
+        count = log.topic_info(topic).partitions
     except UnknownTopic:
         count = log.create_topic(topic, partitions, exist_ok=True).partitions
     # 3. where a previous run of this import stopped, per partition

@@ -1,13 +1,13 @@
-"""Requests per second per client address and source: GCRA, a pure function and its table.
+"""Requests per second per client address and source: the table of GCRA states.
 
 Write keys in pages are public, so one page (or a script with its key) could flood a source. Each
 source may set a rate (requests per second per client address) and a burst (requests a client may
 send at once after being quiet); beyond, the collector answers 429 with ``Retry-After`` and
 appends nothing, and the SDKs retry later.
 
-GCRA (the generic cell rate algorithm) keeps one number per client, its theoretical arrival time
-(TAT): the time at which the client would be back to an empty bucket. It is a token bucket
-without the refill arithmetic. IPv6 clients are limited per /64, the block one host usually has.
+The limit itself is :func:`exactly.gcra.police` (GCRA, one number per client: its theoretical
+arrival time), the same algorithm the director shapes its sends with. IPv6 clients are limited
+per /64, the block one host usually has.
 
 Each worker process keeps its own table: with N workers a client may get up to N times the rate
 (its keep-alive connection stays on one worker, so in practice one). The table is bounded: when
@@ -19,35 +19,10 @@ from __future__ import annotations
 
 import math
 import socket
-from dataclasses import dataclass
 
-_SLACK = 1e-9  # seconds
+from exactly.gcra import Rate, police
 
-
-@dataclass(frozen=True)
-class Rate:
-    """``per_second`` requests per second on average, ``burst`` at once (>= 1)."""
-
-    per_second: float
-    burst: int
-
-    @property
-    def interval(self) -> float:
-        return 1.0 / self.per_second
-
-
-def gcra(tat: float, now: float, rate: Rate) -> tuple[float, float]:
-    """One request at ``now`` for a client whose TAT is ``tat`` (0 for a new client).
-
-    Returns ``(tat, wait)``: the client's new TAT and 0 when the request is allowed, else its
-    unchanged TAT and the seconds to wait before a request would be allowed.
-    """
-    interval = rate.interval
-    after = max(tat, now) + interval
-    allowed_at = after - rate.burst * interval
-    if allowed_at - now > _SLACK:  # float rounding must not refuse a client on its schedule
-        return tat, allowed_at - now
-    return after, 0.0
+__all__ = ["Rate", "RateLimiter", "client_key"]
 
 
 def client_key(address: str) -> str:
@@ -80,7 +55,7 @@ class RateLimiter:
         if rate is None or address is None:
             return 0
         key = (source, client_key(address))
-        tat, wait = gcra(self._tats.get(key, 0.0), now, rate)
+        tat, wait = police(self._tats.get(key, 0.0), now, rate)
         if wait:
             return max(1, math.ceil(wait))
         if key not in self._tats and len(self._tats) >= self.max_clients:

@@ -39,12 +39,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
-from types import TracebackType
 from typing import ClassVar, NamedTuple
 
 from exactly.dedupe.window import Bounds, effective_window
 from exactly.errors import ConfigError, InvalidId
-from exactly.events.ids import ID_BYTES, MAX_PARTITION, OWNER_BYTES, owner_text
+from exactly.events.ids import (
+    ID_BYTES,
+    MAX_PARTITION,
+    OWNER_BYTES,
+    owner_offset,
+    owner_text,
+    partition_prefix,
+)
 
 
 class Status(IntEnum):
@@ -126,7 +132,7 @@ def fresh_counters(
     start = 0 if position is None else position
     claimed = new = duplicates = 0
     for claim, owner in zip(claims, owners, strict=True):
-        if int.from_bytes(claim.owner[2:], "big") < start:
+        if owner_offset(claim.owner) < start:
             continue
         claimed += 1
         if owner is None:
@@ -141,7 +147,7 @@ class StorePartition(ABC):
 
     def __init__(self, partition: int) -> None:
         self.partition = partition
-        self._prefix = partition.to_bytes(2, "big")
+        self._prefix = partition_prefix(partition)
 
     def claim(self, claims: Sequence[Claim]) -> list[Verdict]:
         """Claim each id for its owner, in order; durable when this returns (contracts 1-2).
@@ -178,7 +184,7 @@ class StorePartition(ABC):
                     f"claim {index}: an id is {ID_BYTES} bytes (pack_id) and an owner "
                     f"{OWNER_BYTES} (pack_owner)"
                 )
-            if claim.owner[:2] != prefix:
+            if not claim.owner.startswith(prefix):
                 raise InvalidId(
                     f"claim {index}: owner {owner_text(claim.owner)} is not a record of "
                     f"partition {self.partition}"
@@ -199,12 +205,7 @@ class StorePartition(ABC):
     def __enter__(self) -> StorePartition:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- what a backend implements --------------------------------------------------------------

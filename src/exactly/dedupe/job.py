@@ -27,7 +27,6 @@ scope are never read with another.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -41,12 +40,11 @@ from exactly.dedupe.window import Bounds
 from exactly.errors import ConfigError, StreamError, TopicExists
 from exactly.events.ids import DEFAULT_SCOPE, SCOPES
 from exactly.log import Log
+from exactly.urls import redact
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql import DataFrame, SparkSession
-
-    from exactly.dedupe.redis.sharding import Sharding
 
 STORES = BACKENDS
 SCHEMA = (
@@ -57,7 +55,12 @@ SCHEMA = (
 
 @dataclass(frozen=True)
 class DedupePlan:
-    """Everything one run of the job needs, resolved from settings and flags."""
+    """Everything one run of the job needs, resolved from settings and flags.
+
+    ``store`` is a store URL (``exactly.dedupe.open_store``) or a name for the default place:
+    ``rocksdb`` (under the data dir), ``spark-state`` (the query's checkpoint); see
+    :func:`store_url`.
+    """
 
     log_url: str
     store: str
@@ -72,8 +75,6 @@ class DedupePlan:
     trigger_seconds: float = 1.0
     read_records: int = 10_000
     max_record_bytes: int = 1024 * 1024
-    redis: Sharding | None = None  # the redis store's servers; None: EXACTLY_DEDUPE__REDIS*
-    redis_namespace: str | None = None  # None: EXACTLY_DEDUPE__REDIS_NAMESPACE, or default
     scope: str = DEFAULT_SCOPE  # "source": (sourceId, messageId); "workspace": messageId alone
 
     @property
@@ -85,23 +86,57 @@ class DedupePlan:
         """The spark-state store's watermark delay (ms); the others' time bound."""
         return self.bounds.window or 24 * 3_600_000
 
-    def open_store(self) -> DedupeStore:
-        """The store (``--store``: a name of :data:`STORES` with its place from the settings)."""
-        if self.store == "rocksdb":
-            return open_store(f"rocksdb://{store_root(self.data_dir, self.source)}", self.bounds)
-        if self.store == "spark-state":
-            return open_store(f"spark-state://{self.checkpoint}", self.bounds)
-        if self.store == "redis":
-            from exactly.dedupe.redis import RedisStore
-            from exactly.dedupe.redis.sharding import sharding_from_env
+    @property
+    def store_kind(self) -> str:
+        """The store's backend: one of :data:`STORES`."""
+        return store_kind(self.store)
 
-            namespace = (
-                self.redis_namespace
-                or os.environ.get("EXACTLY_DEDUPE__REDIS_NAMESPACE")
-                or f"exactly:dedupe:{self.source}"
+    @property
+    def store_url(self) -> str:
+        """The store's full URL, its place filled in (it may hold a password: redact to show)."""
+        return store_url(self.store, self.data_dir, self.source, self.checkpoint)
+
+    def open_store(self) -> DedupeStore:
+        return open_store(self.store_url, self.bounds)
+
+
+def store_kind(store: str) -> str:
+    """``rocksdb``, ``redis`` or ``spark-state`` for a store URL or name; ConfigError otherwise."""
+    kind = store.partition(":")[0]
+    kind = "redis" if kind == "rediss" else kind
+    if kind not in STORES:
+        raise ConfigError(
+            f"dedupe store {redact(store)!r}: use rocksdb, rocksdb://DIR, "
+            "redis://HOST:PORT[,HOST:PORT...][/DB][?namespace=...] or spark-state"
+        )
+    return kind
+
+
+def store_url(store: str, data_dir: Path, source: str, checkpoint: Path) -> str:
+    """The URL of ``store`` with its default place filled in.
+
+    ``rocksdb`` (or ``rocksdb:``) is ``rocksdb://DATA_DIR/dedupe/SOURCE/rocksdb``; ``spark-state``
+    (or ``spark-state:``) is ``spark-state://CHECKPOINT``; a redis URL without a namespace gets
+    ``namespace=exactly:dedupe:SOURCE``. Any other URL is returned as given.
+    """
+    kind = store_kind(store)
+    rest = store.partition(":")[2].removeprefix("//")
+    if kind == "rocksdb" and rest in ("", "/"):
+        return f"rocksdb://{store_root(data_dir, source)}"
+    if kind == "spark-state" and rest in ("", "/"):
+        return f"spark-state://{checkpoint}"
+    if kind == "redis":
+        if not rest:
+            raise ConfigError(
+                "the redis dedupe store needs its servers: redis://HOST:PORT[,HOST:PORT...][/DB]"
             )
-            return RedisStore(self.redis or sharding_from_env(), namespace, self.bounds)
-        raise ConfigError(f"--store {self.store!r}: use one of {', '.join(STORES)}")
+        from urllib.parse import parse_qsl, quote
+
+        base, _, query = store.partition("?")
+        if "namespace" not in dict(parse_qsl(query)):
+            options = f"{query}&" if query else ""
+            return f"{base}?{options}namespace={quote(f'exactly:dedupe:{source}', safe=':')}"
+    return store
 
 
 def store_root(data_dir: Path, source: str) -> Path:
@@ -121,22 +156,21 @@ def prepare(log: Log, plan: DedupePlan) -> int:
     """
     from exactly.spark import checkpoint, lease
 
-    if plan.store not in STORES:
-        raise ConfigError(f"--store {plan.store!r}: use one of {', '.join(STORES)}")
     if plan.scope not in SCOPES:
         raise ConfigError(f"dedupe scope {plan.scope!r}: use one of {', '.join(SCOPES)}")
-    partitions = log.describe(plan.source).partitions
+    store = plan.open_store()  # a bad store URL fails here, before any topic is touched
+    partitions = log.topic_info(plan.source).partitions
     for topic in (plan.output, plan.rejected):
         try:
             log.create_topic(topic, partitions, exist_ok=True)
         except TopicExists:
-            found = log.describe(topic).partitions
+            found = log.topic_info(topic).partitions
             raise StreamError(
                 f"dedupe keeps partitions: {topic!r} has {found} partitions, {plan.source!r} "
                 f"has {partitions}; use another output topic"
             ) from None
     lease.check(log, plan.output, checkpoint.query_id(plan.checkpoint))
-    plan.open_store().adopt_scope(plan.scope, partitions)
+    store.adopt_scope(plan.scope, partitions)
     return partitions
 
 
@@ -221,7 +255,7 @@ def run(
         .option("topic", plan.output)
         .option("checkpointLocation", str(plan.checkpoint))
         .option("maxRecordBytes", str(plan.max_record_bytes))
-        .queryName(f"dedupe {plan.source} to {plan.output} ({plan.store})")
+        .queryName(f"dedupe {plan.source} to {plan.output} ({plan.store_kind})")
     )
     batches = run_query(
         writer,

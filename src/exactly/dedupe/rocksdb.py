@@ -36,6 +36,7 @@ partition moves freely between Python workers.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import struct
@@ -67,6 +68,7 @@ from exactly.dedupe.base import (
 )
 from exactly.dedupe.window import Bounds, keys_allowed, overflow, time_cutoff
 from exactly.errors import StoreUnavailable
+from exactly.events.ids import ID_BYTES, owner_offset, owner_offset_bytes
 from exactly.units import format_duration
 
 META_KEY = b"exactly:meta"
@@ -76,11 +78,7 @@ MULTI_GET = 1000  # ids per multi-get: much larger ones are slower in rocksdict
 MAX_AGE_OUT = 200_000  # ids aged out per call at most; a backlog drains over later calls
 _META = struct.Struct(">10q")
 _TIME = struct.Struct(">q")
-_ID = 16
-
-
-def o6(offset: int) -> bytes:
-    return offset.to_bytes(6, "big")
+_ID = ID_BYTES
 
 
 def o8(number: int) -> bytes:
@@ -208,13 +206,7 @@ class RocksDBStore(DedupeStore):
             if not (path / "CURRENT").exists():
                 result.append(PartitionStats(partition, 0, 0, None))
                 continue
-            db = _open_db(path, AccessType.read_only(False))
-            seq = db.get_column_family(SEQ)
-            try:
-                result.append(_stats(partition, path, db, seq))
-            finally:
-                seq.close()
-                db.close()
+            result.append(_read_only_stats(partition, path))
         return result
 
     def drop(self, partition: int) -> None:
@@ -240,6 +232,32 @@ class RocksDBStore(DedupeStore):
         return write_once(self.root / SCOPE_FILE, scope)
 
 
+def _read_only_stats(partition: int, path: Path, attempts: int = 5) -> PartitionStats:
+    """A partition's stats from a read-only view, while its writer may be compacting.
+
+    A read-only open lists the live files and then reads them; a compaction that finishes in
+    between deletes some (RocksDB: "Corruption: ... No such file"). Nothing is wrong with the
+    database then, so the view is opened again, a few times.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            db = _open_db(path, AccessType.read_only(False))
+        except Exception as error:  # noqa: BLE001 (rocksdict raises plain Exception)
+            if attempt == attempts:
+                raise StoreUnavailable(
+                    f"cannot read {path} while its job writes it ({error}); try again"
+                ) from None
+            time.sleep(backoff(attempt, minimum=0.05, maximum=0.5))
+            continue
+        seq = db.get_column_family(SEQ)
+        try:
+            return _stats(partition, path, db, seq)
+        finally:
+            seq.close()
+            db.close()
+    raise AssertionError("unreachable")
+
+
 class RocksPartition(StorePartition):
     """One raw partition's RocksDB, open and locked until :meth:`close`."""
 
@@ -263,7 +281,7 @@ class RocksPartition(StorePartition):
 
     def _claim(self, claims: list[Claim], *, restoring: bool) -> list[bytes | None]:
         db, meta = self.db, self._meta
-        offsets = [int.from_bytes(claim.owner[2:], "big") for claim in claims]
+        offsets = [owner_offset(claim.owner) for claim in claims]
         fresh = not restoring and (meta.position is None or min(offsets) >= meta.position)
         newest = max(claim.time for claim in claims)
         # 1. plan age-out
@@ -285,7 +303,7 @@ class RocksPartition(StorePartition):
         for claim, value in zip(claims, stored, strict=True):
             owner = claimed.get(claim.id)
             if owner is None and value is not None and claim.id not in aged:
-                owner = prefix + value
+                owner = prefix + value  # the partition_prefix + its owner_offset_bytes
             if owner is None:
                 claimed[claim.id] = claim.owner
                 earliest = min(earliest, claim.time)
@@ -301,7 +319,7 @@ class RocksPartition(StorePartition):
         next_seq = meta.next_seq
         if claimed:
             for claim_id, owner in claimed.items():
-                batch.put(claim_id, owner[2:])
+                batch.put(claim_id, owner_offset_bytes(owner))
             entry = _TIME.pack(earliest) + b"".join(claimed)
             batch.put(o8(next_seq), entry, self._seq_handle)
             next_seq += 1
@@ -416,12 +434,16 @@ def _open_locked(path: Path, lock_timeout: float) -> Rdict:
 
 
 def _size(path: Path) -> int:
-    """Bytes on disk: every file of the database (SSTs, the WAL, the manifest, logs)."""
+    """Bytes on disk: every file of the database (SSTs, the WAL, the manifest, logs).
+
+    A file a compaction or a log roll removes between the listing and its size counts nothing.
+    """
     total = 0
     with os.scandir(path) as entries:
         for entry in entries:
-            if entry.is_file(follow_symlinks=False):
-                total += entry.stat(follow_symlinks=False).st_size
+            with contextlib.suppress(FileNotFoundError):
+                if entry.is_file(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_size
     return total
 
 

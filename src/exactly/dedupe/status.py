@@ -6,7 +6,7 @@ Figures come from where they are durable, so they are right after any crash:
 * ``passed``, ``rejected``: records in ``events`` and ``<raw>.rejected`` (their end offsets:
   exact on sqlite; on Kafka transaction markers take offsets too, so these are upper bounds);
 * ``dropped`` as duplicate: ``in - passed - rejected``;
-* ``keys``, ``bytes``, ``window``, ``aged out``: the claim store's own statistics;
+* ``keys``, ``bytes``, ``window``, ``aged out``, ``position``: the claim store's own statistics;
 * ``late`` (spark-state): rows Spark's operator dropped as late, summed from progress reports.
 
 The job writes ``DATA_DIR/status/dedupe-<raw>.json`` (how to find its store and checkpoint, the
@@ -25,12 +25,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exactly.dedupe.job import DedupePlan
+from exactly.dedupe.job import DedupePlan, store_url
 from exactly.dedupe.window import Bounds, below_minimum
-from exactly.errors import UnknownTopic
+from exactly.errors import ConfigError, UnknownTopic
+from exactly.events.ids import DEFAULT_SCOPE
 from exactly.log import Log
 from exactly.spark import checkpoint
 from exactly.units import format_duration
+from exactly.urls import MASK, redact
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class PartitionStatus:
     bytes: int | None = None
     window: int | None = None  # ms; None: nothing aged out (unbounded) or not known
     aged_out: int | None = None
+    position: int | None = None  # the store's: one past the highest offset claimed durably
 
     @property
     def lag(self) -> int:
@@ -68,6 +71,8 @@ class DedupeStatus:
     late: int = 0
     last_batch: dict[str, Any] = field(default_factory=dict)
     at: int = 0
+    location: str = ""  # the store's URL, redacted
+    scope: str = DEFAULT_SCOPE
 
     def warnings(self) -> list[str]:
         """One line per partition whose bounded window is below the minimum."""
@@ -104,10 +109,11 @@ def collect(
                 None if found is None else found.bytes,
                 None if found is None else found.window(now),
                 None if found is None else found.aged_out,
+                None if found is None else found.position,
             )
         )
     return DedupeStatus(
-        plan.store,
+        plan.store_kind,
         plan.source,
         plan.output,
         str(plan.checkpoint),
@@ -117,6 +123,8 @@ def collect(
         late,
         last or {},
         now,
+        redact(plan.store_url),
+        plan.scope,
     )
 
 
@@ -139,7 +147,8 @@ def save(plan: DedupePlan, status: DedupeStatus) -> None:
     """Write the status file and the metrics file, each replaced atomically."""
     document = {
         "plan": {
-            "store": plan.store,
+            "store": redact(plan.store_url),  # a password stays in the settings
+            "scope": plan.scope,
             "source": plan.source,
             "output": plan.output,
             "checkpoint": str(plan.checkpoint),
@@ -152,22 +161,45 @@ def save(plan: DedupePlan, status: DedupeStatus) -> None:
     _replace(metrics_path(plan.data_dir, plan.source), prometheus(status))
 
 
-def load(path: Path, plan_defaults: dict[str, Any]) -> tuple[DedupePlan, DedupeStatus]:
-    """A plan and the last saved status from a status file (``exactly status``)."""
+def load(
+    path: Path, log_url: str, data_dir: Path, configured: str | None = None
+) -> tuple[DedupePlan, DedupeStatus]:
+    """A plan and the last saved status from a status file (``exactly status``).
+
+    The file names the store by its URL without a password; such a store is opened with
+    ``configured`` (``[dedupe] store``) when that is the same store, password included.
+    """
     document = json.loads(path.read_text())
     given = document["plan"]
+    source, checkpoint_dir = given["source"], Path(given["checkpoint"])
+    store = given["store"]
+    if MASK in store:
+        found = configured and store_url(configured, data_dir, source, checkpoint_dir)
+        if not found or redact(found) != store:
+            raise ConfigError(
+                f"the dedupe store of {path} ({store}) needs its password: set [dedupe] store "
+                "(or EXACTLY_DEDUPE__STORE) to its URL"
+            )
+        store = found
     plan = DedupePlan(
-        store=given["store"],
-        source=given["source"],
+        log_url=log_url,
+        store=store,
+        data_dir=data_dir,
+        checkpoint=checkpoint_dir,
+        source=source,
         output=given["output"],
-        checkpoint=Path(given["checkpoint"]),
         bounds=Bounds(**given["bounds"]),
         min_window=given["min_window"],
-        **plan_defaults,
+        scope=given.get("scope", DEFAULT_SCOPE),
     )
-    saved = document["status"]
+    return plan, read_saved(document)
+
+
+def read_saved(document: dict[str, Any]) -> DedupeStatus:
+    """The status a status file's ``document`` saved (as :func:`save` wrote it)."""
+    saved = dict(document["status"])
     saved["partitions"] = [PartitionStatus(**p) for p in saved["partitions"]]
-    return plan, DedupeStatus(**saved)
+    return DedupeStatus(**saved)
 
 
 def _replace(path: Path, text: str) -> None:
@@ -234,8 +266,9 @@ def prometheus(status: DedupeStatus) -> str:
 def render(status: DedupeStatus) -> str:
     """A table for people."""
     head = (
-        f"dedupe {status.source} -> {status.output} ({status.store}, window "
-        f"{format_duration(status.window)}, checkpoint {status.checkpoint})"
+        f"dedupe {status.source} -> {status.output} ({status.store}, scope {status.scope}, "
+        f"window {format_duration(status.window)}, store {status.location or status.store}, "
+        f"checkpoint {status.checkpoint})"
     )
     columns = ("partition", "raw", "in", "passed", "duplicate", "rejected", "lag", "keys", "window")
     rows = [columns]

@@ -12,7 +12,8 @@ task (marked in the code):
    order, and the sink's resume (by sequence) skips precisely those, whatever the store says now.
 4. **Route** records with no usable messageId (no key and a value that is not a JSON object with
    a messageId) to ``<raw>.rejected`` with the reason, appended with producer sequences (the raw
-   offsets), so a replay stores each once. Never lost, never a crash.
+   offsets), so a replay stores each once. Never lost, never a crash. A rejected record whose
+   value names a messageId (too long) is keyed by it, so ``exactly trace`` finds it.
 5. **Claim** the rest: one store call per Arrow batch, durable before return. A record's key is
    its messageId packed for the plan's scope (``exactly.events.ids``): with ``source`` (the
    default) together with the record's ``sourceId``, read from the value's tail in one vectorised
@@ -39,13 +40,14 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 from exactly.dedupe import recovery
 from exactly.dedupe.base import Claim, DedupeStore, StorePartition
 from exactly.dedupe.recovery import SOURCE_HEADER
-from exactly.events.ids import DEFAULT_SCOPE, id_packer, record_sources
+from exactly.events.ids import DEFAULT_SCOPE, id_packer, owner_packer, record_sources
 from exactly.events.normalise import InvalidEvent, message_id_of
 from exactly.log import Log, Record
 from exactly.log.base import DEFAULT_MAX_RECORD_BYTES
 
 REJECTED_HEADER = "exactly.rejected"
 PRODUCER = "exactly.dedupe"
+MAX_REJECTED_KEY = 4096  # bytes of a too-long messageId kept as the rejected record's key
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,7 @@ def _process(
     rejected: list[tuple[int, str]] = []
     claims: list[Claim] = []
     claimed: list[int] = []
-    prefix = partition << 48
+    owner_at = owner_packer(partition)
     pack = id_packer(plan.scope)
     scoped = plan.scope == "source" and (part is not None or plan.adds_id)
     sources = record_sources(values) if scoped else [b""] * count
@@ -161,9 +163,7 @@ def _process(
         if last is not None and offset <= last:
             passes[index] = offset in done  # 3. as the earlier attempt decided
             continue
-        claims.append(
-            Claim(pack(sources[index], key), (prefix | offset).to_bytes(8, "big"), times[index])
-        )
+        claims.append(Claim(pack(sources[index], key), owner_at(offset), times[index]))
         claimed.append(index)
     # 4. route what has no messageId
     if rejected:
@@ -222,10 +222,21 @@ def _reject(
         records.append(
             Record(
                 batch.column("value")[index].as_py(),
-                batch.column("key")[index].as_py() or None,
+                batch.column("key")[index].as_py() or _claimed_id(batch.column("value")[index]),
                 (*own, (REJECTED_HEADER, reason.encode()), (SOURCE_HEADER, str(offset).encode())),
                 batch.column("timestamp")[index].value // 1000,
             )
         )
         sequences.append(offset)
     log.append(plan.rejected, partition, records, producer=PRODUCER, sequences=sequences)
+
+
+def _claimed_id(value: pa.Scalar) -> bytes | None:
+    """The messageId string a rejected record's value names, if any: its key in the rejected
+    topic, so that ``exactly trace`` finds it by the log's index by key."""
+    try:
+        event = orjson.loads(value.as_py())
+    except orjson.JSONDecodeError:
+        return None
+    found = event.get("messageId") if isinstance(event, dict) else None
+    return found.encode()[:MAX_REJECTED_KEY] if isinstance(found, str) and found else None

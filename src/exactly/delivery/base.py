@@ -20,6 +20,9 @@ Guarantees, on every backend:
 * **A micro-batch's jobs are added once.** :meth:`JobDB.add` writes the jobs and the (query id,
   batch id) marker in one transaction; a batch id not above the marker adds nothing, so a replayed
   micro-batch never doubles a delivery.
+* **The JobDB knows where routing stopped.** The marker keeps the batch's stream (what the router
+  reads, such as a topic and checkpoint) and its end offsets; :meth:`JobDB.end_offsets` gives the
+  newest, so a router whose checkpoint was lost resumes there instead of routing again.
 * **Durable on return.** :meth:`JobDB.add` and :meth:`JobDB.record` return after commit (SQLite
   with ``synchronous=FULL``; PostgreSQL and MariaDB with their default durable commit).
 * **One director.** Only the holder of :meth:`JobDB.director_lock` records transitions; the lock
@@ -32,7 +35,7 @@ Backends give a connection, their SQL dialect and their lock; the SQL itself is 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +62,10 @@ class JobDBError(ExactlyError):
 
 class DirectorLockHeld(JobDBError):
     """Another director holds the JobDB's lock."""
+
+
+class ReplayRunning(JobDBError):
+    """Another replay of the same destination holds its lock."""
 
 
 def bucket_of(source: str, destination: str) -> str:
@@ -137,10 +144,16 @@ class Summary:
     oldest_pending_seconds: float | None = None
     last_error: str | None = None
     last_error_at: float | None = None
+    succeeded_last_minute: int = 0
 
     @property
     def queued(self) -> int:
         return self.states.get(AWAITING_SCHEDULING, 0) + self.states.get(EXECUTING, 0)
+
+    @property
+    def rate_per_second(self) -> float:
+        """Deliveries per second over the last minute."""
+        return self.succeeded_last_minute / 60.0
 
 
 class JobDB(ABC):
@@ -171,14 +184,36 @@ class JobDB(ABC):
     def director_lock(self, *, wait: bool = True) -> AbstractContextManager[None]:
         """Hold the director's lock while inside; wait for it, or raise DirectorLockHeld."""
 
+    def keep_lock(self) -> None:  # noqa: B027 (a lock that cannot be lost needs nothing)
+        """Check the director lock is still held, taking it again if the connection that held
+        it was lost (a restarted server, a terminated backend); raise DirectorLockHeld if another
+        director took it meanwhile. A lock that cannot be lost (SQLite's flock) has nothing to
+        check."""
+
     # the router's side
     @abstractmethod
-    def add(self, jobs: Sequence[NewJob], *, query_id: str, batch_id: int) -> int:
-        """Add a micro-batch's jobs with its marker in one transaction; how many were added."""
+    def add(
+        self,
+        jobs: Sequence[NewJob],
+        *,
+        query_id: str,
+        batch_id: int,
+        stream: str | None = None,
+        end_offsets: Mapping[int, int] | None = None,
+    ) -> int:
+        """Add a micro-batch's jobs with its marker in one transaction; how many were added.
+
+        ``stream`` and ``end_offsets`` (partition -> next offset), when given, are kept with the
+        marker: where this batch ended in what the router reads.
+        """
 
     @abstractmethod
     def marker(self, query_id: str) -> int | None:
         """The last batch id committed for ``query_id``, or None."""
+
+    @abstractmethod
+    def end_offsets(self, stream: str) -> dict[int, int] | None:
+        """Where the newest batch added from ``stream`` ended (by any query id), or None."""
 
     # the director's side
     @abstractmethod
@@ -188,6 +223,11 @@ class JobDB(ABC):
     @abstractmethod
     def pending(self, bucket: str, *, after: int = 0, limit: int = 10_000) -> list[Job]:
         """Up to ``limit`` jobs of ``bucket`` not yet terminal, by id, with ids above ``after``."""
+
+    @abstractmethod
+    def unpaged(self, bucket: str, *, after: int) -> int:
+        """How many jobs of ``bucket`` have ids above ``after``: those the director, whose cursor
+        is ``after``, has not paged in yet (all still ``awaiting-scheduling``)."""
 
     @abstractmethod
     def record(self, transitions: Sequence[Transition]) -> None:
@@ -208,7 +248,8 @@ class JobDB(ABC):
 
     @abstractmethod
     def summary(self, now: float | None = None) -> dict[str, Summary]:
-        """Per destination: jobs per state, the oldest pending job's age and the last error."""
+        """Per destination: jobs per state, the oldest pending job's age, the last error and the
+        jobs that succeeded in the minute before ``now``."""
 
     # archiving
     @abstractmethod
@@ -216,5 +257,38 @@ class JobDB(ABC):
         """Closed datasets (not the newest) whose jobs are all terminal, archiving or archived."""
 
     @abstractmethod
-    def archive(self, number: int, write: Callable[[Iterator[dict[str, Any]]], object]) -> None:
-        """Archive dataset ``number`` through ``write(records)`` and drop its tables."""
+    def archive(
+        self,
+        number: int,
+        write: Callable[[Iterator[dict[str, Any]]], object],
+        *,
+        drop: bool = True,
+    ) -> None:
+        """Archive dataset ``number`` through ``write(records)`` and drop its tables (with
+        ``drop=False`` stop before the drop: the next call finds it archived and drops it)."""
+
+    # replay
+    @abstractmethod
+    def jobs_of(self, destination: str, *, after: int = 0, limit: int = 10_000) -> list[Job]:
+        """Up to ``limit`` jobs of ``destination`` in the live datasets with ids above ``after``,
+        by id, each with its outcome as ``state``: its latest state other than ``archiving`` and
+        ``archived``. A dataset dropped meanwhile is skipped (its jobs are in the archive)."""
+
+    @abstractmethod
+    def jobs_with(self, message_id: str) -> list[tuple[Job, list[Transition]]]:
+        """Every job of ``message_id`` in the live datasets, each with its transitions oldest
+        first (``exactly trace``; archived datasets are in the archive)."""
+
+    @abstractmethod
+    def move_marker(self, query_id: str, batch_id: int) -> None:
+        """Raise the marker of ``query_id`` to ``batch_id`` without adding jobs (never lower)."""
+
+    # upkeep
+    @abstractmethod
+    def drop_orphans(self) -> list[int]:
+        """Drop dataset tables no dataset lists (left by a crash); the dataset numbers dropped."""
+
+    @abstractmethod
+    def replay_lock(self, destination: str) -> AbstractContextManager[None]:
+        """Hold ``destination``'s replay lock while inside, or raise ReplayRunning at once; the
+        database or the kernel releases it when its holder dies, however it dies."""

@@ -36,8 +36,10 @@ from functools import partial
 from typing import Any, TypeVar
 
 import aiohttp
+import uvloop
 
-from exactly.delivery.archive import DirectoryArchive, archive_name
+from exactly.backoff import backoff
+from exactly.delivery.archive import Archive, archive_name
 from exactly.delivery.base import (
     AWAITING_RETRY,
     DISCARDED,
@@ -50,9 +52,12 @@ from exactly.delivery.base import (
     JobDBError,
     Transition,
 )
-from exactly.delivery.policy import gcra, next_step, retry_after
+from exactly.delivery.metrics import DeliveryMetrics, Gauges
+from exactly.delivery.policy import next_step, retry_after
 from exactly.delivery.settings import DestinationSettings
 from exactly.delivery.signing import request_headers
+from exactly.errors import ExactlyError
+from exactly.gcra import Rate, shape
 
 T = TypeVar("T")
 
@@ -106,9 +111,13 @@ class _Writer:
             try:
                 await self._call(self._jobdb.record, steps)
             except Exception as error:  # noqa: BLE001 (handed to every waiter)
-                failure = JobDBError(
-                    f"the JobDB {self._jobdb.describe()} refused a write ({error}); the "
-                    "director stopped, and a restart resumes from what the JobDB holds"
+                failure = (
+                    error
+                    if isinstance(error, JobDBError)
+                    else JobDBError(
+                        f"the JobDB {self._jobdb.describe()} refused a write ({error}); the "
+                        "director stopped, and a restart resumes from what the JobDB holds"
+                    )
                 )
                 for _, future in batch:
                     if not future.done():
@@ -166,8 +175,10 @@ class Director:
         poll_seconds: float = 0.2,
         jitter: Callable[[], float] | None = None,
         report: Callable[[str], None] = say,
-        archive: DirectoryArchive | None = None,
+        archive: Archive | None = None,
         archive_seconds: float = 5.0,
+        metrics_port: int | None = None,
+        jobdb_patience: float = 60.0,
     ) -> None:
         self.jobdb = jobdb
         self.destinations = {destination.name: destination for destination in destinations}
@@ -185,36 +196,92 @@ class Director:
         self._sessions: dict[str, aiohttp.ClientSession] = {}
         self._stop: asyncio.Event | None = None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="jobdb")
+        self._archiver = ThreadPoolExecutor(1, thread_name_prefix="archive")
+        self._archiving: asyncio.Task[None] | None = None
+        self._archive_db: JobDB | None = None
         self._writer: _Writer | None = None
         self._sends: set[asyncio.Task[None]] = set()
         self._failure: BaseException | None = None
+        self.metrics_port = metrics_port
+        self.jobdb_patience = jobdb_patience
+        self._jobdb_failed = False
+        self._lock_checked_at = 0.0
+        self.metrics = None if metrics_port is None else DeliveryMetrics(lambda: self.tallies)
+        self._measured_at = 0.0
+        self._unpaged: dict[str, int] = {}
 
     # -- running -------------------------------------------------------------------------------
 
     def run(self, *, until_drained: bool = False, wait: bool = True) -> dict[str, Tally]:
         """Hold the director lock and deliver until SIGTERM/SIGINT (or drained); the tallies."""
+        if self.metrics is not None and self.metrics_port is not None:
+            self.metrics.serve(self.metrics_port)
+            self.report(f"metrics at http://127.0.0.1:{self.metrics_port}/metrics")
+        try:
+            return self._run(until_drained=until_drained, wait=wait)
+        finally:
+            if self.metrics is not None:
+                self.metrics.close()
+
+    def _run(self, *, until_drained: bool, wait: bool) -> dict[str, Tally]:
         if not wait:
             self.report(f"taking the director lock of {self.jobdb.describe()}")
         else:
             self.report(f"waiting for the director lock of {self.jobdb.describe()}")
         with self.jobdb.director_lock(wait=wait):
             self.report("holding the director lock; delivering")
+            for number in self.jobdb.drop_orphans():  # tables a crash left unlisted
+                self.report(f"dropped the tables of dataset {number}, which no dataset lists")
             try:
-                asyncio.run(self.deliver(until_drained=until_drained))
+                uvloop.run(self.deliver(until_drained=until_drained))
             finally:
                 self._executor.shutdown(wait=True)
+                self._archiver.shutdown(wait=True)
+                if self._archive_db is not None:
+                    self._archive_db.close()
         return self.tallies
 
     async def _db(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Call the JobDB from its thread; a failure is retried (new connection, the director
+        lock checked, ``exactly.backoff`` between tries) for ``jobdb_patience`` seconds, then
+        raised as one JobDBError naming the JobDB and the cause."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, partial(function, *args, **kwargs))
+        failed_at: float | None = None
+        attempt = 0
+        while True:
+            try:
+                if attempt:
+                    await loop.run_in_executor(self._executor, self.jobdb.keep_lock)
+                return await loop.run_in_executor(
+                    self._executor, partial(function, *args, **kwargs)
+                )
+            except ExactlyError:  # decided (a lock held by another, an archive refusing)
+                raise
+            except Exception as error:  # noqa: BLE001 (each driver has its own error tree)
+                now = time.monotonic()
+                failed_at = now if failed_at is None else failed_at
+                attempt += 1
+                cause = " ".join(f"{type(error).__name__}: {error}".split())[:300]
+                if self._jobdb_failed or now - failed_at >= self.jobdb_patience:
+                    self._jobdb_failed = True
+                    raise JobDBError(
+                        f"the JobDB {self.jobdb.describe()} failed ({cause}) and did not recover "
+                        f"within {self.jobdb_patience:g} s; the director stopped, and a restart "
+                        "resumes from what the JobDB holds"
+                    ) from None
+                if attempt == 1:
+                    self.report(f"the JobDB failed ({cause}); retrying")
+                with contextlib.suppress(Exception):
+                    await loop.run_in_executor(self._executor, self.jobdb.close)
+                await asyncio.sleep(backoff(attempt, minimum=0.05, maximum=2.0))
 
     async def deliver(self, *, until_drained: bool = False) -> None:
         """Deliver until stopped (or, with ``until_drained``, until nothing is pending)."""
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         for number in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
+            # ValueError: uvloop, not on the main thread (tests run the director in a thread)
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(number, self._stop.set)
         self._writer = _Writer(self._db, self.jobdb)
         writer = asyncio.create_task(self._writer.run())
@@ -230,9 +297,16 @@ class Director:
                     self.archive is not None
                     and time.time() - self._archived_at > self.archive_seconds
                 ):
-                    await self._archive()
+                    self._start_archiving()
+                if time.time() - self._lock_checked_at >= 1.0:
+                    self._lock_checked_at = time.time()
+                    await self._db(self.jobdb.keep_lock)
+                if self.metrics is not None and time.time() - self._measured_at >= 1.0:
+                    await self._measure(self.metrics)
                 if until_drained and await self._drained():
                     if self.archive is not None:
+                        if self._archiving is not None:
+                            await self._archiving
                         await self._archive()
                     break
                 with contextlib.suppress(TimeoutError):
@@ -247,6 +321,8 @@ class Director:
             for bucket in self._buckets.values():
                 bucket.wake.set()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if self._archiving is not None:
+                await asyncio.gather(self._archiving, return_exceptions=True)
             await self._finish_sends()
             self._writer.close()
             await writer
@@ -262,21 +338,90 @@ class Director:
             assert self._stop is not None
             self._stop.set()
 
+    def _start_archiving(self) -> None:
+        """Start an archive pass in the background unless one runs (a failed one raises)."""
+        if self._archiving is not None and not self._archiving.done():
+            return
+        if self._archiving is not None and self._archiving.exception() is not None:
+            raise self._archiving.exception()  # type: ignore[misc]
+        self._archived_at = time.time()
+        self._archiving = asyncio.create_task(self._archive())
+
     async def _archive(self) -> None:
-        """Archive and drop every dataset whose jobs are all finished (not the newest)."""
+        """Archive every dataset whose jobs are all finished (not the newest), then drop it.
+
+        ``JobDB.archive``'s steps 1 to 3 (mark, write the file, mark) run in a thread of their
+        own on a second connection, so no request waits while a file is written; step 4, the
+        drop, runs in line with the director's other JobDB calls, so none of them reads a
+        dataset while it is dropped. A failing archive or second connection is reported and
+        tried again at the next pass; delivery goes on.
+        """
         assert self.archive is not None
         archive = self.archive
         self._archived_at = time.time()
-        datasets = {dataset.number: dataset for dataset in await self._db(self.jobdb.datasets)}
-        for number in await self._db(self.jobdb.archivable):
+        loop = asyncio.get_running_loop()
+        if self._archive_db is None:
+            from exactly.delivery import open_jobdb
+
+            self._archive_db = open_jobdb(self.jobdb.url)
+        aside = self._archive_db
+
+        async def call(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+            return await loop.run_in_executor(self._archiver, partial(function, *args, **kwargs))
+
+        try:
+            datasets = {dataset.number: dataset for dataset in await call(aside.datasets)}
+            ready = await call(aside.archivable)
+        except Exception as error:  # noqa: BLE001 (each driver has its own error tree)
+            self.report(f"archiving waits: the JobDB failed ({error}); tried again in a while")
+            with contextlib.suppress(Exception):
+                await call(aside.close)
+            return
+        for number in ready:
             name = archive_name(datasets[number])
 
             def write(records: Iterator[dict[str, Any]], name: str = name) -> None:
                 archive.write(name, records)
 
-            await self._db(self.jobdb.archive, number, write)
+            try:
+                await call(aside.archive, number, write, drop=False)  # 1. to 3., aside
+            except Exception as error:  # noqa: BLE001 (the archive's or the driver's)
+                self.report(f"dataset {number} not archived, tried again in a while: {error}")
+                with contextlib.suppress(Exception):
+                    await call(aside.close)
+                return
+            await self._db(self.jobdb.archive, number, write)  # 4. the drop, in line
             self.archived += 1
-            self.report(f"dataset {number} archived to {archive.directory / name} and dropped")
+            self.report(f"dataset {number} archived to {archive.location(name)} and dropped")
+
+    async def _measure(self, metrics: DeliveryMetrics) -> None:
+        """Refresh the metrics' gauges from memory; every 5 s, count what is not paged in."""
+        now = time.time()
+        if now - self._measured_at >= 5.0 or not self._unpaged:
+            metrics.datasets = len(await self._db(self.jobdb.datasets))
+            for name, bucket in self._buckets.items():
+                self._unpaged[name] = (
+                    0
+                    if bucket.caught_up
+                    else await self._db(self.jobdb.unpaged, name, after=bucket.cursor)
+                )
+        self._measured_at = now
+        figures: dict[str, list[float]] = {}
+        for name, bucket in self._buckets.items():
+            entry = figures.setdefault(bucket.destination.name, [0, 0, 0, now])
+            waiting = sum(
+                1 for job in bucket.ready if job.retry_at is not None and job.retry_at > now
+            )
+            entry[0] += len(bucket.ready) - waiting + self._unpaged.get(name, 0)
+            entry[1] += bucket.in_flight
+            entry[2] += len(bucket.retries) + waiting
+            held = [job.created_at for job in bucket.ready]
+            held += [job.created_at for _, _, job in bucket.retries]
+            entry[3] = min([entry[3], *held])
+        metrics.gauges = {
+            name: Gauges(int(queued), int(in_flight), int(retrying), max(0.0, now - oldest))
+            for name, (queued, in_flight, retrying, oldest) in figures.items()
+        }
 
     async def _finish_sends(self) -> None:
         if not self._sends:
@@ -400,14 +545,16 @@ class Director:
                 continue
             batch.append(job)
         bucket.ready = kept
+        # held from now, not from step 1's commit: the next _take may run before it
+        bucket.users_in_flight.update(job.user_id or "" for job in batch)
         return batch, wait
 
     @staticmethod
     def _rate(bucket: _Bucket, now: float) -> tuple[bool, float | None]:
-        rate = bucket.destination.rate
-        if rate is None:
+        destination = bucket.destination
+        if destination.rate is None:
             return True, None
-        send_at, tat = gcra(bucket.tat, now, rate=rate, burst=1)
+        send_at, tat = shape(bucket.tat, now, Rate(destination.rate, destination.burst))
         if send_at > now:
             return False, send_at - now
         bucket.tat = tat
@@ -426,15 +573,17 @@ class Director:
             await self._writer.record(steps)  # 1. executing, durable before any request leaves
         except BaseException:
             bucket.in_flight -= len(batch)
+            bucket.users_in_flight.difference_update(job.user_id or "" for job in batch)
             raise
         tally.expired += len(gone)
         bucket.in_flight -= len(gone)
-        if bucket.destination.ordered:
-            bucket.users_in_flight.update(job.user_id or "" for job in live)
+        bucket.users_in_flight.difference_update(job.user_id or "" for job in gone)
         await asyncio.gather(*(self._send(bucket, job) for job in live))
 
     async def _send(self, bucket: _Bucket, job: Job) -> None:
-        """Steps 2 and 3 for one job, holding one of the bucket's ``max_in_flight`` slots."""
+        """Steps 2 and 3 for one job, holding one of the bucket's ``max_in_flight`` slots until
+        its outcome is durable, so the jobs sent but not yet recorded (the duplicate window)
+        never exceed ``max_in_flight``."""
         async with bucket.sending:
             await self._send_now(bucket, job)
 
@@ -454,6 +603,7 @@ class Director:
             key=destination.signing_key(),
             extra=job.headers,
         )
+        started = time.monotonic()
         try:
             tally.sent += 1
             async with bucket.session.post(  # 2. the request
@@ -470,6 +620,8 @@ class Director:
             error_type, response = type(error).__name__, str(error) or type(error).__name__
         except OSError as error:
             error_type, response = type(error).__name__, str(error)
+        if self.metrics is not None:
+            self.metrics.latency.labels(destination.name).observe(time.monotonic() - started)
         step = next_step(
             job_id=job.id,
             attempt=attempt,

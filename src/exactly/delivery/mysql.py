@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 from urllib.parse import unquote, urlsplit
 
 import pymysql
 
-from exactly.delivery.base import DirectorLockHeld
-from exactly.delivery.sql import SQLJobDB
+from exactly.delivery.base import DirectorLockHeld, ReplayRunning
+from exactly.delivery.sql import MARKER_COLUMNS, SQLJobDB
 
 
 class MySQLJobDB(SQLJobDB):
@@ -32,6 +32,8 @@ class MySQLJobDB(SQLJobDB):
         "blob": "LONGBLOB",
         "real": "DOUBLE",
     }
+
+    inline_indexes = True
 
     def _options(self) -> dict[str, Any]:
         parts = urlsplit(self.url)
@@ -57,26 +59,83 @@ class MySQLJobDB(SQLJobDB):
     def _begin(self, cursor: Any) -> None:
         cursor.execute("BEGIN")
 
+    def _list_tables(self) -> str:
+        return "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()"
+
+    def _lock_datasets(self, cursor: Any, tables: Sequence[str]) -> None:
+        """DDL commits at once in MariaDB, so a transaction cannot hold routers off across the
+        DROP; ``LOCK TABLES ... WRITE`` does (their ``SELECT ... FOR UPDATE`` waits for it, and it
+        waits for a router already inside its transaction), and a WRITE-locked table may be
+        dropped."""
+        locks = ", ".join(f"{name} WRITE" for name in ("jobdb_datasets", *tables))
+        cursor.execute(f"LOCK TABLES {locks}")
+
+    def _unlock_datasets(self, cursor: Any) -> None:
+        cursor.execute("UNLOCK TABLES")
+        self._connection.commit()
+
     def _upsert_marker(self) -> str:
         return (
-            "INSERT INTO jobdb_markers (query_id, batch_id) VALUES (?, ?) "
-            "ON DUPLICATE KEY UPDATE batch_id = VALUES(batch_id)"
+            f"INSERT INTO jobdb_markers ({MARKER_COLUMNS}) VALUES (?, ?, ?, ?, ?) "
+            "ON DUPLICATE KEY UPDATE batch_id = VALUES(batch_id), stream = VALUES(stream), "
+            "end_offsets = VALUES(end_offsets), committed_at = VALUES(committed_at)"
         )
+
+    _lock_connection: Any = None
 
     @contextlib.contextmanager
     def director_lock(self, *, wait: bool = True) -> Iterator[None]:
+        self._lock_connection = self._take_lock(wait=wait)
+        try:
+            yield  # the lock goes with the connection
+        finally:
+            connection, self._lock_connection = self._lock_connection, None
+            if connection is not None:
+                connection.close()
+
+    def _take_lock(self, *, wait: bool) -> Any:
         connection = pymysql.connect(**self._options(), autocommit=True)
         try:
             with connection.cursor() as cursor:
                 while True:
                     cursor.execute("SELECT GET_LOCK(CONCAT('exactly-director:', DATABASE()), 0)")
                     if cursor.fetchone()[0] == 1:
-                        break
+                        return connection
                     if not wait:
                         raise DirectorLockHeld(
                             f"another director holds the lock of {self.describe()}"
                         )
                     time.sleep(0.2)
+        except BaseException:
+            connection.close()
+            raise
+
+    def keep_lock(self) -> None:
+        connection = self._lock_connection
+        if connection is None:
+            return
+        try:
+            connection.ping(reconnect=False)
+            return
+        except pymysql.Error:
+            with contextlib.suppress(pymysql.Error):
+                connection.close()
+        self._lock_connection = self._take_lock(wait=False)
+
+    @contextlib.contextmanager
+    def replay_lock(self, destination: str) -> Iterator[None]:
+        connection = pymysql.connect(**self._options(), autocommit=True)
+        try:
+            with connection.cursor() as cursor:  # lock names are 64 characters at most: a hash
+                cursor.execute(
+                    "SELECT GET_LOCK(CONCAT('exactly-replay:', "
+                    "SHA1(CONCAT(DATABASE(), ':', %s))), 0)",
+                    (destination,),
+                )
+                if cursor.fetchone()[0] != 1:
+                    raise ReplayRunning(
+                        f"another replay of {destination!r} is running on {self.describe()}"
+                    )
             yield  # the lock goes with the connection
         finally:
             connection.close()

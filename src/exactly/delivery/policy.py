@@ -6,13 +6,11 @@
 * :func:`next_step`: the transition that records an attempt's outcome, with its retry time from
   :func:`exactly.backoff.backoff`; a retry that could only happen past the job's expiry is
   ``expired`` now.
-* :func:`gcra`: the generic cell rate algorithm, a rate limit with one number of state.
 """
 
 from __future__ import annotations
 
 import email.utils
-import math
 from collections.abc import Callable
 
 from exactly.backoff import backoff
@@ -97,16 +95,3 @@ def next_step(
         error_type=error_type,
         response=kept,
     )
-
-
-def gcra(tat: float, now: float, *, rate: float, burst: float = 1.0) -> tuple[float, float]:
-    """GCRA: ``(send_at, new_tat)`` for one request given the theoretical arrival time ``tat``.
-
-    ``rate`` requests per second are allowed on average and ``burst`` at once; the request may
-    leave at ``send_at`` (``now`` if it is allowed now), after which the state is ``new_tat``.
-    """
-    if not rate > 0 or not math.isfinite(rate) or burst < 1:
-        raise ValueError(f"rate must be > 0 and burst >= 1, got {rate} and {burst}")
-    interval = 1.0 / rate
-    send_at = max(now, tat - (burst - 1) * interval)
-    return send_at, max(tat, send_at) + interval

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 import psycopg
 
-from exactly.delivery.base import DirectorLockHeld
-from exactly.delivery.sql import SQLJobDB
+from exactly.delivery.base import DirectorLockHeld, ReplayRunning
+from exactly.delivery.sql import MARKER_COLUMNS, SQLJobDB
 
 _LOCK = "SELECT pg_try_advisory_lock(hashtext('exactly-director:' || current_schema()))"
 
@@ -41,17 +41,70 @@ class PostgresJobDB(SQLJobDB):
     def _begin(self, cursor: Any) -> None:
         """psycopg opens a transaction with the first statement."""
 
+    def _list_tables(self) -> str:
+        return (
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+        )
+
+    def _lock_datasets(self, cursor: Any, tables: Sequence[str]) -> None:
+        """Routers lock a row of ``jobdb_datasets`` (ROW SHARE), which EXCLUSIVE waits for and
+        blocks; the DROP then commits with the transaction (PostgreSQL's DDL is transactional)."""
+        cursor.execute("LOCK TABLE jobdb_datasets IN EXCLUSIVE MODE")
+
     def _upsert_marker(self) -> str:
         return (
-            "INSERT INTO jobdb_markers (query_id, batch_id) VALUES (?, ?) "
-            "ON CONFLICT (query_id) DO UPDATE SET batch_id = EXCLUDED.batch_id"
+            f"INSERT INTO jobdb_markers ({MARKER_COLUMNS}) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT (query_id) DO UPDATE SET batch_id = EXCLUDED.batch_id, "
+            "stream = EXCLUDED.stream, end_offsets = EXCLUDED.end_offsets, "
+            "committed_at = EXCLUDED.committed_at"
         )
+
+    _lock_connection: psycopg.Connection[Any] | None = None
 
     @contextlib.contextmanager
     def director_lock(self, *, wait: bool = True) -> Iterator[None]:
-        with psycopg.connect(self.url, autocommit=True, connect_timeout=10) as connection:
+        self._lock_connection = self._take_lock(wait=wait)
+        try:
+            yield  # the lock goes with the connection
+        finally:
+            connection, self._lock_connection = self._lock_connection, None
+            if connection is not None:
+                connection.close()
+
+    def _take_lock(self, *, wait: bool) -> psycopg.Connection[Any]:
+        connection = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+        try:
             while not connection.execute(_LOCK).fetchone()[0]:  # type: ignore[index]
                 if not wait:
                     raise DirectorLockHeld(f"another director holds the lock of {self.describe()}")
                 time.sleep(0.2)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def keep_lock(self) -> None:
+        connection = self._lock_connection
+        if connection is None:
+            return
+        try:
+            connection.execute("SELECT 1")
+            return
+        except psycopg.Error:
+            with contextlib.suppress(psycopg.Error):
+                connection.close()
+        self._lock_connection = self._take_lock(wait=False)
+
+    @contextlib.contextmanager
+    def replay_lock(self, destination: str) -> Iterator[None]:
+        with psycopg.connect(self.url, autocommit=True, connect_timeout=10) as connection:
+            taken = connection.execute(
+                "SELECT pg_try_advisory_lock(hashtext('exactly-replay:' || current_schema() || "
+                "':' || %s))",
+                (destination,),
+            ).fetchone()
+            if not (taken and taken[0]):
+                raise ReplayRunning(
+                    f"another replay of {destination!r} is running on {self.describe()}"
+                )
             yield  # the lock goes with the connection

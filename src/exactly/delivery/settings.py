@@ -80,6 +80,7 @@ class DestinationSettings(BaseModel):
     timeout: float = Field(10.0, gt=0, le=3600, description="seconds a request may take")
     max_in_flight: int = Field(8, ge=1, le=10_000, description="concurrent requests")
     rate: float | None = Field(None, gt=0, description="requests per second at most (GCRA)")
+    burst: int = Field(1, ge=1, le=10_000, description="requests at once within rate")
     ordered: bool = Field(False, description="deliver each userId's events in order")
     expire: float = Field(4 * 3600.0, gt=0, description="give up on a job this long after it")
     backoff: BackoffSettings = BackoffSettings()
@@ -162,8 +163,21 @@ class DeliverySettings(BaseModel):
     dataset_minutes: float = Field(60.0, gt=0, description="... or after this many minutes")
     page_size: int = Field(10_000, ge=1, description="jobs paged in per bucket at most")
     archive: str | None = Field(
-        None, description="directory finished jobs are archived to; default DATA_DIR/archive"
+        None,
+        description="where finished jobs are archived: a directory, file://DIR or "
+        "s3://BUCKET/PREFIX[?endpoint=URL&region=R&profile=P]; default DATA_DIR/archive",
     )
+    jobdb_patience: float = Field(
+        60.0, gt=0, description="how long the director retries a failing JobDB before it stops"
+    )
+    metrics_port: int | None = Field(
+        None, ge=1, le=65535, description="serve Prometheus /metrics on 127.0.0.1:PORT (off)"
+    )
+
+    @field_validator("jobdb_patience", mode="before")
+    @classmethod
+    def _durations(cls, value: object) -> object:
+        return seconds(value, "jobdb_patience")
 
 
 def unique_names(destinations: tuple[Any, ...]) -> tuple[Any, ...]:

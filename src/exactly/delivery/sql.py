@@ -8,12 +8,13 @@ the director's lock. Tables: ``jobdb_datasets`` and ``jobdb_markers``, then per 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
 from abc import abstractmethod
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
 
 from exactly.delivery.base import (
     ARCHIVED,
@@ -25,6 +26,7 @@ from exactly.delivery.base import (
     MAX_RESPONSE,
     PENDING,
     STATES,
+    SUCCEEDED,
     Dataset,
     Job,
     JobDB,
@@ -34,6 +36,7 @@ from exactly.delivery.base import (
     Transition,
 )
 
+RECORD_PAGE = 2000  # jobs read at once when a dataset is archived
 _JOB_COLUMNS = ", ".join(
     [
         "id",
@@ -49,6 +52,10 @@ _JOB_COLUMNS = ", ".join(
     ]
 )
 
+MARKER_COLUMNS = "query_id, batch_id, stream, end_offsets, committed_at"
+
+_T = TypeVar("_T")
+
 
 class SQLJobDB(JobDB):
     """The JobDB in SQL, for every backend: they give a connection, a dialect and a lock."""
@@ -57,6 +64,8 @@ class SQLJobDB(JobDB):
     #: SQL types: ``id`` (64-bit int), ``serial`` (auto-increment primary key), ``text`` (short,
     #: indexable), ``body`` (long text), ``blob``, ``real``
     types: ClassVar[dict[str, str]]
+    #: indexes declared inside CREATE TABLE (MariaDB, where each DDL statement commits)
+    inline_indexes: ClassVar[bool] = False
 
     def __init__(
         self, url: str, *, dataset_rows: int = 100_000, dataset_minutes: float = 60.0
@@ -66,6 +75,7 @@ class SQLJobDB(JobDB):
         self.dataset_minutes = dataset_minutes
         self._connection: Any = None
         self._datasets: list[Dataset] = []
+        self._closed_buckets: dict[int, set[str]] = {}  # dataset -> its buckets, once not newest
         self._mutex = threading.RLock()  # one connection, used from one thread at a time
 
     # -- what a backend provides ---------------------------------------------------------------
@@ -80,7 +90,8 @@ class SQLJobDB(JobDB):
 
     @abstractmethod
     def _upsert_marker(self) -> str:
-        """SQL setting ``batch_id`` of ``query_id`` (two ``?`` parameters)."""
+        """SQL setting the marker of ``query_id``: ``?`` for query id, batch id, stream, end
+        offsets and commit time, in the order of :data:`MARKER_COLUMNS`."""
 
     def _sql(self, text: str) -> str:
         """``text`` with the backend's placeholder for ``?``."""
@@ -120,9 +131,11 @@ class SQLJobDB(JobDB):
         self._execute(
             cursor,
             f"CREATE TABLE IF NOT EXISTS jobdb_markers (query_id {t['text']} PRIMARY KEY, "
-            f"batch_id {t['id']} NOT NULL)",
+            f"batch_id {t['id']} NOT NULL, stream {t['body']}, end_offsets {t['body']}, "
+            f"committed_at {t['real']})",
         )
         self._connection.commit()
+        self._add_marker_columns(cursor)
         if not self._load_datasets(cursor):
             self._create_dataset(cursor, 1)
             try:
@@ -140,32 +153,66 @@ class SQLJobDB(JobDB):
                 self._connection.rollback()
             self._load_datasets(cursor)
 
-    def _create_dataset(self, cursor: Any, number: int) -> None:
-        """Create dataset ``number``'s tables (outside a transaction: MariaDB commits on DDL)."""
+    def _add_marker_columns(self, cursor: Any) -> None:
+        """Give a JobDB made before markers kept their position the columns for it."""
+        try:
+            self._execute(cursor, "SELECT stream FROM jobdb_markers WHERE 1 = 0")
+            cursor.fetchall()
+            self._connection.commit()
+            return
+        except Exception:  # noqa: BLE001 (no such column, in each dialect's words)
+            self._connection.rollback()
         t = self.types
+        for column, kind in (("stream", "body"), ("end_offsets", "body"), ("committed_at", "real")):
+            self._execute(cursor, f"ALTER TABLE jobdb_markers ADD COLUMN {column} {t[kind]}")
+        self._connection.commit()
+
+    def _create_dataset(self, cursor: Any, number: int) -> None:
+        """Create dataset ``number``'s tables, before the transaction that registers it.
+
+        SQLite and PostgreSQL create both tables with their indexes in one transaction;
+        MariaDB commits on DDL, so there each table is one statement with its index inline.
+        Either way a table exists whole or not at all (:meth:`drop_orphans` may drop them
+        meanwhile: the registering transaction checks that both exist, or starts again).
+        """
+        t = self.types
+        n = number
+        inline = self.inline_indexes
+        self._begin(cursor)
         self._execute(
             cursor,
-            f"CREATE TABLE IF NOT EXISTS jobs_{number} (id {t['id']} PRIMARY KEY, "
+            f"CREATE TABLE IF NOT EXISTS jobs_{n} (id {t['id']} PRIMARY KEY, "
             f"bucket {t['text']} NOT NULL, destination {t['text']} NOT NULL, endpoint {t['body']} "
             f"NOT NULL, headers {t['body']} NOT NULL, payload {t['blob']} NOT NULL, message_id "
             f"{t['text']} NOT NULL, user_id {t['text']}, created_at {t['real']} NOT NULL, "
-            f"expire_at {t['real']} NOT NULL)",
+            f"expire_at {t['real']} NOT NULL"
+            + (
+                f", INDEX jobs_{n}_bucket (bucket, id), INDEX jobs_{n}_message (message_id))"
+                if inline
+                else ")"
+            ),
         )
         self._execute(
             cursor,
-            f"CREATE TABLE IF NOT EXISTS job_state_transitions_{number} (id {t['serial']}, "
+            f"CREATE TABLE IF NOT EXISTS job_state_transitions_{n} (id {t['serial']}, "
             f"job_id {t['id']} NOT NULL, time {t['real']} NOT NULL, attempt {t['id']} NOT NULL, "
             f"state {t['text']} NOT NULL, retry_at {t['real']}, status_code {t['id']}, "
-            f"error_type {t['text']}, response {t['body']})",
+            f"error_type {t['text']}, response {t['body']}"
+            + (f", INDEX job_state_transitions_{n}_job (job_id, id))" if inline else ")"),
         )
-        self._execute(
-            cursor, f"CREATE INDEX IF NOT EXISTS jobs_{number}_bucket ON jobs_{number} (bucket, id)"
-        )
-        self._execute(
-            cursor,
-            f"CREATE INDEX IF NOT EXISTS job_state_transitions_{number}_job "
-            f"ON job_state_transitions_{number} (job_id, id)",
-        )
+        if not inline:
+            self._execute(
+                cursor, f"CREATE INDEX IF NOT EXISTS jobs_{n}_bucket ON jobs_{n} (bucket, id)"
+            )
+            self._execute(
+                cursor,
+                f"CREATE INDEX IF NOT EXISTS jobs_{n}_message ON jobs_{n} (message_id)",
+            )
+            self._execute(
+                cursor,
+                f"CREATE INDEX IF NOT EXISTS job_state_transitions_{n}_job "
+                f"ON job_state_transitions_{n} (job_id, id)",
+            )
         self._connection.commit()
 
     def _load_datasets(self, cursor: Any) -> list[Dataset]:
@@ -179,22 +226,43 @@ class SQLJobDB(JobDB):
 
     # -- the router's side ---------------------------------------------------------------------
 
-    def add(self, jobs: Sequence[NewJob], *, query_id: str, batch_id: int) -> int:
+    def add(
+        self,
+        jobs: Sequence[NewJob],
+        *,
+        query_id: str,
+        batch_id: int,
+        stream: str | None = None,
+        end_offsets: Mapping[int, int] | None = None,
+    ) -> int:
         """Add a micro-batch's jobs with its marker in one transaction; how many were added.
 
         1. lock the newest dataset's row (the router's turn);
         2. read the marker: a batch id not above it was committed before, so add nothing;
         3. insert the jobs into the newest dataset, or into a new one when it is full or old;
-        4. move the marker to ``batch_id``; commit.
+        4. move the marker to ``batch_id``, with ``stream`` and ``end_offsets``; commit.
         """
+        offsets = None
+        if end_offsets is not None:
+            offsets = json.dumps({str(p): int(end_offsets[p]) for p in sorted(end_offsets)})
+        marker = (query_id, batch_id, stream, offsets)
         with self._mutex:
             cursor = self._cursor()
+            failures = 0
             while True:
                 newest = self._datasets[-1] if self._datasets else self._load_datasets(cursor)[-1]
                 if self._full(newest, len(jobs)):
-                    self._create_dataset(cursor, newest.number + 1)  # DDL before the transaction
+                    try:
+                        self._create_dataset(cursor, newest.number + 1)  # DDL before the txn
+                    except Exception:  # tables dropped half made by drop_orphans: make them again
+                        self._connection.rollback()
+                        failures += 1
+                        if failures > 5:
+                            raise
+                        self._load_datasets(cursor)
+                        continue
                 try:
-                    added = self._add(cursor, jobs, query_id, batch_id)
+                    added = self._add(cursor, jobs, marker)
                 except _Retry:
                     self._connection.rollback()
                     self._load_datasets(cursor)
@@ -210,7 +278,10 @@ class SQLJobDB(JobDB):
         old = time.time() - dataset.created_at > self.dataset_minutes * 60
         return dataset.rows > 0 and (dataset.rows + adding > self.dataset_rows or old)
 
-    def _add(self, cursor: Any, jobs: Sequence[NewJob], query_id: str, batch_id: int) -> int:
+    def _add(
+        self, cursor: Any, jobs: Sequence[NewJob], marker: tuple[str, int, str | None, str | None]
+    ) -> int:
+        query_id, batch_id = marker[0], marker[1]
         self._begin(cursor)
         # 1. lock the newest dataset's row
         self._execute(
@@ -222,8 +293,8 @@ class SQLJobDB(JobDB):
         newest = Dataset(int(number), int(first_id), int(rows), float(created_at))
         # 2. the marker
         self._execute(cursor, "SELECT batch_id FROM jobdb_markers WHERE query_id = ?", (query_id,))
-        marker = cursor.fetchone()
-        if marker is not None and int(marker[0]) >= batch_id:
+        last = cursor.fetchone()
+        if last is not None and int(last[0]) >= batch_id:
             return 0
         # 3. the jobs
         now = time.time()
@@ -267,12 +338,16 @@ class SQLJobDB(JobDB):
             (target.rows + len(jobs), target.number),
         )
         # 4. the marker
-        self._execute(cursor, self._upsert_marker(), (query_id, batch_id))
+        self._execute(cursor, self._upsert_marker(), (*marker, now))
         return len(jobs)
 
     def _dataset_exists(self, cursor: Any, number: int) -> bool:
+        """Whether both of dataset ``number``'s tables exist (in a transaction, the locks taken
+        keep them until commit)."""
         try:
             self._execute(cursor, f"SELECT 1 FROM jobs_{number} WHERE id = -1")
+            cursor.fetchall()
+            self._execute(cursor, f"SELECT 1 FROM job_state_transitions_{number} WHERE id = -1")
             cursor.fetchall()
             return True
         except Exception:  # noqa: BLE001 (no such table, in each dialect's words)
@@ -288,17 +363,46 @@ class SQLJobDB(JobDB):
             self._connection.commit()
             return None if row is None else int(row[0])
 
+    def end_offsets(self, stream: str) -> dict[int, int] | None:
+        """Where the newest batch added from ``stream`` ended (by any query id), or None."""
+        with self._mutex:
+            cursor = self._execute(
+                self._cursor(),
+                "SELECT end_offsets FROM jobdb_markers WHERE stream = ? AND end_offsets IS NOT "
+                "NULL ORDER BY committed_at DESC, batch_id DESC LIMIT 1",
+                (stream,),
+            )
+            row = cursor.fetchone()
+            self._connection.commit()
+            if row is None:
+                return None
+            return {int(p): int(o) for p, o in json.loads(row[0]).items()}
+
     # -- the director's side -------------------------------------------------------------------
 
     def buckets(self) -> list[str]:
-        """Buckets that have jobs in a live dataset."""
+        """Buckets that have jobs in a live dataset.
+
+        Jobs are only ever added to the newest dataset (``add`` locks its row), so a dataset's
+        buckets are final once a newer one is listed: those are read once and kept, and only
+        the newest dataset is scanned on each call (a backlog of many datasets costs one)."""
         with self._mutex:
             cursor = self._cursor()
             found: set[str] = set()
-            for dataset in self._load_datasets(cursor):
-                self._execute(cursor, f"SELECT DISTINCT bucket FROM jobs_{dataset.number}")
-                found.update(str(row[0]) for row in cursor)
+            datasets = self._load_datasets(cursor)
+            newest = max((dataset.number for dataset in datasets), default=None)
+            for dataset in datasets:
+                known = self._closed_buckets.get(dataset.number)
+                if known is None:
+                    self._execute(cursor, f"SELECT DISTINCT bucket FROM jobs_{dataset.number}")
+                    known = {str(row[0]) for row in cursor}
+                    if dataset.number != newest:
+                        self._closed_buckets[dataset.number] = known
+                found |= known
             self._connection.commit()
+            live = {dataset.number for dataset in datasets}
+            for number in set(self._closed_buckets) - live:  # archived and dropped
+                del self._closed_buckets[number]
             return sorted(found)
 
     def pending(self, bucket: str, *, after: int = 0, limit: int = 10_000) -> list[Job]:
@@ -323,6 +427,23 @@ class SQLJobDB(JobDB):
                 found.extend(_job(row) for row in cursor.fetchall())
             self._connection.commit()
             return found
+
+    def unpaged(self, bucket: str, *, after: int) -> int:
+        """How many jobs of ``bucket`` have ids above ``after`` (an index range count)."""
+        with self._mutex:
+            cursor = self._cursor()
+            count = 0
+            for dataset in self._load_datasets(cursor):
+                if dataset.first_id + dataset.rows <= after + 1:
+                    continue
+                self._execute(
+                    cursor,
+                    f"SELECT COUNT(*) FROM jobs_{dataset.number} WHERE bucket = ? AND id > ?",
+                    (bucket, after),
+                )
+                count += int(cursor.fetchone()[0])
+            self._connection.commit()
+            return count
 
     def record(self, transitions: Sequence[Transition]) -> None:
         """Append ``transitions`` in one transaction, durable on return (the director's write)."""
@@ -407,6 +528,9 @@ class SQLJobDB(JobDB):
 
     def states(self) -> dict[str, dict[str, int]]:
         """Per destination, how many jobs are in each latest state (live datasets only)."""
+        return self._while_datasets_stand(self._states)
+
+    def _states(self) -> dict[str, dict[str, int]]:
         with self._mutex:
             cursor = self._cursor()
             counts: dict[str, dict[str, int]] = {}
@@ -431,6 +555,30 @@ class SQLJobDB(JobDB):
 
         Counts cover the live datasets (archived datasets are dropped, with their counts).
         """
+        return self._while_datasets_stand(lambda: self._summary(now))
+
+    def _while_datasets_stand(self, read: Callable[[], _T]) -> _T:
+        """``read``, again if a dataset it went through was dropped meanwhile.
+
+        A reader beside the director (``exactly deliveries``, ``up``'s view, the console) can
+        list the datasets just before the director drops an archived one; its next query then
+        finds no table. The list is read again and, if it changed, so is everything else.
+        """
+        for attempt in range(1, 4):
+            try:
+                return read()
+            except Exception:
+                with self._mutex:
+                    with contextlib.suppress(Exception):
+                        self._connection.rollback()
+                    before = [d.number for d in self._datasets]
+                    after = [d.number for d in self._load_datasets(self._cursor())]
+                    self._connection.commit()
+                if before == after or attempt == 3:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _summary(self, now: float | None) -> dict[str, Summary]:
         now = time.time() if now is None else now
         found: dict[str, Summary] = {}
         for destination, states in self.states().items():
@@ -461,6 +609,16 @@ class SQLJobDB(JobDB):
                 )
                 for destination, step in cursor.fetchall():
                     last[str(destination)] = (n, int(step))
+                self._execute(
+                    cursor,
+                    f"SELECT j.destination, COUNT(*) FROM job_state_transitions_{n} t JOIN "
+                    f"jobs_{n} j ON j.id = t.job_id WHERE t.state = ? AND t.time > ? AND "
+                    "t.time <= ? GROUP BY j.destination",
+                    (SUCCEEDED, now - 60.0, now),
+                )
+                for destination, count in cursor.fetchall():
+                    entry = found.setdefault(str(destination), Summary(str(destination), {}))
+                    entry.succeeded_last_minute += int(count)
             for destination, (n, step) in last.items():
                 self._execute(
                     cursor,
@@ -497,7 +655,13 @@ class SQLJobDB(JobDB):
             self._connection.commit()
             return ready
 
-    def archive(self, number: int, write: Callable[[Iterator[dict[str, Any]]], object]) -> None:
+    def archive(
+        self,
+        number: int,
+        write: Callable[[Iterator[dict[str, Any]]], object],
+        *,
+        drop: bool = True,
+    ) -> None:
         """Archive dataset ``number`` through ``write(records)`` and drop its tables.
 
         1. append ``archiving`` to every job not yet archiving (one statement);
@@ -505,14 +669,20 @@ class SQLJobDB(JobDB):
            a crash before step 4 makes it run again);
         3. append ``archived`` to every job (one statement), commit;
         4. ``DROP TABLE`` both tables and forget the dataset.
+
+        A dataset found all ``archived`` (a crash between steps 3 and 4) goes straight to step 4:
+        its file was complete before step 3, and writing it again would add ``archived`` to it.
         """
         if number not in self.archivable():
             raise JobDBError(f"dataset {number} still has pending jobs or is the newest")
         with self._mutex:
             cursor = self._cursor()
-            self._mark(cursor, number, ARCHIVING)  # 1.
-            write(self._records(cursor, number))  # 2.
-            self._mark(cursor, number, ARCHIVED)  # 3.
+            if not self._all_archived(cursor, number):
+                self._mark(cursor, number, ARCHIVING)  # 1.
+                write(self._records(cursor, number))  # 2.
+                self._mark(cursor, number, ARCHIVED)  # 3.
+            if not drop:
+                return
             try:  # 4.
                 self._begin(cursor)
                 self._execute(cursor, "DELETE FROM jobdb_datasets WHERE number = ?", (number,))
@@ -524,6 +694,19 @@ class SQLJobDB(JobDB):
                 self._connection.rollback()
                 raise
             self._load_datasets(cursor)
+
+    def _all_archived(self, cursor: Any, number: int) -> bool:
+        n = number
+        self._execute(
+            cursor,
+            f"SELECT COUNT(*) FROM jobs_{n} j LEFT JOIN job_state_transitions_{n} t ON t.id = "
+            f"(SELECT MAX(id) FROM job_state_transitions_{n} WHERE job_id = j.id) "
+            "WHERE t.state IS NULL OR t.state <> ?",
+            (ARCHIVED,),
+        )
+        left = int(cursor.fetchone()[0])
+        self._connection.commit()
+        return left == 0
 
     def _mark(self, cursor: Any, number: int, state: str) -> None:
         n = number
@@ -544,36 +727,211 @@ class SQLJobDB(JobDB):
             raise
 
     def _records(self, cursor: Any, number: int) -> Iterator[dict[str, Any]]:
-        self._execute(cursor, f"SELECT {_JOB_COLUMNS} FROM jobs_{number} ORDER BY id")
-        jobs = [_job((*row, None, None, None)) for row in cursor.fetchall()]
-        self._execute(
-            cursor,
-            "SELECT job_id, time, attempt, state, retry_at, status_code, error_type, response "
-            f"FROM job_state_transitions_{number} ORDER BY id",
-        )
-        steps: dict[int, list[dict[str, Any]]] = {}
+        """Every job of dataset ``number`` with its transitions, by id, read in pages of
+        :data:`RECORD_PAGE` jobs so memory stays small whatever the dataset holds."""
         names = ("time", "attempt", "state", "retry_at", "status_code", "error_type", "response")
-        for row in cursor.fetchall():
-            steps.setdefault(int(row[0]), []).append(dict(zip(names, row[1:], strict=True)))
+        after = -1
+        while True:
+            self._execute(
+                cursor,
+                f"SELECT {_JOB_COLUMNS} FROM jobs_{number} WHERE id > ? ORDER BY id LIMIT ?",
+                (after, RECORD_PAGE),
+            )
+            jobs = [_job((*row, None, None, None)) for row in cursor.fetchall()]
+            if not jobs:
+                self._connection.commit()
+                return
+            self._execute(
+                cursor,
+                "SELECT job_id, time, attempt, state, retry_at, status_code, error_type, "
+                f"response FROM job_state_transitions_{number} WHERE job_id > ? AND job_id <= ? "
+                "ORDER BY job_id, id",
+                (after, jobs[-1].id),
+            )
+            steps: dict[int, list[dict[str, Any]]] = {}
+            for row in cursor.fetchall():
+                steps.setdefault(int(row[0]), []).append(dict(zip(names, row[1:], strict=True)))
+            self._connection.commit()
+            after = jobs[-1].id
+            for job in jobs:
+                yield {
+                    "id": job.id,
+                    "bucket": job.bucket,
+                    "destination": job.destination,
+                    "endpoint": job.endpoint,
+                    "headers": job.headers,
+                    "payload": job.payload.decode("utf-8", "replace"),
+                    "message_id": job.message_id,
+                    "user_id": job.user_id,
+                    "created_at": job.created_at,
+                    "expire_at": job.expire_at,
+                    "transitions": steps.get(job.id, []),
+                }
+
+    # -- tables no dataset lists ----------------------------------------------------------------
+
+    def drop_orphans(self) -> list[int]:
+        """Drop dataset tables that ``jobdb_datasets`` does not list; the numbers dropped.
+
+        Two crashes leave them: between forgetting an archived dataset and its ``DROP TABLE``
+        (below the newest dataset: archived, safe to drop), and between creating a new
+        dataset's tables and registering it (MariaDB commits on DDL; above the newest: empty,
+        as jobs are only added in the registering transaction). A router may be registering
+        that table right now, so each drop runs under a lock routers wait for (the backend's
+        :meth:`_lock_datasets`) and checks again that no dataset lists it; a router that then
+        finds its new tables gone creates them again (``add`` reads again and retries).
+        """
+        with self._mutex:
+            cursor = self._cursor()
+            listed = {dataset.number for dataset in self._load_datasets(cursor)}
+            tables = self._dataset_tables(cursor)
+            self._connection.commit()
+            dropped: list[int] = []
+            for number in sorted({n for _, n in tables} - listed):
+                names = [f"{kind}_{n}" for kind, n in sorted(tables) if n == number]
+                try:
+                    self._lock_datasets(cursor, names)
+                    self._execute(
+                        cursor, "SELECT COUNT(*) FROM jobdb_datasets WHERE number = ?", (number,)
+                    )
+                    if int(cursor.fetchone()[0]) == 0:
+                        for name in sorted(names, reverse=True):  # jobs_N first: add checks it
+                            self._execute(cursor, f"DROP TABLE IF EXISTS {name}")
+                        dropped.append(number)
+                    self._unlock_datasets(cursor)
+                except BaseException:
+                    self._connection.rollback()
+                    self._unlock_datasets(cursor)
+                    raise
+            self._load_datasets(cursor)
+            return dropped
+
+    def _dataset_tables(self, cursor: Any) -> set[tuple[str, int]]:
+        """Every ``(jobs | job_state_transitions, N)`` table in the database."""
+        self._execute(cursor, self._list_tables())
+        found: set[tuple[str, int]] = set()
+        for (name,) in cursor.fetchall():
+            kind, _, number = str(name).rpartition("_")
+            if kind in ("jobs", "job_state_transitions") and number.isdigit():
+                found.add((kind, int(number)))
+        return found
+
+    @abstractmethod
+    def _list_tables(self) -> str:
+        """SQL listing the names of the tables in this JobDB's database (or schema)."""
+
+    def _lock_datasets(self, cursor: Any, tables: Sequence[str]) -> None:
+        """Begin a transaction routers wait for (SQLite: its write lock, ``BEGIN IMMEDIATE``)."""
+        self._begin(cursor)
+
+    def _unlock_datasets(self, cursor: Any) -> None:
         self._connection.commit()
-        for job in jobs:
-            yield {
-                "id": job.id,
-                "bucket": job.bucket,
-                "destination": job.destination,
-                "endpoint": job.endpoint,
-                "headers": job.headers,
-                "payload": job.payload.decode("utf-8", "replace"),
-                "message_id": job.message_id,
-                "user_id": job.user_id,
-                "created_at": job.created_at,
-                "expire_at": job.expire_at,
-                "transitions": steps.get(job.id, []),
-            }
+
+    # -- replay ----------------------------------------------------------------------------------
+
+    def jobs_of(self, destination: str, *, after: int = 0, limit: int = 10_000) -> list[Job]:
+        """Jobs of ``destination`` by id above ``after``, with their outcome as ``state``."""
+        with self._mutex:
+            cursor = self._cursor()
+            found: list[Job] = []
+            for dataset in self._load_datasets(cursor):
+                if dataset.first_id + dataset.rows <= after + 1 or len(found) >= limit:
+                    continue
+                n = dataset.number
+                try:
+                    self._execute(
+                        cursor,
+                        f"SELECT j.id, j.bucket, j.destination, j.endpoint, j.headers, j.payload, "
+                        f"j.message_id, j.user_id, j.created_at, j.expire_at, t.state, t.attempt, "
+                        f"t.retry_at FROM jobs_{n} j LEFT JOIN job_state_transitions_{n} t ON "
+                        f"t.id = (SELECT MAX(id) FROM job_state_transitions_{n} WHERE job_id = "
+                        "j.id AND state NOT IN (?, ?)) WHERE j.destination = ? AND j.id > ? "
+                        "ORDER BY j.id LIMIT ?",
+                        (ARCHIVING, ARCHIVED, destination, after, limit - len(found)),
+                    )
+                    found.extend(_job(row) for row in cursor.fetchall())
+                except Exception:
+                    self._connection.rollback()
+                    if self._dataset_exists(cursor, n):
+                        self._connection.rollback()
+                        raise
+                    self._connection.rollback()
+            self._connection.commit()
+            return found
+
+    def jobs_with(self, message_id: str) -> list[tuple[Job, list[Transition]]]:
+        """Every job of ``message_id`` in the live datasets with its transitions (by the index
+        ``jobs_N_message``; a dataset created before that index is scanned)."""
+        with self._mutex:
+            cursor = self._cursor()
+            found: list[tuple[Job, list[Transition]]] = []
+            for dataset in self._load_datasets(cursor):
+                n = dataset.number
+                try:
+                    self._execute(
+                        cursor,
+                        f"SELECT {_JOB_COLUMNS} FROM jobs_{n} WHERE message_id = ? ORDER BY id",
+                        (message_id,),
+                    )
+                    jobs = [_job((*row, None, None, None)) for row in cursor.fetchall()]
+                    for job in jobs:
+                        self._execute(
+                            cursor,
+                            "SELECT job_id, state, attempt, time, retry_at, status_code, "
+                            f"error_type, response FROM job_state_transitions_{n} "
+                            "WHERE job_id = ? ORDER BY id",
+                            (job.id,),
+                        )
+                        found.append((job, [_transition(r) for r in cursor.fetchall()]))
+                except Exception:
+                    self._connection.rollback()
+                    if self._dataset_exists(cursor, n):
+                        self._connection.rollback()
+                        raise
+                    self._connection.rollback()
+            self._connection.commit()
+            return found
+
+    def move_marker(self, query_id: str, batch_id: int) -> None:
+        """Raise the marker of ``query_id`` to ``batch_id`` (one transaction; never lowers it)."""
+        with self._mutex:
+            cursor = self._cursor()
+            try:
+                self._begin(cursor)
+                self._execute(
+                    cursor, "SELECT batch_id FROM jobdb_markers WHERE query_id = ?", (query_id,)
+                )
+                row = cursor.fetchone()
+                if row is None:
+                    marker = (query_id, batch_id, None, None, time.time())
+                    self._execute(cursor, self._upsert_marker(), marker)
+                elif int(row[0]) < batch_id:  # its stream and end offsets stay
+                    self._execute(
+                        cursor,
+                        "UPDATE jobdb_markers SET batch_id = ? WHERE query_id = ?",
+                        (batch_id, query_id),
+                    )
+            except BaseException:
+                self._connection.rollback()
+                raise
+            self._connection.commit()
 
 
 class _Retry(Exception):
     """The dataset to write into was created by someone else meanwhile: read again."""
+
+
+def _transition(r: Sequence[Any]) -> Transition:
+    return Transition(
+        int(r[0]),
+        str(r[1]),
+        int(r[2]),
+        float(r[3]),
+        None if r[4] is None else float(r[4]),
+        None if r[5] is None else int(r[5]),
+        r[6],
+        r[7],
+    )
 
 
 def _job(row: Sequence[Any]) -> Job:

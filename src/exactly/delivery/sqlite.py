@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from exactly.delivery.base import DirectorLockHeld
-from exactly.delivery.sql import SQLJobDB
+from exactly.delivery.base import DirectorLockHeld, ReplayRunning
+from exactly.delivery.sql import MARKER_COLUMNS, SQLJobDB
 
 
 class SqliteJobDB(SQLJobDB):
@@ -50,10 +50,15 @@ class SqliteJobDB(SQLJobDB):
     def _begin(self, cursor: Any) -> None:
         cursor.execute("BEGIN IMMEDIATE")
 
+    def _list_tables(self) -> str:
+        return "SELECT name FROM sqlite_master WHERE type = 'table'"
+
     def _upsert_marker(self) -> str:
         return (
-            "INSERT INTO jobdb_markers (query_id, batch_id) VALUES (?, ?) "
-            "ON CONFLICT (query_id) DO UPDATE SET batch_id = excluded.batch_id"
+            f"INSERT INTO jobdb_markers ({MARKER_COLUMNS}) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT (query_id) DO UPDATE SET batch_id = excluded.batch_id, "
+            "stream = excluded.stream, end_offsets = excluded.end_offsets, "
+            "committed_at = excluded.committed_at"
         )
 
     @contextlib.contextmanager
@@ -70,6 +75,21 @@ class SqliteJobDB(SQLJobDB):
                             f"another director holds {self.directory / 'director.lock'}"
                         ) from None
                     time.sleep(0.2)
+            yield
+        finally:
+            os.close(descriptor)  # releases the flock
+
+    @contextlib.contextmanager
+    def replay_lock(self, destination: str) -> Iterator[None]:
+        path = self.directory / f"replay-{destination}.lock"
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise ReplayRunning(
+                    f"another replay of {destination!r} is running (it holds {path})"
+                ) from None
             yield
         finally:
             os.close(descriptor)  # releases the flock

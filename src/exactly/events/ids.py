@@ -22,7 +22,9 @@ A dedupe store keeps ``messageId -> owner`` for millions of ids, so both sides a
   source ``""``.
 * **Owners to 8 bytes.** The owner of an id is the raw record that claimed it first: a 2-byte
   partition and a 6-byte offset, big-endian (Tapjoy's layout). 2**48 offsets per partition is
-  beyond any log's life, so the offset never wraps in practice.
+  beyond any log's life, so the offset never wraps in practice. A store of one partition may
+  keep only the offset part (:func:`owner_offset_bytes`) and join it back to the partition's
+  :func:`partition_prefix`; :func:`owner_packer` packs many offsets of one partition.
 
 Everything here is pure and deterministic across processes and machines.
 """
@@ -48,7 +50,8 @@ DEFAULT_SCOPE: Scope = "source"
 SOURCE_FIELD = "sourceId"
 
 ID_BYTES = 16
-OWNER_BYTES = 8
+PARTITION_BYTES, OFFSET_BYTES = 2, 6
+OWNER_BYTES = PARTITION_BYTES + OFFSET_BYTES
 MAX_PARTITION = 0xFFFF
 MAX_OFFSET = (1 << 48) - 1
 
@@ -162,6 +165,39 @@ def pack_owner(partition: int, offset: int) -> bytes:
     if not 0 <= offset <= MAX_OFFSET:
         raise InvalidId(f"an owner's offset is 0 to 2**48 - 1, not {offset}")
     return ((partition << 48) | offset).to_bytes(OWNER_BYTES, "big")
+
+
+def owner_packer(partition: int) -> Callable[[int], bytes]:
+    """:func:`pack_owner` for many offsets of one ``partition``, checked once (a task's loop)."""
+    base = int.from_bytes(pack_owner(partition, 0), "big")
+
+    def pack(offset: int) -> bytes:
+        if not 0 <= offset <= MAX_OFFSET:
+            raise InvalidId(f"an owner's offset is 0 to 2**48 - 1, not {offset}")
+        return (base | offset).to_bytes(OWNER_BYTES, "big")
+
+    return pack
+
+
+def partition_prefix(partition: int) -> bytes:
+    """The first :data:`PARTITION_BYTES` of every owner in ``partition``."""
+    return pack_owner(partition, 0)[:PARTITION_BYTES]
+
+
+def offset_bytes(offset: int) -> bytes:
+    """The last :data:`OFFSET_BYTES` of an owner at ``offset``: ``partition_prefix(p) +
+    offset_bytes(o) == pack_owner(p, o)``."""
+    return pack_owner(0, offset)[PARTITION_BYTES:]
+
+
+def owner_offset_bytes(owner: bytes) -> bytes:
+    """The offset part of an owner (what a store of one partition keeps)."""
+    return owner[PARTITION_BYTES:]
+
+
+def owner_offset(owner: bytes) -> int:
+    """The offset of an owner, unchecked (the store validated the owner on the way in)."""
+    return int.from_bytes(owner[PARTITION_BYTES:], "big")
 
 
 def unpack_owner(owner: bytes) -> tuple[int, int]:

@@ -30,7 +30,6 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import NamedTuple
 
 from exactly.errors import (
@@ -150,12 +149,7 @@ class PartitionWriter(ABC):
     def __enter__(self) -> PartitionWriter:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -192,10 +186,10 @@ class Log(ABC):
             raise InvalidRecord(f"a topic needs 1 to {MAX_PARTITIONS} partitions, not {partitions}")
         return self._create_topic(topic, partitions, exist_ok=exist_ok)
 
-    def describe(self, topic: str) -> TopicInfo:
+    def topic_info(self, topic: str) -> TopicInfo:
         """The topic's name and partition count; :class:`~exactly.errors.UnknownTopic` if absent."""
         check_topic_name(topic)
-        return self._describe(topic)
+        return self._topic_info(topic)
 
     def topics(self) -> list[str]:
         """Names of every topic, sorted."""
@@ -280,7 +274,7 @@ class Log(ABC):
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         """For each partition, the offset the next appended record will get."""
-        self.describe(topic)
+        self.topic_info(topic)
         return self._end_offsets(topic)
 
     def end_offset(self, topic: str, partition: int) -> int:
@@ -291,6 +285,16 @@ class Log(ABC):
     def _end_offset(self, topic: str, partition: int) -> int:
         """From :meth:`_end_offsets`; a backend that can ask about one partition overrides this."""
         return self._end_offsets(topic)[partition]
+
+    def find(self, topic: str, partition: int, key: bytes) -> list[LogRecord] | None:
+        """The records of ``partition`` whose key is ``key``, by offset, durable ones only; None
+        when this backend keeps no index by key (a lookup would be a scan: ``exactly trace``)."""
+        self._check_partition(topic, partition)
+        return self._find(topic, partition, key)
+
+    def _find(self, topic: str, partition: int, key: bytes) -> list[LogRecord] | None:
+        """No index by key unless a backend keeps one (the sqlite log does)."""
+        return None
 
     def open_writer(self, topic: str, partition: int, writer_id: str) -> PartitionWriter:
         """Open a fenced writer of one partition (see :class:`PartitionWriter`).
@@ -319,7 +323,7 @@ class Log(ABC):
     def committed_offsets(self, group: str, topic: str) -> dict[int, int]:
         """The offsets ``group`` committed for ``topic``; partitions never committed are absent."""
         check_group_name(group)
-        self.describe(topic)
+        self.topic_info(topic)
         return self._committed_offsets(group, topic)
 
     # -- producer idempotency -------------------------------------------------------------------
@@ -340,18 +344,13 @@ class Log(ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({getattr(self, 'url', '?')!r})"
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- shared validation ----------------------------------------------------------------------
 
     def _check_partition(self, topic: str, partition: int) -> None:
-        info = self.describe(topic)
+        info = self.topic_info(topic)
         if not isinstance(partition, int) or not 0 <= partition < info.partitions:
             raise PartitionOutOfRange(
                 f"topic {topic!r} has partitions 0 to {info.partitions - 1}; "
@@ -386,7 +385,7 @@ class Log(ABC):
     def _create_topic(self, topic: str, partitions: int, *, exist_ok: bool) -> TopicInfo: ...
 
     @abstractmethod
-    def _describe(self, topic: str) -> TopicInfo: ...
+    def _topic_info(self, topic: str) -> TopicInfo: ...
 
     @abstractmethod
     def _topics(self) -> list[str]: ...

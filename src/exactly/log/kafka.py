@@ -201,7 +201,7 @@ class KafkaLog(Log):
             exists = KafkaError.TOPIC_ALREADY_EXISTS
             if not isinstance(cause, KafkaException) or cause.args[0].code() != exists:
                 raise
-            info = self._describe(topic, wait=True)
+            info = self._topic_info(topic, wait=True)
             if info.partitions != partitions or not exist_ok:
                 raise TopicExists(
                     f"topic {topic!r} already exists with {info.partitions} partitions"
@@ -212,7 +212,7 @@ class KafkaLog(Log):
             self._partitions[topic] = partitions
         return TopicInfo(topic, partitions)
 
-    def _describe(self, topic: str, *, wait: bool = False) -> TopicInfo:
+    def _topic_info(self, topic: str, *, wait: bool = False) -> TopicInfo:
         deadline = time.monotonic() + (self.timeout if wait else 0)
         while topic not in self._partitions:
             self._topics()  # never names the topic: some brokers create a topic asked about
@@ -404,7 +404,7 @@ class KafkaLog(Log):
         return records
 
     def _end_offsets(self, topic: str) -> dict[int, int]:
-        return self._partition_ends(topic, list(range(self._describe(topic).partitions)))
+        return self._partition_ends(topic, list(range(self._topic_info(topic).partitions)))
 
     def _end_offset(self, topic: str, partition: int) -> int:
         return self._partition_ends(topic, [partition])[partition]
@@ -454,7 +454,7 @@ class KafkaLog(Log):
         self._call("commit offsets", lambda: consumer.commit(offsets=positions, asynchronous=False))
 
     def _committed_offsets(self, group: str, topic: str) -> dict[int, int]:
-        positions = [TopicPartition(topic, p) for p in range(self._describe(topic).partitions)]
+        positions = [TopicPartition(topic, p) for p in range(self._topic_info(topic).partitions)]
         consumer = self._group(group)
         found = self._call(
             "read committed offsets", lambda: consumer.committed(positions, timeout=self.timeout)
@@ -563,7 +563,7 @@ class KafkaLog(Log):
             with self._lock:  # a client that lost its broker says "unknown" too: ask again
                 self._partitions.pop(topic, None)
             try:
-                self._describe(topic)
+                self._topic_info(topic)
             except LogError as found:
                 return found
         return LogUnavailable(

@@ -46,6 +46,7 @@ from exactly.log.base import (
 )
 from exactly.log.group_commit import TopicWriter, Transaction, recover
 from exactly.log.sqlite_format import (
+    KEY_BUCKET_BITS,
     SCHEMA,
     SUFFIX,
     WRITERS_TABLE,
@@ -159,7 +160,7 @@ class SqliteLog(Log):
 
     def _durable_end(self, topic: str, partition: int) -> int:
         """The partition's synced watermark: readers never go past it (see log/watermark.py)."""
-        partitions = self._describe(topic).partitions
+        partitions = self._topic_info(topic).partitions
         watermark = self._watermark(topic)
         end = watermark.get(partitions, partition)
         if end is None:
@@ -170,7 +171,7 @@ class SqliteLog(Log):
         return end
 
     def _durable_ends(self, topic: str) -> list[int]:
-        partitions = self._describe(topic).partitions
+        partitions = self._topic_info(topic).partitions
         watermark = self._watermark(topic)
         ends = watermark.get_all(partitions)
         if ends is None:
@@ -246,7 +247,7 @@ class SqliteLog(Log):
         self._info[topic] = info
         return info
 
-    def _describe(self, topic: str) -> TopicInfo:
+    def _topic_info(self, topic: str) -> TopicInfo:
         self._fork_check()
         info = self._info.get(topic)
         if info is not None:
@@ -279,7 +280,7 @@ class SqliteLog(Log):
         for path in self.directory.glob(f"*{SUFFIX}"):
             topic = path.name[: -len(SUFFIX)]
             with contextlib.suppress(UnknownTopic):
-                self._describe(topic)
+                self._topic_info(topic)
                 names.append(topic)
         return names
 
@@ -351,6 +352,55 @@ class SqliteLog(Log):
             new(LogRecord, (partition, at, key, value, decode_headers(h) if h else (), ts))
             for at, (key, value, h, ts) in enumerate(rows, offset)
         ]
+
+    def _find(self, topic: str, partition: int, key: bytes) -> list[LogRecord] | None:
+        """By the index ``records_by_key``, one search per bucket of the partition (a scan on a
+        topic created before the index: see :mod:`exactly.log.sqlite_format`), never past the
+        synced watermark."""
+        low = partition_range(partition)[0]
+        end = self._durable_end(topic, partition)
+        if end == 0:
+            return []
+        if not self.indexed(topic):
+            rows = (
+                self._reader(topic)
+                .execute(
+                    "SELECT id, key, value, headers, timestamp FROM records"
+                    " WHERE key = ? AND id >= ? AND id < ? ORDER BY id",
+                    (key, low, low + end),
+                )
+                .fetchall()
+            )
+            return [
+                LogRecord(partition, at - low, k, value, decode_headers(h), ts)
+                for at, k, value, h, ts in rows
+            ]
+        bits = KEY_BUCKET_BITS
+        rows = (
+            self._reader(topic)
+            .execute(
+                "WITH RECURSIVE bucket(b) AS (SELECT ? UNION ALL SELECT b + 1 FROM bucket"
+                " WHERE b < ?) SELECT r.id, r.key, r.value, r.headers, r.timestamp"
+                f" FROM bucket CROSS JOIN records r ON (r.id >> {bits}) = bucket.b"
+                " AND r.key = ? AND r.key IS NOT NULL WHERE +r.id < ? ORDER BY r.id",
+                (low >> bits, (low + end - 1) >> bits, key, low + end),
+            )
+            .fetchall()
+        )
+        return [
+            LogRecord(partition, at - low, k, value, decode_headers(h), ts)
+            for at, k, value, h, ts in rows
+        ]
+
+    def indexed(self, topic: str) -> bool:
+        """Whether ``topic``'s file has the index by key (topics created before it have not)."""
+        self._topic_info(topic)
+        row = (
+            self._reader(topic)
+            .execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'records_by_key'")
+            .fetchone()
+        )
+        return row is not None
 
     def _end_offsets(self, topic: str) -> dict[int, int]:
         durable = self._durable_ends(topic)

@@ -59,11 +59,11 @@ def prepare(log: Log, plan: CopyPlan) -> int:
     Returns the partition count. Fails fast (one line) when the source is missing, the
     destination has another partition count, or another query's sink owns the destination.
     """
-    partitions = log.describe(plan.source).partitions
+    partitions = log.topic_info(plan.source).partitions
     try:
         log.create_topic(plan.destination, partitions, exist_ok=True)
     except TopicExists:
-        found = log.describe(plan.destination).partitions
+        found = log.topic_info(plan.destination).partitions
         raise StreamError(
             f"exactly copy keeps partitions: {plan.destination!r} has {found} partitions, "
             f"{plan.source!r} has {partitions}; copy into a new topic"

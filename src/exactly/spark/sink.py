@@ -291,7 +291,7 @@ class LogStreamWriter(DataSourceStreamArrowWriter):
         task = context.partitionId()
         log = shared_log(self.options.log, self.options.max_record_bytes)
         topic = self.options.topic
-        partitions = log.describe(topic).partitions
+        partitions = log.topic_info(topic).partitions
         if self.options.guarantee == AT_LEAST_ONCE:
             return self._append_plainly(log, iterator, SinkCommit(sink, int(batch_id), task))
         held = lease.take_once(log, topic, sink, self.options.checkpoint)
@@ -329,7 +329,7 @@ class LogStreamWriter(DataSourceStreamArrowWriter):
         self, log: Log, iterator: Iterator[pa.RecordBatch], result: SinkCommit
     ) -> SinkCommit:
         topic, chunk = self.options.topic, self.options.append_records
-        partitions = log.describe(topic).partitions
+        partitions = log.topic_info(topic).partitions
         for batch in iterator:
             for partition, found in _grouped(batch, self.columns, partitions).items():
                 for at in range(0, len(found), chunk):

@@ -6,6 +6,8 @@
   whose first micro-batch was never planned made fit to start;
 * :func:`run_query`: start, trigger (``--until-caught-up`` is ``Trigger.AvailableNow``), report
   each micro-batch's progress once, stop, and turn a failure into the error a task raised;
+* :data:`STOPPING`: a graceful stop for every query of the process (``exactly up`` sets it on
+  SIGTERM): each query ends between two micro-batches, not inside one;
 * :func:`from_spark`: that error, recovered from the text Spark wraps it in.
 """
 
@@ -16,6 +18,8 @@ import fcntl
 import os
 import re
 import shutil
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +35,9 @@ Report = dict[str, Any]
 _RAISED = re.compile(r"exactly\.errors\.(\w+): (.+)")
 # What Spark requires to be empty when a checkpoint has no planned batch yet.
 _STARTED_ONLY = ("offsets", "commits", "state")
+# Set to end every running query after its current micro-batch (run_query's loop watches it).
+STOPPING = threading.Event()
+BETWEEN_BATCHES_WAIT = 20.0  # seconds a graceful stop waits for a micro-batch to end
 
 
 @contextlib.contextmanager
@@ -108,6 +115,8 @@ def run_query(
     try:
         while not query.awaitTermination(1):
             note()
+            if STOPPING.is_set():
+                _stop_between_batches(query)
         note()
     except (PySparkException, Py4JError) as error:
         raise from_spark(error) from None
@@ -115,6 +124,21 @@ def run_query(
         if query.isActive:
             query.stop()
     return batches
+
+
+def _stop_between_batches(query: Any) -> None:
+    """Stop ``query`` once no micro-batch is running (or after ``BETWEEN_BATCHES_WAIT``).
+
+    A micro-batch stopped halfway is safe (it is replayed and its marker stops it), but a
+    graceful stop should not leave work to redo. Polled often, the gap between two triggers is
+    found; a batch that does not end within the wait is interrupted.
+    """
+    deadline = time.monotonic() + BETWEEN_BATCHES_WAIT
+    while query.isActive and time.monotonic() < deadline:
+        if not query.status.get("isTriggerActive", False):
+            break
+        time.sleep(0.05)
+    query.stop()
 
 
 def from_spark(error: BaseException) -> ExactlyError:

@@ -12,7 +12,7 @@ Layout on each server, per namespace (default ``exactly:dedupe:<raw topic>``) an
   owner's offset as a decimal integer, which a listpack keeps in 3 to 6 bytes (its partition is
   in the key). Small hashes stay listpacks (``hash-max-listpack-entries``, ``-value``: checked at
   open; the script reports the largest bucket it wrote, and a warning says when buckets outgrow
-  the listpack, so that ``--redis-buckets`` can be raised). A bucket expires (``PEXPIRE``) one
+  the listpack, so that ``buckets`` can be raised). A bucket expires (``PEXPIRE``) one
   slot after its last id is a window old; so the TTL bounds the window, and memory too.
 * ``<ns>:<p>:meta``: this server's position for the partition, the newest receive time, counters,
   and per slot the ids written, the earliest receive time and when its buckets expire.

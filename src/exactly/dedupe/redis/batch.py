@@ -14,7 +14,7 @@ import numpy as np
 
 from exactly.dedupe.base import Claim
 from exactly.dedupe.redis.sharding import Epoch, Sharding, id_hashes
-from exactly.events.ids import MAX_OFFSET
+from exactly.events.ids import ID_BYTES, MAX_OFFSET, OWNER_BYTES, PARTITION_BYTES
 
 _GROUP = np.dtype([("rel", ">u4"), ("bucket", ">u4"), ("count", ">u4"), ("earliest", ">f8")])
 
@@ -26,9 +26,10 @@ class Batch:
         count = len(claims)
         self.sharding = sharding
         self.ids = b"".join(map(itemgetter(0), claims))
-        self.id_rows = np.frombuffer(self.ids, np.uint8).reshape(count, 16)
+        self.id_rows = np.frombuffer(self.ids, np.uint8).reshape(count, ID_BYTES)
         owners = b"".join(map(itemgetter(1), claims))
-        self.offset_rows = np.frombuffer(owners, np.uint8).reshape(count, 8)[:, 2:]
+        owner_rows = np.frombuffer(owners, np.uint8).reshape(count, OWNER_BYTES)
+        self.offset_rows = owner_rows[:, PARTITION_BYTES:]  # each owner's offset bytes
         offsets = np.frombuffer(owners, ">u8").astype(np.uint64) & np.uint64(MAX_OFFSET)
         self.offsets = offsets.astype(np.int64)
         self.times = np.fromiter(map(itemgetter(2), claims), np.int64, count)

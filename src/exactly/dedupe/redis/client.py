@@ -11,7 +11,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from importlib import resources
 from typing import Any, TypeVar
 
 import redis as redis_client
@@ -23,7 +23,8 @@ from exactly.errors import StoreUnavailable
 from exactly.urls import redact
 
 LOG = logging.getLogger("exactly.dedupe.redis")
-SCRIPT = (Path(__file__).parent / "claim.lua").read_text()
+# read as a package resource: executors may import exactly from a shipped zip (docs/cluster.md)
+SCRIPT = (resources.files(__package__) / "claim.lua").read_text()
 SCRIPT_SHA = hashlib.sha1(SCRIPT.encode()).hexdigest()
 LISTPACK_VALUE = 16  # the longest field: a 16-byte id
 _CLIENTS: dict[tuple[str, float], redis_client.Redis] = {}
@@ -102,7 +103,7 @@ def warn_once(url: str, found: int) -> None:
         _WARNED.add(url)
     LOG.warning(
         "redis %s: a bucket holds %d ids, over hash-max-listpack-entries, so it is "
-        "a hashtable (about 3x the memory): raise --redis-buckets",
+        "a hashtable (about 3x the memory): raise buckets= in the store URL",
         redact(url),
         found,
     )

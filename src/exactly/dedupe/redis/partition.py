@@ -24,6 +24,7 @@ from exactly.dedupe.redis.client import (
 from exactly.dedupe.redis.lease import Lease
 from exactly.dedupe.redis.sharding import Epoch, Sharding, lookup_slots, partition_position
 from exactly.errors import StoreUnavailable
+from exactly.events.ids import offset_bytes
 
 CHUNK = 100_000  # ids per script call: keeps a call well under Redis's busy-script limit (5 s)
 
@@ -94,7 +95,7 @@ class RedisPartition(StorePartition):
         # 2. the other epoch, read-only, while resharding
         decided = self._other_epoch(batch)
         for index, offset in decided.items():
-            owners[index] = self._prefix + offset.to_bytes(6, "big")
+            owners[index] = self._prefix + offset_bytes(offset)
         # 3. claim on every server in play, in parallel
         mode = "restore" if restoring else "claim"
         extra_claimed = extra_dups = 0
@@ -122,7 +123,7 @@ class RedisPartition(StorePartition):
 
         for found in parallel(run, list(calls)):
             for index, offset in found:
-                owners[index] = self._prefix + offset.to_bytes(6, "big")
+                owners[index] = self._prefix + offset_bytes(offset)
         self._newest = max(self._newest or batch.newest, batch.newest)
         for index, first in batch.repeats.items():
             owners[index] = owners[first] or claims[first].owner

@@ -22,7 +22,6 @@ can be dropped from the configuration.
 from __future__ import annotations
 
 import datetime
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -86,11 +85,11 @@ class Epoch:
 
     def __post_init__(self) -> None:
         if not self.shards:
-            raise ConfigError("the redis store needs at least one server: --redis redis://HOST")
+            raise ConfigError("the redis store needs at least one server: redis://HOST:PORT")
         if len(set(self.shards)) != len(self.shards):
             raise ConfigError(f"a redis server is listed twice: {', '.join(self.shards)}")
         if self.buckets < 1 or self.slot_ms < 1:
-            raise ConfigError("--redis-buckets and --redis-slot must be positive")
+            raise ConfigError("the redis store's buckets and slot must be positive")
 
     def slot(self, time: int) -> int:
         return time // self.slot_ms
@@ -106,7 +105,7 @@ class Sharding:
 
     def __post_init__(self) -> None:
         if (self.previous is None) != (self.cutover is None):
-            raise ConfigError("--redis-previous and --redis-cutover go together: give both")
+            raise ConfigError("the redis store's previous and cutover go together: give both")
 
     @property
     def servers(self) -> tuple[str, ...]:
@@ -186,7 +185,7 @@ def partition_position(
 
 
 def parse_urls(values: str | Sequence[str] | None) -> tuple[str, ...]:
-    """Server URLs from repeated flags and/or comma-separated lists, each checked and kept once."""
+    """Server URLs from lists and/or comma-separated text, each checked and kept once."""
     if values is None:
         return ()
     texts = [values] if isinstance(values, str) else list(values)
@@ -212,10 +211,10 @@ def parse_cutover(text: str) -> int:
         moment = datetime.datetime.fromisoformat(cleaned.replace("Z", "+00:00"))
     except ValueError:
         raise ConfigError(
-            f"--redis-cutover {text!r}: use an ISO time such as 2026-11-22T10:00Z, or ms"
+            f"cutover {text!r}: use an ISO time such as 2026-11-22T10:00Z, or ms"
         ) from None
     if moment.tzinfo is None:
-        raise ConfigError(f"--redis-cutover {text!r}: give the time zone, e.g. a final Z for UTC")
+        raise ConfigError(f"cutover {text!r}: give the time zone, e.g. a final Z for UTC")
     return int(moment.timestamp() * 1000)
 
 
@@ -229,17 +228,19 @@ def sharding_from(
     previous_slot: str | None = None,
     cutover: str | None = None,
 ) -> Sharding:
-    """A :class:`Sharding` from flag values; the previous epoch's layout defaults to the current."""
-    slot_ms = DEFAULT_SLOT if slot is None else parse_duration(slot, "--redis-slot")
+    """A :class:`Sharding` from option values; the previous epoch's layout defaults to current."""
+    slot_ms = DEFAULT_SLOT if slot is None else parse_duration(slot, "slot")
     current = Epoch(parse_urls(urls), buckets or DEFAULT_BUCKETS, slot_ms)
     before = parse_urls(previous)
     if not before:
         if cutover is not None:
-            raise ConfigError("--redis-cutover needs --redis-previous (the shards before it)")
+            raise ConfigError("the redis store's cutover needs previous (the shards before it)")
         return Sharding(current)
     if cutover is None:
-        raise ConfigError("--redis-previous needs --redis-cutover (when the current shards start)")
-    old_slot = slot_ms if previous_slot is None else parse_duration(previous_slot, "--redis-slot")
+        raise ConfigError(
+            "the redis store's previous needs cutover (when the current shards start)"
+        )
+    old_slot = slot_ms if previous_slot is None else parse_duration(previous_slot, "previous_slot")
     return Sharding(
         current,
         Epoch(before, previous_buckets or current.buckets, old_slot),
@@ -263,7 +264,7 @@ def sharding_from_url(url: str) -> tuple[Sharding, str | None]:
 
     ``redis://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/DB][?OPTION=VALUE&...]`` (or
     ``rediss://`` for TLS): each host a shard, sharing the scheme, user info and database. The
-    options are the ``--redis-*`` flags' (:data:`STORE_URL_OPTIONS`); ``previous`` lists the
+    options are :data:`STORE_URL_OPTIONS`; ``previous`` lists the
     previous epoch's hosts (``HOST:PORT,HOST:PORT``) and goes with ``cutover``.
     """
     from urllib.parse import parse_qsl
@@ -308,22 +309,3 @@ def sharding_from_url(url: str) -> tuple[Sharding, str | None]:
         cutover=options.get("cutover") or None,
     )
     return sharding, options.get("namespace") or None
-
-
-def sharding_from_env(environ: Mapping[str, str] | None = None) -> Sharding:
-    """The ``EXACTLY_DEDUPE__REDIS*`` variables, as the ``exactly dedupe`` flags read them."""
-    env = os.environ if environ is None else environ
-
-    def get(name: str) -> str | None:
-        return env.get(f"EXACTLY_DEDUPE__{name}") or None
-
-    buckets, previous_buckets = get("REDIS_BUCKETS"), get("REDIS_PREVIOUS_BUCKETS")
-    return sharding_from(
-        get("REDIS"),
-        buckets=None if buckets is None else int(buckets),
-        slot=get("REDIS_SLOT"),
-        previous=get("REDIS_PREVIOUS"),
-        previous_buckets=None if previous_buckets is None else int(previous_buckets),
-        previous_slot=get("REDIS_PREVIOUS_SLOT"),
-        cutover=get("REDIS_CUTOVER"),
-    )

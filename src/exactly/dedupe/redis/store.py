@@ -142,7 +142,7 @@ class RedisStore(DedupeStore):
         return f"namespace {self.namespace} on {','.join(map(redact, self.sharding.servers))}"
 
     def fresh_hint(self) -> str:
-        return "use another --redis-namespace (EXACTLY_DEDUPE__REDIS_NAMESPACE)"
+        return "use another namespace (?namespace=NS in the store URL)"
 
     def _recorded_scope(self, partitions: int) -> str | None:
         found: set[str] = set()

@@ -1,0 +1,278 @@
+"""End to end on ``exactly up`` beside the same pipeline as separate processes, same run.
+
+    .venv/bin/python bench/e2e.py [--rate 20000] [--seconds 120] [--warm-up 30]
+                                  [--modes up,separate]
+
+Per mode, on a fresh data dir with the embedded defaults (sqlite log of 4 partitions, rocksdb
+store, sqlite aggregates and JobDB) and one destination (every event) on a fast local receiver
+(aiohttp on uvloop in a process of its own, counting 2xx answers):
+
+* ``up``: ``exactly up --no-live`` (collector, one Spark application with the dedupe, aggregate
+  and route queries, the director);
+* ``separate``: ``exactly collect``, ``dedupe``, ``aggregate``, ``route`` and ``deliver``, each its
+  own process (three JVMs), as before ``up`` existed: the baseline.
+
+Clients offer ``--rate`` events/s through ``/v1/batch`` for ``--seconds`` (``exactly.demo.send``,
+four clients, batches of 500). The aggregate table and the receiver's count are polled every
+0.1 s. Latency of the k-th event = when the table's total (or the receiver's count) first
+reached k minus when the batch holding the k-th event was sent (FIFO by count: an aggregate does
+not show each event's own moment); p50 and p99 are over the events sent after ``--warm-up``
+seconds. Backlog: the raw topic's end minus the dedupe query's position, at the middle and at the
+end of the sending (growing = not sustained).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import bisect
+import contextlib
+import multiprocessing
+import os
+import platform
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from multiprocessing.sharedctypes import Synchronized
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from exactly.config import load_settings
+from exactly.demo import SOURCES, collector_answers, free_port, send
+from exactly.log import open_log
+from exactly.up import watch
+
+PARTITIONS = 4
+
+
+def _serve(port: int, count: Synchronized) -> None:  # type: ignore[type-arg]
+    import uvloop
+    from aiohttp import web
+
+    async def ok(request: web.Request) -> web.Response:
+        await request.read()
+        with count.get_lock():
+            count.value += 1
+        return web.Response(text="ok")
+
+    async def serve() -> None:
+        app = web.Application()
+        app.router.add_post("/{tail:.*}", ok)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port, backlog=1024).start()
+        await asyncio.Event().wait()
+
+    uvloop.run(serve())
+
+
+@contextlib.contextmanager
+def receiver() -> Iterator[tuple[str, Synchronized]]:  # type: ignore[type-arg]
+    context = multiprocessing.get_context("spawn")
+    count = context.Value("q", 0)
+    port = free_port()
+    process = context.Process(target=_serve, args=(port, count), daemon=True)
+    process.start()
+    try:
+        yield f"http://127.0.0.1:{port}", count
+    finally:
+        process.kill()
+        process.join()
+
+
+def write_config(directory: Path, receiver_url: str) -> tuple[Path, int]:
+    port = free_port()
+    sources = "\n".join(f'{name} = "{key}"' for name, key in SOURCES.items())
+    config = directory / "exactly.toml"
+    config.write_text(
+        f"""data_dir = "{directory / "data"}"
+
+[collector]
+port = {port}
+partitions = {PARTITIONS}
+
+[collector.sources]
+{sources}
+
+[[destinations]]
+name = "all"
+url = "{receiver_url}/all"
+max_in_flight = 64
+"""
+    )
+    return config, port
+
+
+def start_parts(mode: str, config: Path, work: Path) -> list[subprocess.Popen[bytes]]:
+    env = {**os.environ, "EXACTLY_CONFIG": str(config)}
+    exactly = [sys.executable, "-m", "exactly"]
+    if mode == "up":
+        commands = [["up", "--no-live"]]
+    else:
+        commands = [
+            ["collect"],
+            ["dedupe", "--trigger-seconds", "1"],
+            ["aggregate", "--trigger-seconds", "1"],
+            ["route", "--trigger-seconds", "1"],
+            ["deliver"],
+        ]
+    return [
+        subprocess.Popen(
+            [*exactly, *command],
+            cwd=work,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=(work / f"{mode}-{command[0]}.err").open("wb"),
+            start_new_session=True,
+        )
+        for command in commands
+    ]
+
+
+def counted(path: Path) -> int:
+    try:
+        with contextlib.closing(sqlite3.connect(path, timeout=1)) as db:
+            row = db.execute('SELECT COALESCE(SUM("count"), 0) FROM event_counts').fetchone()
+        return int(row[0])
+    except sqlite3.Error:
+        return 0
+
+
+def latencies(
+    sent: list[tuple[float, int]], seen: list[tuple[float, int]], after: float
+) -> list[float]:
+    """Per accepted batch sent after ``after``: when ``seen`` first reached its last event."""
+    counts = [c for _, c in seen]
+    found = []
+    total = 0
+    for started, n in sorted(sent):
+        total += n
+        at = bisect.bisect_left(counts, total)
+        if started >= after and at < len(seen):
+            found.append(seen[at][0] - started)
+    return sorted(found)
+
+
+def pct(values: list[float], p: float) -> str:
+    if not values:
+        return "-"
+    return f"{values[min(len(values) - 1, int(p * len(values)))]:.1f} s"
+
+
+def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
+    home = work / mode
+    home.mkdir()
+    with receiver() as (url, delivered):
+        config, port = write_config(home, url)
+        settings = load_settings(config)
+        with open_log(settings.log_url) as log:
+            log.create_topic("raw", PARTITIONS, exist_ok=True)
+            log.create_topic("events", PARTITIONS, exist_ok=True)
+        parts = start_parts(mode, config, home)
+        table = settings.data_dir / "aggregates.db"
+        stages = watch.stages(settings)
+        try:
+            began = time.monotonic()
+            while not (collector_answers(port) and table.exists()):
+                if time.monotonic() - began > 180:
+                    raise SystemExit(f"{mode}: the pipeline did not start; see {home}")
+                time.sleep(0.5)
+            time.sleep(5)  # the queries' first (empty) micro-batches
+            visible: list[tuple[float, int]] = []
+            arrived: list[tuple[float, int]] = []
+            backlog: list[tuple[float, int]] = []
+            done = threading.Event()
+
+            def poll() -> None:
+                with open_log(settings.log_url) as log:
+                    while not done.is_set():
+                        now = time.time()
+                        visible.append((now, counted(table)))
+                        arrived.append((now, int(delivered.value)))
+                        snapshot = watch.take(settings, log, stages[:1])
+                        lag = snapshot.lag(stages[0])
+                        backlog.append((now, -1 if lag is None else lag))
+                        time.sleep(0.1)
+
+            poller = threading.Thread(target=poll, daemon=True)
+            poller.start()
+            sent: list[tuple[float, int]] = []
+            lock = threading.Lock()
+
+            def on_sent(started: float, n: int) -> None:
+                with lock:
+                    sent.append((started, n))
+
+            total = int(args.rate * args.seconds)
+            first = time.time()
+            traffic = send(port, total, resend_rate=0.0, rate=args.rate, on_sent=on_sent, seed=7)
+            ended = time.time()
+            deadline = time.time() + 300
+            while (visible[-1][1] < total or arrived[-1][1] < total) and time.time() < deadline:
+                time.sleep(0.2)
+            done.set()
+            poller.join()
+        finally:
+            for part in parts:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(part.pid, signal.SIGTERM)
+            for part in parts:
+                try:
+                    part.wait(60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(part.pid, signal.SIGKILL)
+                    part.wait()
+    after = first + args.warm_up
+    to_counted = latencies(sent, visible, after)
+    to_delivered = latencies(sent, arrived, after)
+    middle = min(backlog, key=lambda entry: abs(entry[0] - (first + ended) / 2))[1]
+    last = min(backlog, key=lambda entry: abs(entry[0] - ended))[1]
+    reached = visible[-1][1]
+    finished = next((t for t, c in visible if c >= reached), ended)
+    return [
+        f"| {mode} | {traffic.events / traffic.seconds:,.0f} | "
+        f"{reached / max(finished - first, 1e-9):,.0f} | {middle:,} -> {last:,} | "
+        f"{pct(to_counted, 0.5)} / {pct(to_counted, 0.99)} | "
+        f"{pct(to_delivered, 0.5)} / {pct(to_delivered, 0.99)} | "
+        f"{reached:,} / {arrived[-1][1]:,} of {total:,} |"
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rate", type=float, default=20_000)
+    parser.add_argument("--seconds", type=float, default=120)
+    parser.add_argument("--warm-up", type=float, default=30)
+    parser.add_argument("--modes", default="up,separate")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="exactly-e2e-"))
+    print(f"machine: {platform.platform()}, {os.cpu_count()} cores")
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"offered {args.rate:,.0f} events/s for {args.seconds:.0f} s; work dir {work}")
+    lines = [
+        "| mode | offered events/s | sustained events/s | raw backlog mid -> end | "
+        f"accept->counted p50 / p99 (after {args.warm_up:.0f} s) | accept->delivered p50 / p99 "
+        "| counted / delivered |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    try:
+        for mode in args.modes.split(","):
+            lines += run_mode(mode.strip(), args, work)
+            print(lines[-1], flush=True)
+    finally:
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        if not os.environ.get("BENCH_KEEP"):
+            shutil.rmtree(work, ignore_errors=True)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""The demo's destinations: a receiver that fails at times, and what each destination got.
+
+1. a local HTTP receiver starts on a free loopback port (:class:`FlakyReceiver`, the standard
+   library's threaded server) and answers 503 to a fifth of the requests, chosen at random;
+2. ``exactly up``'s route query turns the events into jobs for three demo destinations on that
+   receiver (every event; ``Order Completed`` only; the ``ios`` source only), written into the
+   demo's config by :func:`destinations_toml`, and its director sends them, retrying the 503s
+   after a short backoff;
+3. :func:`received` tells what each destination got: requests, distinct events, duplicates, and
+   the events its filters should have taken (:func:`expected`, read back from ``events``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+FAILURE_RATE = 0.2
+FILTERS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...] | None]] = {
+    "all-events": (None, None),  # name: (sources, events)
+    "orders": (None, ("Order Completed",)),
+    "ios": (("ios",), None),
+}
+
+
+@dataclass
+class Inbox:
+    """What one path of the receiver got: requests, and 2xx answers per webhook-id."""
+
+    requests: int = 0
+    succeeded: Counter[str] = field(default_factory=Counter)
+
+
+class FlakyReceiver:
+    """A loopback HTTP receiver that answers 503 to ``failure_rate`` of the requests."""
+
+    def __init__(self, failure_rate: float = FAILURE_RATE, seed: int = 7) -> None:
+        self.failure_rate = failure_rate
+        self.inboxes: dict[str, Inbox] = {}
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as the director's pool expects
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                status = receiver.answer(self.path, self.headers.get("webhook-id", ""))
+                body = b"ok" if status == 200 else b"busy, try again"
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: object) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def answer(self, path: str, message_id: str) -> int:
+        with self._lock:
+            inbox = self.inboxes.setdefault(path, Inbox())
+            inbox.requests += 1
+            if self._rng.random() < self.failure_rate:
+                return 503
+            inbox.succeeded[message_id] += 1
+            return 200
+
+    def __enter__(self) -> FlakyReceiver:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def destinations_toml(url: str) -> str:
+    """The demo's ``[[destinations]]``, each a path of the receiver at ``url``."""
+    entries = []
+    for name, (sources, events) in FILTERS.items():
+        lines = [
+            "[[destinations]]",
+            f'name = "{name}"',
+            f'url = "{url}/{name}"',
+            'timeout = "5s"',
+            "max_in_flight = 16",
+        ]
+        if sources is not None:
+            lines.append(f"sources = {json.dumps(list(sources))}")
+        if events is not None:
+            lines.append(f"events = {json.dumps(list(events))}")
+        lines += ["[destinations.backoff]", 'min = "50ms"', 'max = "500ms"']
+        entries.append("\n".join(lines))
+    return "\n\n".join(entries) + "\n"
+
+
+@dataclass(frozen=True)
+class Received:
+    """One destination's side: what it got, and the events its filters take."""
+
+    destination: str
+    requests: int
+    events: int
+    duplicates: int
+    expected: int
+
+
+def received(receiver: FlakyReceiver, log_url: str, start: dict[int, int]) -> list[Received]:
+    """Per destination, what ``receiver`` got beside what its filters take after ``start``."""
+    truth = expected(log_url, start)
+    return [
+        Received(
+            name,
+            inbox.requests,
+            len(inbox.succeeded),
+            sum(n - 1 for n in inbox.succeeded.values()),
+            truth[name],
+        )
+        for name in FILTERS
+        for inbox in [receiver.inboxes.get(f"/{name}", Inbox())]
+    ]
+
+
+def expected(log_url: str, start: dict[int, int]) -> dict[str, int]:
+    """Per destination, the events after ``start`` its filters take, read back from the log."""
+    from exactly.log import open_log
+
+    counts = dict.fromkeys(FILTERS, 0)
+    with open_log(log_url) as log:
+        for partition, end in log.end_offsets("events").items():
+            offset = start.get(partition, 0)
+            while offset < end:
+                records = log.read("events", partition, offset, max_records=1000)
+                if not records:
+                    break
+                for record in records:
+                    event = json.loads(record.value)
+                    for name, (sources, events) in FILTERS.items():
+                        if (sources is None or event.get("sourceId") in sources) and (
+                            events is None or event.get("event") in events
+                        ):
+                            counts[name] += 1
+                offset = records[-1].offset + 1
+    return counts
+
+
+def lines(received: list[Received], failure_rate: float = FAILURE_RATE) -> list[str]:
+    """What each destination received, in lines of at most 80 columns."""
+    out = [f"deliver: a local receiver answering 503 to {failure_rate:.0%} of the requests got"]
+    for r in received:
+        out.append(
+            f"  {r.destination:<10} {r.requests:>9,} requests {r.events:>9,} events "
+            f"{r.duplicates:>3,} duplicates"
+            + ("" if r.events == r.expected else f"  MISMATCH: {r.expected:,} expected")
+        )
+    return out
+
+
+def exact(received: list[Received]) -> bool:
+    return all(r.events == r.expected for r in received)

@@ -1,0 +1,299 @@
+"""The route query: ``events`` into the JobDB, one job per (event, matching destination), once.
+
+A Spark streaming query from the ``exactly`` source with ``foreachBatch``. Per micro-batch:
+
+1. Spark records the batch's offset range in its checkpoint (``offsets/<batch id>``);
+2. the events that some destination's ``sources`` and ``events`` filters match are collected to
+   the driver, in log order (partition, offset), with their stored JSON;
+3. :func:`jobs_for` makes one :class:`~exactly.delivery.base.NewJob` per (event, matching
+   destination): the payload is the event's JSON as kept in ``events``, the message id its
+   ``messageId``, the headers the destination's, the expiry now + the destination's ``expire``;
+4. the jobs and the marker (query id, batch id, the stream, the end offsets of step 1) commit in
+   one JobDB transaction (:meth:`~exactly.delivery.base.JobDB.add`); a marker at or past the
+   batch id means a replay: nothing is added;
+5. Spark commits the batch (``commits/<batch id>``).
+
+A crash anywhere repeats at most the last batch, whose marker stops it at 4. A JobDB that fails
+at step 4 (a lost connection, a server restarting) is tried again on a new connection for
+``jobdb_patience`` seconds: the marker makes a retry of a commit whose answer was lost add
+nothing. Past that the query stops with one :class:`~exactly.delivery.base.JobDBError`. A
+checkpoint that is lost (or new, over a JobDB the same checkpoint path filled) starts from the
+end offsets of the last batch the JobDB took from this stream, so the JobDB, not the checkpoint,
+is the source of truth. No HTTP request is made here: delivering is the director's (``exactly
+deliver``), so a slow destination cannot stall a micro-batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+from exactly.backoff import backoff
+from exactly.delivery.base import JobDB, JobDBError, NewJob
+from exactly.delivery.settings import DestinationSettings
+from exactly.errors import ConfigError, ExactlyError, StreamError
+from exactly.spark import checkpoint as spark_checkpoint
+from exactly.spark import offsets
+from exactly.spark.batches import BatchFunction, run_batches
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+# The fields routing reads; the payload is the record's value itself, byte for byte.
+FIELDS = "sourceId string, event string, messageId string, userId string, anonymousId string"
+OnBatch = Callable[[int, int, int, bool], None]  # batch id, events routed, jobs, added
+
+
+@dataclass(frozen=True)
+class RoutePlan:
+    """Everything one run of the route query needs, resolved from settings and flags."""
+
+    log_url: str = field(repr=False)  # may hold secrets: never in a repr
+    checkpoint: Path
+    destinations: tuple[DestinationSettings, ...]
+    topic: str = "events"
+    until_caught_up: bool = False
+    max_records_per_trigger: int | None = 50_000  # a batch's jobs are held in the driver
+    trigger_seconds: float = 1.0
+    read_records: int = 10_000
+    jobdb_patience: float = 60.0  # seconds a failing JobDB is tried again before stopping
+
+    @property
+    def stream(self) -> str:
+        """What the JobDB's markers call this query's input: the topic and the checkpoint."""
+        return f"{self.topic}@{self.checkpoint}"
+
+
+class Event(NamedTuple):
+    """What routing needs of one stored event."""
+
+    source: str | None
+    name: str | None
+    message_id: str | None
+    user_id: str | None
+    payload: bytes
+    partition: int
+    offset: int
+
+
+@dataclass
+class Progress:
+    """Per micro-batch: events routed, jobs made, and whether the JobDB took them (not a replay)."""
+
+    batches: dict[int, tuple[int, int, bool]] = field(default_factory=dict)
+
+    @property
+    def jobs(self) -> int:
+        return sum(jobs for _, jobs, added in self.batches.values() if added)
+
+    @property
+    def events(self) -> int:
+        return sum(events for events, _, added in self.batches.values() if added)
+
+    @property
+    def replays(self) -> int:
+        return sum(1 for _, _, added in self.batches.values() if not added)
+
+
+def jobs_for(
+    events: Sequence[Event], destinations: Sequence[DestinationSettings], now: float
+) -> list[NewJob]:
+    """One job per (event, destination whose filters match), events in the order given.
+
+    Pure: the route query's rule, tested without Spark. An event without a ``messageId`` (the
+    collector always sets one) is named by its place in the log, which a replay sees again.
+    """
+    jobs = []
+    for event in events:
+        message_id = event.message_id or f"{event.partition}-{event.offset}"
+        for destination in destinations:
+            if destination.matches(event.source, event.name):
+                jobs.append(
+                    NewJob(
+                        source=event.source or "",
+                        destination=destination.name,
+                        endpoint=destination.url,
+                        payload=event.payload,
+                        message_id=message_id,
+                        user_id=event.user_id,
+                        headers=dict(destination.headers),
+                        expire_at=now + destination.expire,
+                    )
+                )
+    return jobs
+
+
+def matching(destinations: Sequence[DestinationSettings]) -> Column:
+    """A Spark condition true for the events some destination takes (its filters, as Spark)."""
+    from pyspark.sql import functions as F
+
+    anyone = F.lit(False)
+    for destination in destinations:
+        takes = F.lit(True)
+        if destination.sources is not None:
+            takes = takes & F.coalesce(F.col("e.sourceId").isin(*destination.sources), F.lit(False))
+        if destination.events is not None:
+            takes = takes & F.coalesce(F.col("e.event").isin(*destination.events), F.lit(False))
+        anyone = anyone | takes
+    return anyone
+
+
+def default_checkpoint(data_dir: Path, topic: str) -> Path:
+    return data_dir.resolve() / "checkpoints" / f"route-{topic}"
+
+
+def starting_offsets(jobdb: JobDB, plan: RoutePlan) -> str:
+    """``earliest``, or where the JobDB's routing stopped when the checkpoint is new."""
+    if spark_checkpoint.planned(plan.checkpoint):
+        return "earliest"  # Spark resumes from its checkpoint; this is ignored
+    found = jobdb.end_offsets(plan.stream)
+    return "earliest" if found is None else json.dumps(offsets.to_json(found))
+
+
+class BatchRouter(BatchFunction):
+    """The ``foreachBatch`` function: steps 2 to 4 of the module docstring."""
+
+    def __init__(self, jobdb: JobDB, plan: RoutePlan, on_batch: OnBatch | None = None) -> None:
+        super().__init__(plan.checkpoint)
+        self.jobdb = jobdb
+        self.plan = plan
+        self.on_batch = on_batch
+
+    def process(self, records: DataFrame, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        # 2. the events some destination takes, in log order
+        parsed = records.select(
+            F.from_json(F.col("value").cast("string"), FIELDS).alias("e"),
+            "value",
+            "partition",
+            "offset",
+        )
+        rows = (
+            parsed.where(matching(self.plan.destinations))
+            .select(
+                "e.sourceId",
+                "e.event",
+                "e.messageId",
+                F.coalesce("e.userId", "e.anonymousId"),
+                "value",
+                "partition",
+                "offset",
+            )
+            .orderBy("partition", "offset")
+            .collect()
+        )
+        events = [
+            Event(row[0], row[1], row[2], row[3], bytes(row[4]), int(row[5]), int(row[6]))
+            for row in rows
+        ]
+        # 3. one job per (event, matching destination)
+        jobs = jobs_for(events, self.plan.destinations, time.time())
+        # 4. the jobs and the marker in one transaction; a replay adds nothing
+        taken = self._add(jobs, self.query_id, batch_id)
+        # ``on_batch`` runs after the JobDB's commit and before Spark's (step 5)
+        if self.on_batch is not None:
+            self.on_batch(batch_id, len(events), len(jobs), taken)
+
+    def _add(self, jobs: list[NewJob], query: str, batch_id: int) -> bool:
+        """Step 4, tried again while the JobDB fails; False when the batch was there (a replay).
+
+        A retry after a commit whose answer was lost finds the marker and adds nothing (it is
+        then reported as a replay).
+        """
+        end = spark_checkpoint.batch_end(self.plan.checkpoint, batch_id)
+        failed_at: float | None = None
+        attempt = 0
+        while True:
+            try:
+                before = self.jobdb.marker(query)  # for the report: add() decides by itself
+                self.jobdb.add(
+                    jobs,
+                    query_id=query,
+                    batch_id=batch_id,
+                    stream=self.plan.stream,
+                    end_offsets=end,
+                )
+                return before is None or before < batch_id
+            except ExactlyError:  # decided: the JobDB refused in words of its own
+                raise
+            except Exception as error:  # noqa: BLE001 (each driver has its own error tree)
+                now = time.monotonic()
+                failed_at = now if failed_at is None else failed_at
+                attempt += 1
+                cause = " ".join(f"{type(error).__name__}: {error}".split())[:300]
+                if now - failed_at >= self.plan.jobdb_patience:
+                    raise JobDBError(
+                        f"the JobDB {self.jobdb.describe()} failed ({cause}) and did not recover "
+                        f"within {self.plan.jobdb_patience:g} s; the route query stopped, and a "
+                        "restart resumes from its checkpoint"
+                    ) from None
+                if attempt == 1:
+                    say_line(f"the JobDB failed ({cause}); retrying")
+                with contextlib.suppress(Exception):
+                    self.jobdb.close()
+                time.sleep(backoff(attempt, minimum=0.05, maximum=2.0))
+
+
+def run(
+    spark: SparkSession,
+    plan: RoutePlan,
+    jobdb: JobDB,
+    start: str = "earliest",
+    on_batch: OnBatch | None = None,
+) -> Progress:
+    """Run the query until caught up (``until_caught_up``) or stopped; returns progress.
+
+    A failure raises the :class:`~exactly.errors.ExactlyError` behind it when there is one.
+    """
+    progress = Progress()
+
+    def note(batch_id: int, events: int, jobs: int, added: bool) -> None:
+        progress.batches[batch_id] = (events, jobs, added)
+        if on_batch is not None:
+            on_batch(batch_id, events, jobs, added)
+
+    router = BatchRouter(jobdb, plan, note)
+    columns = ("partition", "offset", "value")
+    run_batches(spark, "route", plan, router, columns, start=start, failed=StreamError)
+    return progress
+
+
+def say_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def drive(
+    spark: SparkSession,
+    plan: RoutePlan,
+    jobdb: JobDB,
+    *,
+    say: Callable[[str], None] = say_line,
+    on_batch: OnBatch | None = None,
+) -> Progress:
+    """Lock the checkpoint, check the topic, find where to start, run the query."""
+    from exactly.log import open_log
+    from exactly.spark.streaming import checkpoint_lock
+
+    if not plan.destinations:
+        raise ConfigError("no [[destinations]] in the config: nothing to route to")
+    with checkpoint_lock(plan.checkpoint, "route query"):
+        with open_log(plan.log_url) as log:
+            log.topic_info(plan.topic)  # a missing topic fails here, in one line
+        start = starting_offsets(jobdb, plan)
+        say(describe(plan, jobdb, start))
+        return run(spark, plan, jobdb, start, on_batch)
+
+
+def describe(plan: RoutePlan, jobdb: JobDB, start: str) -> str:
+    names = ", ".join(destination.name for destination in plan.destinations)
+    origin = "" if start == "earliest" else f", from the JobDB's offsets {start}"
+    return (
+        f"route {plan.topic} -> {jobdb.describe()}: {names} (checkpoint {plan.checkpoint}{origin})"
+    )

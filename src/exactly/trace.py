@@ -1,0 +1,358 @@
+"""Every hop of one message: accepted, the dedupe verdict, counted, each delivery attempt.
+
+:func:`trace` reads only what is durable, so its answer is right after any crash:
+
+1. **accepted**: the ``raw`` records keyed by the messageId (the collector and the importer key
+   every record by it), found by the sqlite log's index by key, in the one partition the id
+   hashes to; each copy with its source, ``receivedAt`` and the time the log stored it;
+2. **dedupe verdict** per copy, from the outputs of the dedupe job, which name their raw record
+   (header ``exactly.source.offset``): *kept* when an ``events`` record comes from it; *rejected*
+   when a ``raw.rejected`` record does (with the reason); *duplicate* of the kept copy of the same
+   source (scope ``source``) or of any source (``workspace``); *pending* while the dedupe job has
+   not reached it;
+3. **counted**: per aggregate query, the micro-batch whose marker's end offsets first pass the
+   kept record's ``events`` offset (markers keep the last 1,000 batches per query: older ones
+   are named "at or before" the oldest kept);
+4. **delivered**: each job of the message in the JobDB (index ``jobs_N_message``) with every
+   transition; jobs of archived datasets from the archive files of the datasets open around the
+   receive time.
+
+Cost: one index lookup per topic and partition, one SQL query per live JobDB dataset, a read of
+the aggregate markers: independent of the log's size. A log without an index by key (Kafka) makes
+trace say so in one line instead of scanning.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from exactly.config import Settings
+from exactly.dedupe.recovery import source_offset
+from exactly.errors import LogError
+from exactly.events.partition import partition_for
+from exactly.log import Log, LogRecord, open_log
+
+REJECTED_HEADER = "exactly.rejected"  # as the dedupe task writes it (exactly.dedupe.task)
+EVENTS = "events"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What dedupe decided about one raw copy."""
+
+    outcome: str  # kept | duplicate | rejected | pending
+    events_offset: int | None = None  # kept: where in events partition ``partition``
+    duplicate_of: int | None = None  # duplicate: the raw offset of the kept copy
+    reason: str | None = None  # rejected: why; duplicate/pending: what is known
+
+
+@dataclass(frozen=True)
+class Copy:
+    """One raw record carrying the message: one per time it was sent and accepted."""
+
+    partition: int
+    offset: int
+    source: str
+    received_at: str | None
+    stored_at: int  # ms since the epoch: when the log stored it
+    verdict: Verdict
+
+
+@dataclass(frozen=True)
+class Counted:
+    """The micro-batch of one aggregate query that counted the kept record."""
+
+    query_id: str
+    batch_id: int | None  # None: not counted yet by this query
+    committed_at: str | None = None
+    exact: bool = True  # False: "at or before" (older markers are pruned)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One try at delivering: when it started, its outcome, how long the request took."""
+
+    attempt: int
+    started: float | None
+    finished: float
+    state: str
+    status_code: int | None
+    error: str | None
+    latency_ms: float | None
+    retry_at: float | None
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One job (a destination's copy of the message) and every attempt at delivering it."""
+
+    destination: str
+    job_id: int
+    state: str
+    created_at: float
+    attempts: tuple[Attempt, ...]
+    archived: bool = False
+
+
+@dataclass
+class Trace:
+    """Everything known about one messageId; ``found`` is False when nothing holds it."""
+
+    message_id: str
+    partition: int | None = None
+    copies: list[Copy] = field(default_factory=list)
+    counted: list[Counted] = field(default_factory=list)
+    deliveries: list[Delivery] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def found(self) -> bool:
+        return bool(self.copies or self.deliveries)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "message_id": self.message_id,
+            "found": self.found,
+            "partition": self.partition,
+            "copies": [asdict(copy) for copy in self.copies],
+            "counted": [asdict(counted) for counted in self.counted],
+            "deliveries": [asdict(delivery) for delivery in self.deliveries],
+            "notes": list(self.notes),
+        }
+
+
+class NotIndexed(LogError):
+    """The log keeps no index by key: tracing would be a scan."""
+
+
+def trace(settings: Settings, message_id: str) -> Trace:
+    """Every hop of ``message_id`` (module docstring); raises :class:`NotIndexed` on a log
+    without an index by key, and the stores' own errors when one cannot be read."""
+    result = Trace(message_id)
+    key = message_id.encode()
+    raw = settings.collector.topic
+    if _missing(settings.log_url):
+        result.notes.append(f"no log at {settings.log_url} yet")
+        return result
+    with open_log(settings.log_url, max_record_bytes=settings.log.max_record_bytes) as log:
+        if raw not in log.topics():
+            result.notes.append(f"no topic {raw!r} in the log yet")
+        else:
+            _accepted(log, raw, key, settings, result)
+    kept = [
+        (c.partition, c.verdict.events_offset) for c in result.copies if c.verdict.outcome == "kept"
+    ]
+    if kept:
+        _counted(settings, kept, result)
+    _delivered(settings, message_id, result)
+    return result
+
+
+def _accepted(log: Log, raw: str, key: bytes, settings: Settings, result: Trace) -> None:
+    partitions = log.topic_info(raw).partitions
+    partition = result.partition = partition_for(key, partitions)
+    raws = _find(log, raw, partition, key)
+    topics = set(log.topics())
+    events = _find(log, EVENTS, partition, key) if EVENTS in topics else []
+    rejected_topic = f"{raw}.rejected"
+    rejected = _find(log, rejected_topic, partition, key) if rejected_topic in topics else []
+    kept_at = {source_offset(r.headers): r.offset for r in events}
+    reasons = {source_offset(r.headers): _header(r, REJECTED_HEADER) for r in rejected}
+    # a rejected record's raw copy may be unkeyed: it is found through its rejected record
+    known = {r.offset for r in raws}
+    for offset in sorted(o for o in reasons if o is not None and o not in known):
+        raws += log.read(raw, partition, offset, max_records=1)
+    raws.sort(key=lambda r: r.offset)
+    kept_by_source: dict[str, int] = {}
+    sources = {r.offset: _fields(r.value) for r in raws}
+    for record in raws:
+        if record.offset in kept_at:
+            kept_by_source.setdefault(sources[record.offset][0], record.offset)
+    progress = _dedupe_progress(log, [EVENTS, rejected_topic], topics, partition)
+    workspace = settings.dedupe.scope == "workspace"
+    for record in raws:
+        source, received = sources[record.offset]
+        offset = record.offset
+        if offset in kept_at:
+            verdict = Verdict("kept", events_offset=kept_at[offset])
+        elif offset in reasons:
+            verdict = Verdict("rejected", reason=reasons[offset] or "rejected")
+        else:
+            owner = (
+                min(kept_by_source.values(), default=None)
+                if workspace
+                else kept_by_source.get(source)
+            )
+            if owner is not None:
+                verdict = Verdict("duplicate", duplicate_of=owner)
+            elif progress is None or offset > progress:
+                verdict = Verdict("pending", reason="dedupe has not reached this record yet")
+            else:
+                verdict = Verdict(
+                    "duplicate", reason="dropped by dedupe; the kept copy is not in events"
+                )
+        result.copies.append(Copy(partition, offset, source, received, record.timestamp, verdict))
+
+
+def _find(log: Log, topic: str, partition: int, key: bytes) -> list[LogRecord]:
+    found = log.find(topic, partition, key)
+    if found is None:
+        raise NotIndexed(
+            f"trace needs an index by messageId, which the log {log!r} does not keep (only the "
+            "sqlite log does): unavailable for this log"
+        )
+    return found
+
+
+def _header(record: LogRecord, name: str) -> str | None:
+    for header, value in record.headers:
+        if header == name:
+            return value.decode("utf-8", "replace")
+    return None
+
+
+def _fields(value: bytes) -> tuple[str, str | None]:
+    """The record's ``sourceId`` ("" when none, as dedupe reads it) and ``receivedAt``."""
+    try:
+        event = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return "", None
+    if not isinstance(event, dict):
+        return "", None
+    source, received = event.get("sourceId"), event.get("receivedAt")
+    return (
+        source if isinstance(source, str) else "",
+        received if isinstance(received, str) else None,
+    )
+
+
+def _dedupe_progress(log: Log, outputs: list[str], topics: set[str], partition: int) -> int | None:
+    """The newest raw offset dedupe's outputs name in ``partition`` (None: none yet)."""
+    from exactly.dedupe.recovery import last_source
+
+    found = [last_source(log, topic, partition) for topic in outputs if topic in topics]
+    offsets = [offset for offset in found if offset is not None]
+    return max(offsets, default=None)
+
+
+def _counted(settings: Settings, kept: list[tuple[int, int | None]], result: Trace) -> None:
+    from exactly.aggregate import open_db
+
+    if _missing(settings.aggregate_url):
+        result.notes.append("no aggregate database yet: nothing counted")
+        return
+    with open_db(settings.aggregate_url, retry_seconds=0) as db:
+        markers = db.markers(EVENTS)
+    by_query: dict[str, list[Any]] = {}
+    for marker in markers:
+        by_query.setdefault(marker.query_id, []).append(marker)
+    for partition, offset in kept:
+        if offset is None:
+            continue
+        for query_id, batches in sorted(by_query.items()):
+            hit = None
+            for index, marker in enumerate(batches):
+                ends = marker.end_offsets or {}
+                if ends.get(partition, 0) > offset:
+                    exact = index > 0 or marker.batch_id == 0
+                    hit = Counted(query_id, marker.batch_id, marker.committed_at, exact)
+                    break
+            result.counted.append(hit or Counted(query_id, None))
+    if not by_query:
+        result.notes.append("no aggregate query has counted events yet")
+
+
+def _delivered(settings: Settings, message_id: str, result: Trace) -> None:
+    from exactly.delivery import open_jobdb
+
+    if _missing(settings.jobdb_url):
+        return
+    with open_jobdb(settings.jobdb_url) as jobdb:
+        live = jobdb.jobs_with(message_id)
+    for job, transitions in live:
+        steps = [asdict(t) for t in transitions]
+        result.deliveries.append(_delivery(job.destination, job.id, job.created_at, steps, False))
+    result.deliveries += _archived(settings, message_id, result, {j.id for j, _ in live})
+
+
+def _archived(settings: Settings, message_id: str, result: Trace, seen: set[int]) -> list[Delivery]:
+    """Jobs of ``message_id`` in the archive files of the datasets that were open from an hour
+    (one dataset span) before its first receipt to a day after it: not a scan of the archive."""
+    from exactly.delivery.archive import open_archive
+
+    received = [c.stored_at / 1000 for c in result.copies]
+    if not received or _missing(settings.archive_url):
+        return []
+    span = settings.delivery.dataset_minutes * 60
+    low, high = min(received) - span, max(received) + 86_400
+    archive = open_archive(settings.archive_url)
+    found = []
+    for name in archive.names():
+        created = calendar.timegm(time.strptime(name.split("-")[1], "%Y%m%dT%H%M%SZ"))
+        if not low <= created <= high:
+            continue
+        for job in archive.records(name):
+            if job["message_id"] == message_id and job["id"] not in seen:
+                found.append(
+                    _delivery(
+                        job["destination"], job["id"], job["created_at"], job["transitions"], True
+                    )
+                )
+    return found
+
+
+def _delivery(
+    destination: str, job_id: int, created: float, steps: list[dict[str, Any]], archived: bool
+) -> Delivery:
+    """A job's attempts from its transitions: ``executing`` starts one, the next state ends it."""
+    attempts: list[Attempt] = []
+    started: float | None = None
+    state = "awaiting-scheduling"
+    for step in steps:
+        if step["state"] == "executing":
+            started = step["time"]
+            state = "executing"
+            continue
+        if step["state"] in ("archiving", "archived"):
+            state = step["state"] if state not in ("succeeded", "discarded", "expired") else state
+            continue
+        state = step["state"]
+        latency = None if started is None else round((step["time"] - started) * 1000, 1)
+        error = step.get("error_type") or None
+        if error and step.get("response"):
+            error = f"{error}: {step['response']}"
+        attempts.append(
+            Attempt(
+                step["attempt"],
+                started,
+                step["time"],
+                step["state"],
+                step.get("status_code"),
+                error,
+                latency,
+                step.get("retry_at"),
+            )
+        )
+        started = None
+    if started is not None:  # in flight
+        attempts.append(
+            Attempt(len(attempts) + 1, started, started, "executing", None, None, None, None)
+        )
+    return Delivery(destination, job_id, state, created, tuple(attempts), archived)
+
+
+def _missing(url: str) -> bool:
+    """An embedded store (``sqlite://`` or a directory) not created yet: nothing to read."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return not Path(url).exists()
+    return scheme in ("sqlite", "file") and not Path(rest).exists()
+
+
+__all__ = ["NotIndexed", "Trace", "trace"]

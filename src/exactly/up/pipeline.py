@@ -1,0 +1,167 @@
+"""The Spark part of ``exactly up``: dedupe, aggregate and route as queries of one application.
+
+One JVM and one SparkSession instead of one per stage: each query runs in a thread of its own
+with a FAIR scheduler pool named after it, so a long aggregate micro-batch does not hold the
+dedupe query's tasks back. The session's SQL settings are shared (a query copies them when it
+starts): the shuffle partitions are raw's partition count, as the dedupe job sets them, and time
+is UTC, as the aggregate job sets it; both are set before any query starts. (A session per query
+would keep them apart, but Spark 4 finds a Python data source only in the session it was
+registered in.) Every query keeps its guarantee as when it runs alone:
+its own checkpoint, lock and marker (the stages' modules say how).
+
+The dedupe query runs first far enough to create ``events`` (the others read it). A query that
+fails stops the others and the process exits with its one-line error, for ``exactly up`` to
+restart the part; SIGTERM ends every query between two micro-batches
+(:data:`exactly.spark.streaming.STOPPING`) and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from exactly.config import Settings
+from exactly.errors import ExactlyError, StreamError
+from exactly.spark.streaming import STOPPING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+RAW, EVENTS = "raw", "events"
+
+
+@dataclass(frozen=True)
+class Query:
+    """One stage of the pipeline as a streaming query: its name and how it runs in a session."""
+
+    name: str
+    run: Callable[[SparkSession], object]
+
+
+def queries(settings: Settings, trigger_seconds: float = 1.0) -> list[Query]:
+    """The pipeline's queries for ``settings``: dedupe and aggregate; route with destinations."""
+    found = [
+        Query("dedupe", lambda spark: _dedupe(settings, spark, trigger_seconds)),
+        Query("aggregate", lambda spark: _aggregate(settings, spark, trigger_seconds)),
+    ]
+    if settings.destinations:
+        found.append(Query("route", lambda spark: _route(settings, spark, trigger_seconds)))
+    return found
+
+
+def run(settings: Settings, trigger_seconds: float = 1.0) -> None:
+    """Run every query until SIGTERM or SIGINT (then return) or a failure (then raise it)."""
+    from exactly.log import open_log
+    from exactly.spark.session import build_session
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: STOPPING.set())
+    with open_log(settings.log_url, max_record_bytes=settings.log.max_record_bytes) as log:
+        from exactly.dedupe.driver import configured_plan
+        from exactly.dedupe.job import prepare
+
+        partitions = prepare(log, configured_plan(settings))  # creates events for the others
+    spark = build_session(
+        settings,
+        "exactly-up",
+        conf={
+            "spark.scheduler.mode": "FAIR",
+            "spark.sql.shuffle.partitions": str(partitions),
+            "spark.sql.session.timeZone": "UTC",
+        },
+    )
+    failures: list[tuple[str, BaseException]] = []
+    threads = [
+        threading.Thread(
+            target=_in_pool, args=(spark, query, failures), name=query.name, daemon=True
+        )
+        for query in queries(settings, trigger_seconds)
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        while any(thread.is_alive() for thread in threads):
+            for thread in threads:
+                thread.join(0.5)
+            if failures or (not STOPPING.is_set() and not all(t.is_alive() for t in threads)):
+                STOPPING.set()  # one query ended or failed: end the others too
+    finally:
+        spark.stop()
+    if failures:
+        name, error = failures[0]
+        if isinstance(error, ExactlyError):
+            raise type(error)(f"{name}: {error}") from None
+        raise StreamError(f"{name}: {type(error).__name__}: {error}") from error
+
+
+def _in_pool(spark: SparkSession, query: Query, failures: list[tuple[str, BaseException]]) -> None:
+    try:
+        # The JVM's active session is per thread; without it a new thread's query does not find
+        # the ``exactly`` data source, which is registered in this session.
+        jvm_session = type(spark)._get_j_spark_session_class(spark._jvm)
+        jvm_session.setActiveSession(spark._jsparkSession)
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", query.name)
+        query.run(spark)
+        if not STOPPING.is_set():
+            raise StreamError("the query stopped by itself")
+    except BaseException as error:  # noqa: BLE001 - reported by run() in the main thread
+        failures.append((query.name, error))
+        STOPPING.set()
+
+
+def _say(name: str) -> Callable[[str], None]:
+    def say(line: str) -> None:
+        print(f"{name}: {line}", file=sys.stderr, flush=True)
+
+    return say
+
+
+def _dedupe(settings: Settings, spark: SparkSession, trigger_seconds: float) -> None:
+    from exactly.dedupe.driver import configured_plan, drive
+
+    plan = configured_plan(settings, source=RAW, output=EVENTS, trigger_seconds=trigger_seconds)
+    drive(settings, plan, quiet=True, spark=spark)
+
+
+def _aggregate(settings: Settings, spark: SparkSession, trigger_seconds: float) -> None:
+    from exactly.aggregate import open_db
+    from exactly.aggregate.driver import configured_tables, drive
+    from exactly.aggregate.job import AggregatePlan, default_checkpoint
+
+    plan = AggregatePlan(
+        log_url=settings.log_url,
+        checkpoint=default_checkpoint(settings.data_dir, EVENTS),
+        tables=tuple(configured_tables(settings)),
+        topic=EVENTS,
+        trigger_seconds=trigger_seconds,
+    )
+    say = _say("aggregate")
+    with open_db(
+        settings.aggregate_url, retry_seconds=settings.aggregate.retry_seconds, say=say
+    ) as database:
+        drive(spark, plan, database, say=say)
+
+
+def _route(settings: Settings, spark: SparkSession, trigger_seconds: float) -> None:
+    from exactly.delivery import open_jobdb
+    from exactly.delivery.route import RoutePlan, default_checkpoint, drive
+
+    plan = RoutePlan(
+        log_url=settings.log_url,
+        checkpoint=default_checkpoint(settings.data_dir, EVENTS).resolve(),
+        destinations=settings.destinations,
+        topic=EVENTS,
+        trigger_seconds=trigger_seconds,
+        max_records_per_trigger=50_000,
+    )
+    options = settings.delivery
+    with open_jobdb(
+        settings.jobdb_url,
+        dataset_rows=options.dataset_rows,
+        dataset_minutes=options.dataset_minutes,
+    ) as jobdb:
+        drive(spark, plan, jobdb, say=_say("route"))

@@ -1,0 +1,92 @@
+"""``exactly deliveries [--json]`` after a real ``exactly deliver``: every column of issue 13's
+Visibility per destination (queued, retrying, succeeded, discarded, expired, oldest queued age,
+rate, last error)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from exactly.delivery import open_jobdb
+from exactly.delivery.base import EXECUTING, NewJob, Transition
+from tests.receiver import Receiver
+
+
+def run_cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "exactly", "--config", str(config), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, env={**os.environ})
+
+
+def jobs(name: str, url: str, count: int) -> list[NewJob]:
+    return [
+        NewJob("web", name, url, b'{"messageId":"%s-%d"}' % (name.encode(), n), f"{name}-{n}")
+        for n in range(count)
+    ]
+
+
+def test_deliveries_shows_every_figure_per_destination(tmp_path: Path) -> None:
+    with Receiver() as receiver:
+        urls = {
+            "hook": f"{receiver.url}/ok",
+            "refusing": f"{receiver.url}/status/404",
+            "later": f"{receiver.url}/ok",
+            "busy": f"{receiver.url}/status/503",
+        }
+        text = f'data_dir = "{tmp_path / "data"}"\n'
+        for name, url in urls.items():
+            text += f'[[destinations]]\nname = "{name}"\nurl = "{url}"\n'
+            text += "rate = 50\n" if name == "hook" else ""
+        config = tmp_path / "exactly.toml"
+        config.write_text(text)
+        jobdb = f"sqlite://{tmp_path / 'data' / 'jobdb'}"
+        with open_jobdb(jobdb) as db:
+            db.add(jobs("hook", urls["hook"], 30), query_id="q", batch_id=0)
+            db.add(jobs("refusing", urls["refusing"], 2), query_id="q", batch_id=1)
+        delivered = run_cli(config, "deliver", "--until-drained")
+        assert delivered.returncode == 0, delivered.stderr
+    with open_jobdb(jobdb) as db:  # what deliver has not touched yet, and a job mid-retry
+        db.add(jobs("later", urls["later"], 4), query_id="q", batch_id=2)
+        db.add(jobs("busy", urls["busy"], 3), query_id="q", batch_id=3)
+        busy = db.pending("web/busy")
+        retry_at = time.time() + 600
+        db.record([Transition(job.id, EXECUTING, 1) for job in busy])
+        db.record(
+            [Transition(busy[0].id, "awaiting-retry", 1, retry_at=retry_at, status_code=503)]
+            + [Transition(job.id, "expired", 1, error_type="timeout") for job in busy[1:]]
+        )
+    time.sleep(1.1)  # the queued jobs are a second old
+    result = run_cli(config, "deliveries", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = {row["destination"]: row for row in json.loads(result.stdout)}
+    assert rows["hook"]["states"] == {"succeeded": 30} and rows["hook"]["queued"] == 0
+    assert rows["hook"]["rate_per_second"] == 0.5  # 30 in the last minute
+    assert rows["hook"]["rate_limit"] == 50 and rows["refusing"]["rate_limit"] is None
+    assert rows["hook"]["last_error"] is None and rows["hook"]["oldest_pending_seconds"] is None
+    assert rows["refusing"]["states"] == {"discarded": 2}
+    assert rows["refusing"]["last_error"].startswith("404: status 404")
+    assert rows["later"]["queued"] == 4 and rows["later"]["states"] == {"awaiting-scheduling": 4}
+    assert rows["later"]["oldest_pending_seconds"] >= 1.0
+    assert rows["busy"]["states"] == {"awaiting-retry": 1, "expired": 2}
+    assert rows["busy"]["last_error"] == "timeout"  # the latest
+    assert rows["busy"]["rate_per_second"] == 0.0
+    table = run_cli(config, "deliveries")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    header = next(line for line in lines if "destination" in line)
+    for column in ("queued", "retrying", "succeeded", "discarded", "expired", "oldest queued"):
+        assert column in header
+    assert "rate" in header and "last error" in header
+
+    def row(name: str) -> list[str]:
+        line = next(line for line in lines if line.strip("│ ").startswith(name + " "))
+        return [cell.strip() for cell in line.strip("│").split("│")]
+
+    assert row("hook")[1:8] == ["0", "0", "30", "0", "0", "-", "0.5/s (max 50)"]
+    assert row("refusing")[1:7] == ["0", "0", "0", "2", "0", "-"]
+    assert row("refusing")[8].startswith("404: status 404")
+    assert row("later")[1:6] == ["4", "0", "0", "0", "0"] and row("later")[6].endswith(" s")
+    assert row("busy")[1:8] == ["0", "1", "0", "0", "2", row("busy")[6], "0.0/s"]

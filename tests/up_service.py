@@ -1,0 +1,262 @@
+"""``exactly up`` for the tests: the service in its own process group, clients that retry, checks.
+
+:class:`UpService` runs ``exactly up`` (no live view) in a session of its own so that a test can
+SIGKILL the whole group, as a crash does, or SIGTERM it, as a stop does. :class:`Clients` send
+Segment batches through ``/v1/batch`` as an SDK does: a batch that gets no 200 (the collector is
+down, restarting, or answered 503) is sent again, with the same messageIds, until it is accepted.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import http.client
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from tests.servers import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+WRITE_KEY = "wk_up_test"
+FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m"
+
+
+def write_config(
+    directory: Path, receiver_url: str, *, port: int | None = None, console_port: int = 0
+) -> Path:
+    """An exactly.toml: one source, two destinations (every event; orders only, failing once);
+    the web console on ``console_port`` (0: none)."""
+    port = port or free_port()
+    config = directory / "exactly.toml"
+    config.write_text(
+        f"""
+data_dir = "{directory / "data"}"
+
+[console]
+port = {console_port}
+
+[collector]
+port = {port}
+partitions = 2
+
+[collector.sources]
+web = "{WRITE_KEY}"
+
+[delivery]
+dataset_rows = 2000
+
+[[destinations]]
+name = "all"
+url = "{receiver_url}/ok"
+[destinations.backoff]
+min = "200ms"
+max = "1s"
+
+[[destinations]]
+name = "orders"
+url = "{receiver_url}/flaky/1"
+events = ["Order Completed"]
+[destinations.backoff]
+min = "200ms"
+max = "1s"
+"""
+    )
+    return config
+
+
+class UpService:
+    """``exactly up`` as a process group; its stderr in ``DIR/up-N.err``."""
+
+    def __init__(self, config: Path, directory: Path) -> None:
+        self.config = config
+        self.directory = directory
+        self.runs = 0
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def port(self) -> int:
+        """The collector's port."""
+        text = self.config.read_text().split("[collector]", 1)[1]
+        return int(text.split("port = ", 1)[1].split("\n", 1)[0])
+
+    @property
+    def console_url(self) -> str:
+        text = self.config.read_text().split("[console]", 1)[1]
+        return f"http://127.0.0.1:{int(text.split('port = ', 1)[1].split(chr(10), 1)[0])}"
+
+    def start(self) -> None:
+        self.runs += 1
+        env = {
+            **os.environ,
+            "EXACTLY_CONFIG": str(self.config),
+            "JDK_JAVA_OPTIONS": FAST_JVM,
+            "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        }
+        with (self.directory / f"up-{self.runs}.err").open("wb") as err:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "exactly", "up", "--no-live", "--every", "2"],
+                cwd=self.directory,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                start_new_session=True,
+            )
+
+    def stderr(self) -> str:
+        return (self.directory / f"up-{self.runs}.err").read_text(errors="replace")
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group, as a crash of the machine's session would."""
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        wait_until_gone(self.process.pid)
+
+    def terminate(self, timeout: float = 60.0) -> tuple[int, float]:
+        """SIGTERM ``up`` alone; (exit status, seconds until it exited)."""
+        assert self.process is not None
+        began = time.monotonic()
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout)
+        return code, time.monotonic() - began
+
+    def part_pid(self, name: str) -> int | None:
+        """The pid of a part (a child of ``up`` running ``exactly NAME``), if running."""
+        assert self.process is not None
+        for child in _children(self.process.pid):
+            command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            if name.encode() in command:
+                return child
+        return None
+
+    def close(self) -> None:
+        self.kill()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def wait_until_gone(pgid: int, timeout: float = 30.0) -> None:
+    """Wait until no process of group ``pgid`` is left (a part's children die with it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = False
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                    alive = alive or (int(fields[2]) == pgid and fields[0] != "Z")
+        if not alive:
+            return
+        time.sleep(0.1)
+
+
+class Clients:
+    """Send ``batches`` batches of ``size`` events, each until accepted, from a thread."""
+
+    def __init__(
+        self, port: int, batches: int, size: int = 50, *, pause: float = 0.05, prefix: str = ""
+    ) -> None:
+        self.port = port
+        self.pause = pause
+        self.sent: list[list[dict[str, object]]] = [
+            [_event(b * size + i, prefix) for i in range(size)] for b in range(batches)
+        ]
+        self.accepted = 0
+        self.refused = 0
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._send_all, daemon=True)
+
+    @property
+    def ids(self) -> set[str]:
+        return {str(event["messageId"]) for batch in self.sent for event in batch}
+
+    @property
+    def orders(self) -> set[str]:
+        return {
+            str(event["messageId"])
+            for batch in self.sent
+            for event in batch
+            if event.get("event") == "Order Completed"
+        }
+
+    def start(self) -> Clients:
+        self.thread.start()
+        return self
+
+    def wait(self, timeout: float) -> bool:
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+    def _send_all(self) -> None:
+        auth = base64.b64encode(f"{WRITE_KEY}:".encode()).decode()
+        for batch in self.sent:
+            body = json.dumps({"batch": batch}).encode()
+            while not self.stopping.is_set():
+                if self._post(body, auth):
+                    self.accepted += 1
+                    break
+                self.refused += 1
+                time.sleep(0.3)
+            time.sleep(self.pause)
+
+    def _post(self, body: bytes, auth: str) -> bool:
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            connection.request(
+                "POST",
+                "/v1/batch",
+                body,
+                {"Authorization": f"Basic {auth}", "Content-Type": "application/json"},
+            )
+            return connection.getresponse().status == 200
+        except OSError:
+            return False
+        finally:
+            connection.close()
+
+
+def _event(number: int, prefix: str) -> dict[str, object]:
+    event: dict[str, object] = {
+        "type": "track",
+        "event": "Order Completed" if number % 3 == 0 else "Product Viewed",
+        "messageId": f"{prefix}{uuid.UUID(int=number + 1, version=4)}",
+        "userId": f"user-{number % 17}",
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
+    }
+    if number % 3 == 0:
+        event["properties"] = {"revenue": 1.5}
+    return event
+
+
+def counted(data_dir: Path) -> int:
+    """Events counted in ``event_counts`` so far (0 before the table exists)."""
+    path = data_dir / "aggregates.db"
+    if not path.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:
+        try:
+            row = db.execute("SELECT COALESCE(SUM(count), 0) FROM event_counts").fetchone()
+        except sqlite3.OperationalError:
+            return 0
+    return int(row[0])
