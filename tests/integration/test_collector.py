@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 import uuid
 import zlib
 from collections.abc import Iterator
@@ -185,7 +186,9 @@ def test_size_limits(client: httpx.Client) -> None:
 
     def chunks() -> Iterator[bytes]:  # no Content-Length: the limit holds while streaming
         yield b'{"batch": ['
-        for _ in range(600):
+        for n in range(600):
+            if n > 520:  # still sending when the collector refuses: the 413 must still arrive
+                time.sleep(0.002)
             yield b'{"type": "track", "event": "e", "userId": "u", "p": "' + b"z" * 1000 + b'"},'
         yield b"{}]}"
 
@@ -197,6 +200,20 @@ def test_size_limits(client: httpx.Client) -> None:
         "/v1/batch", content=bomb, headers={"Content-Encoding": "gzip"}, auth=WEB
     )
     assert response.status_code == 413
+
+
+def test_the_connection_outlives_a_refused_body(client: httpx.Client) -> None:
+    # the collector reads and drops the rest of a refused body, so the kept-alive connection
+    # is still good for the next request (else the client's next request on it would fail)
+    huge = {"batch": [{"type": "track", "event": "e", "userId": "u", "p": "y" * 1000}] * 520}
+    for _ in range(20):
+        assert client.post("/v1/batch", json=huge, auth=WEB).status_code == 413
+        assert client.get("/health").status_code == 200
+    # a body too big to drain closes the connection, and says so: the client opens a new one
+    enormous = b"x" * (8 << 20)
+    response = client.post("/v1/batch", content=enormous, auth=WEB)
+    assert response.status_code == 413 and response.headers["connection"] == "close"
+    assert client.get("/health").status_code == 200
 
 
 def test_a_batch_takes_the_valid_events_and_names_the_others(

@@ -47,6 +47,37 @@ def too_large(limit: int) -> HTTPError:
     return HTTPError(413, "too_large", f"the request body is larger than {limit} bytes")
 
 
+# What the collector still reads, and throws away, of a body it refuses as too large. A server
+# that answers and closes while the client is still sending resets the connection, and the
+# client sees "server disconnected" instead of the 413; reading a little more lets the answer
+# arrive. Past these bounds the connection is closed anyway.
+DRAIN_BYTES = 4 << 20
+DRAIN_SECONDS = 2.0
+
+
+async def _refuse(receive: Receive, limit: int, more: bool) -> HTTPError:
+    """The 413 for a body over ``limit``, after draining what is left of it, within bounds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DRAIN_SECONDS
+    drained = 0
+    while more and drained <= DRAIN_BYTES:
+        left = deadline - loop.time()
+        if left <= 0:
+            break
+        try:
+            message = await asyncio.wait_for(receive(), left)
+        except TimeoutError:
+            break
+        if message["type"] == "http.disconnect":
+            break
+        drained += len(message.get("body", b""))
+        more = message.get("more_body", False)
+    refusal = too_large(limit)
+    if more:  # the rest is left unread: the connection cannot carry another request
+        refusal.headers = ((b"connection", b"close"),)
+    return refusal
+
+
 async def read_body(
     receive: Receive,
     limit: int,
@@ -61,7 +92,7 @@ async def read_body(
     a worker, nor its shutdown, for long.
     """
     if declared is not None and declared > limit:
-        raise too_large(limit)
+        raise await _refuse(receive, limit, more=declared - limit <= DRAIN_BYTES)
     loop = asyncio.get_running_loop()
     deadline = None if total is None else loop.time() + total
     chunks: list[bytes] = []
@@ -85,7 +116,7 @@ async def read_body(
         if chunk:
             size += len(chunk)
             if size > limit:
-                raise too_large(limit)
+                raise await _refuse(receive, limit, more=message.get("more_body", False))
             chunks.append(chunk)
         if not message.get("more_body", False):
             break
