@@ -100,6 +100,39 @@ def test_available_now_ends_and_offsets_survive_restarts(
     assert drain(spark, source(spark, log_url, topic), tmp_path)[1] == []
 
 
+def test_read_tasks_group_partitions_and_the_grouping_is_recorded(
+    spark: SparkSession, log_url: str, log: Log, topic: str, tmp_path: Path
+) -> None:
+    from pyspark.sql import functions as F
+
+    from exactly.spark.options import SourceOptions
+    from exactly.spark.source import LogStreamReader, ReadTask
+
+    log.create_topic(topic, 5)
+    fill(log, topic, 5, 12)
+    grouped = source(spark, log_url, topic, readTasks="2").withColumn(
+        "task", F.spark_partition_id()
+    )
+    rows, per_batch = drain(spark, grouped, tmp_path)
+    assert per_batch == [60]
+    assert sorted((r.partition, r.offset) for r in rows) == [
+        (p, n) for p in range(5) for n in range(12)
+    ]
+    tasks = {r.partition: r.task for r in rows}
+    assert len(set(tasks.values())) == 2  # five partitions, two read tasks
+    assert all(len({r.task for r in rows if r.partition == p}) == 1 for p in range(5))
+    recorded = (tmp_path / "checkpoint" / "offsets" / "0").read_text()
+    assert '"tasks":2' in recorded.replace(" ", "")
+    # a replay reads with the grouping its batch recorded, whatever the option says now
+    reader = LogStreamReader(
+        SourceOptions.parse({"log": log_url, "topic": topic, "readTasks": "3"})
+    )
+    end = {"0": 12, "1": 12, "2": 12, "3": 12, "4": 12, "tasks": 2}
+    planned = reader.partitions({"0": 0}, end)
+    assert len(planned) == 2 and all(isinstance(task, ReadTask) for task in planned)
+    assert len(reader.partitions({"0": 0}, {k: v for k, v in end.items() if k != "tasks"})) == 5
+
+
 def test_rate_limit(
     spark: SparkSession, log_url: str, log: Log, topic: str, tmp_path: Path
 ) -> None:

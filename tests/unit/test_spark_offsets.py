@@ -110,3 +110,33 @@ def test_sink_options() -> None:
     assert (parsed.checkpoint, parsed.guarantee, parsed.sink_id) == ("/c", "at-least-once", None)
     with pytest.raises(ConfigError, match="guarantee"):
         SinkOptions.parse({"log": "sqlite:///x", "topic": "t", "guarantee": "maybe"})
+
+
+def test_a_position_records_its_read_tasks() -> None:
+    position = offsets.to_json({1: 7, 0: 3}, tasks=2)
+    assert list(position) == ["0", "1", "tasks"]
+    assert offsets.from_json(position) == {0: 3, 1: 7}
+    assert offsets.tasks_of(position) == 2
+    assert offsets.tasks_of(offsets.to_json({0: 3})) is None  # a checkpoint from before
+    for bad in (0, "2", True):
+        with pytest.raises(StreamError):
+            offsets.tasks_of({"0": 3, "tasks": bad})
+
+
+@given(
+    st.lists(st.integers(0, 50), min_size=0, max_size=12),
+    st.one_of(st.none(), st.integers(1, 16)),
+)
+def test_read_tasks_keep_each_range_whole_and_in_order(sizes: list[int], tasks: int | None) -> None:
+    from exactly.spark.source import OffsetRange, ReadTask, ranges, read_tasks
+
+    end = {partition: size for partition, size in enumerate(sizes)}
+    found = ranges({}, end)
+    planned = read_tasks(found, tasks)
+    assert planned == read_tasks(found, tasks)  # deterministic: a replay reads alike
+    flat = [r for task in planned for r in (task.ranges if isinstance(task, ReadTask) else [task])]
+    assert flat == found and all(isinstance(r, OffsetRange) for r in flat)
+    assert len(planned) == (len(found) if tasks is None else min(tasks, len(found)))
+    if planned and tasks is not None and tasks < len(found):
+        lengths = [len(task.ranges) for task in planned if isinstance(task, ReadTask)]
+        assert max(lengths) - min(lengths) <= 1

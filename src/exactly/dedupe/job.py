@@ -40,6 +40,7 @@ from exactly.dedupe.window import Bounds
 from exactly.errors import ConfigError, StreamError, TopicExists
 from exactly.events.ids import DEFAULT_SCOPE, SCOPES
 from exactly.log import Log
+from exactly.spark.session import read_tasks
 from exactly.urls import redact
 
 if TYPE_CHECKING:
@@ -181,6 +182,7 @@ def build(spark: SparkSession, plan: DedupePlan, partitions: int) -> DataFrame:
         .option("log", plan.log_url)
         .option("topic", plan.source)
         .option("readRecords", str(plan.read_records))
+        .option("readTasks", str(read_tasks(spark)))
     )
     if plan.max_records_per_trigger is not None:
         reader = reader.option("maxRecordsPerTrigger", str(plan.max_records_per_trigger))

@@ -1,10 +1,10 @@
-"""One Spark task of the dedupe job: a micro-batch's records of one raw partition, as Arrow.
+"""One Spark task of the dedupe job: a micro-batch's records of a raw partition, as Arrow.
 
 :func:`dedupe_partition` is what ``mapInArrow`` runs. Its rows go on to the exactly-once sink in
 the same task, which writes them to ``events`` partition *p* (DESIGN.md boundary 3). Steps per
 task (marked in the code):
 
-1. **Lock** the store's partition (held until the task ends: one writer per database).
+1. **Lock** the store's partition (held while the task works on it: one writer per database).
 2. **Repair** the store from the output if it is behind it (``recovery.rebuild``).
 3. **Resume**: if the output already holds records of this very batch (an earlier attempt died
    after writing some), the records up to the last of them pass exactly when they are in the
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, groupby
 
 import orjson
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -93,15 +93,27 @@ def message_id(key: bytes | None, value: bytes) -> tuple[bytes | None, str | Non
 
 
 def dedupe_partition(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The task's passing records (module docstring); ``batches`` hold one raw partition."""
+    """The task's passing records (module docstring).
+
+    ``batches`` hold one raw partition, or several one after the other (option ``readTasks``:
+    each Arrow batch holds records of one partition); each partition's run is deduped on its own.
+    """
     from exactly.spark.options import shared_log
 
-    batches = (batch for batch in batches if batch.num_rows)
-    first = next(batches, None)
-    if first is None:
-        return
-    partition = first.column("partition")[0].as_py()
     log = shared_log(plan.log_url, plan.max_record_bytes)
+    runs = groupby(
+        (batch for batch in batches if batch.num_rows),
+        key=lambda batch: batch.column("partition")[0].as_py(),
+    )
+    for partition, run in runs:
+        yield from _dedupe_run(plan, log, partition, run)
+
+
+def _dedupe_run(
+    plan: TaskPlan, log: Log, partition: int, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """Steps 1-6 for one raw partition's records of the micro-batch."""
+    first = next(batches)
     every = chain([first], batches)
     if not plan.store.claims:
         for batch in every:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from exactly.errors import ExactlyError, StreamError
 from exactly.spark import checkpoint as spark_checkpoint
+from exactly.spark.session import read_tasks
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -98,6 +99,7 @@ def run_batches(
         .option("log", plan.log_url)
         .option("topic", plan.topic)
         .option("readRecords", str(plan.read_records))
+        .option("readTasks", str(read_tasks(spark)))
         .option("startingOffsets", start)
     )
     if plan.max_records_per_trigger is not None:

@@ -1,7 +1,9 @@
 """Offset arithmetic of the source: pure functions, so the rules are tested without Spark.
 
 Spark keeps a source position as JSON; ours is ``{"<partition>": next offset, ...}`` with every
-partition of the topic, in partition order.
+partition of the topic, in partition order, and, when the query groups partitions into fewer read
+tasks, ``"tasks": n``: how many tasks read the micro-batch that ends there. Spark records a batch's
+end before running it, so a replayed batch is read by the same tasks, each with the same ranges.
 """
 
 from __future__ import annotations
@@ -17,19 +19,37 @@ Spec = Literal["earliest", "latest"] | Offsets
 
 EARLIEST = -2  # in a JSON spec, as in Spark's Kafka source
 LATEST = -1
+TASKS = "tasks"  # the one key of a position that is not a partition
 
 
-def to_json(offsets: Mapping[int, int]) -> dict[str, int]:
-    """The form Spark stores: string keys, partition order."""
-    return {str(partition): offsets[partition] for partition in sorted(offsets)}
+def to_json(offsets: Mapping[int, int], tasks: int | None = None) -> dict[str, int]:
+    """The form Spark stores: string keys, partition order, then ``tasks`` if given."""
+    position = {str(partition): offsets[partition] for partition in sorted(offsets)}
+    if tasks is not None:
+        position[TASKS] = tasks
+    return position
 
 
 def from_json(offsets: Mapping[str, Any]) -> Offsets:
-    """Offsets back from Spark's JSON form."""
+    """Offsets back from Spark's JSON form (without ``tasks``)."""
     try:
-        return {int(partition): int(offset) for partition, offset in offsets.items()}
+        return {
+            int(partition): int(offset)
+            for partition, offset in offsets.items()
+            if partition != TASKS
+        }
     except (TypeError, ValueError) as error:
         raise StreamError(f"not a source position of the exactly source: {offsets!r}") from error
+
+
+def tasks_of(position: Mapping[str, Any]) -> int | None:
+    """How many read tasks the batch ending at ``position`` has; None: one per partition."""
+    tasks = position.get(TASKS)
+    if tasks is None:
+        return None
+    if not isinstance(tasks, int) or isinstance(tasks, bool) or tasks < 1:
+        raise StreamError(f"not a source position of the exactly source: {position!r}")
+    return tasks
 
 
 def parse_spec(name: str, text: str, *, allow_earliest: bool = True) -> Spec:

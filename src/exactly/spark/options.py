@@ -31,6 +31,7 @@ class SourceOptions:
     max_records_per_trigger: int | None = None
     arrow: bool = True
     read_records: int = 5000  # records per log read, and per Arrow batch
+    read_tasks: int | None = None  # at most this many read tasks (None: one per partition)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -41,6 +42,7 @@ class SourceOptions:
         )
         limit = options.get("maxRecordsPerTrigger")
         per_trigger = None if limit is None else _positive(limit, "maxRecordsPerTrigger")
+        tasks = options.get("readTasks")
         return cls(
             log=log,
             topic=topic,
@@ -49,6 +51,7 @@ class SourceOptions:
             max_records_per_trigger=per_trigger,
             arrow=_flag(options.get("arrow", "true"), "arrow"),
             read_records=_positive(options.get("readRecords", "5000"), "readRecords"),
+            read_tasks=None if tasks is None else _positive(tasks, "readTasks"),
         )
 
 

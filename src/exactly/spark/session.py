@@ -136,3 +136,12 @@ def package_zip(directory: Path) -> Path:
         staged.write_bytes(data)
         staged.replace(path)
     return path
+
+
+def read_tasks(spark: SparkSession) -> int:
+    """The read tasks a job's micro-batch needs at most: one per core of the application.
+
+    A read task costs a Python worker's round trip whatever it reads, so more tasks than cores
+    only add that cost (``bench/spark_batch_cost.py``).
+    """
+    return max(1, spark.sparkContext.defaultParallelism)

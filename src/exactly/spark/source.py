@@ -6,7 +6,10 @@ timestamp, ``headers`` array<struct<key: string, value: binary>> (as Spark's Kaf
 Guarantees of the streaming source: a micro-batch is the offset range ``[start, end)`` of every
 partition, recorded by Spark in the checkpoint before it runs, and reading a range again yields the
 same records in the same order, so a replayed batch is the same batch. Each partition's range is
-read by one task, in offset order (the sink relies on this to keep a copy in order). Offsets are
+read by one task, in offset order (the sink relies on this to keep a copy in order). With option
+``readTasks`` a task reads several partitions' ranges one after the other, so a micro-batch has at
+most that many read tasks (each costs a Python worker's start-up; one per core is cheapest); the
+batch's end position records the grouping, so a replay groups the same way. Offsets are
 positions, not counts: on Kafka, transaction markers leave gaps that no record fills.
 """
 
@@ -62,6 +65,13 @@ class OffsetRange(InputPartition):
     end: int
 
 
+@dataclass(frozen=True)
+class ReadTask(InputPartition):
+    """One task's work when partitions are grouped: ranges read one after the other."""
+
+    ranges: tuple[OffsetRange, ...]
+
+
 def ranges(start: offsets.Offsets, end: offsets.Offsets) -> list[OffsetRange]:
     """The non-empty ranges between two positions, in partition order."""
     return [
@@ -69,6 +79,33 @@ def ranges(start: offsets.Offsets, end: offsets.Offsets) -> list[OffsetRange]:
         for partition, stop in sorted(end.items())
         if stop > start.get(partition, 0)
     ]
+
+
+def read_tasks(found: list[OffsetRange], tasks: int | None) -> list[InputPartition]:
+    """``found`` as at most ``tasks`` tasks of consecutive ranges (None: one task per range).
+
+    Deterministic: the same ranges and count always give the same tasks.
+    """
+    if tasks is None or tasks >= len(found):
+        return list(found)
+    size, extra = divmod(len(found), tasks)
+    grouped: list[InputPartition] = []
+    at = 0
+    for task in range(tasks):
+        count = size + (1 if task < extra else 0)
+        grouped.append(ReadTask(tuple(found[at : at + count])))
+        at += count
+    return grouped
+
+
+def read(options: SourceOptions, task: InputPartition) -> Iterator[Any]:
+    """The records of one task: its range, or its ranges in turn."""
+    if isinstance(task, ReadTask):
+        for one in task.ranges:
+            yield from read_range(options, one)
+    else:
+        assert isinstance(task, OffsetRange)
+        yield from read_range(options, task)
 
 
 def read_range(options: SourceOptions, task: OffsetRange) -> Iterator[Any]:
@@ -127,7 +164,8 @@ def to_rows(records: Sequence[LogRecord]) -> Iterator[tuple[Any, ...]]:
 class LogBatchReader(DataSourceReader):
     """``spark.read.format("exactly")``: offsets ``startingOffsets`` to ``endingOffsets``.
 
-    Both default to the whole topic as it is when the read is planned; one task per partition.
+    Both default to the whole topic as it is when the read is planned; one task per partition,
+    or at most ``readTasks``.
     """
 
     def __init__(self, options: SourceOptions) -> None:
@@ -137,11 +175,10 @@ class LogBatchReader(DataSourceReader):
         ends = shared_log(self.options.log).end_offsets(self.options.topic)
         start = offsets.resolve("startingOffsets", self.options.starting, ends)
         end = offsets.resolve("endingOffsets", self.options.ending, ends, offsets.LATEST)
-        return ranges(start, end)
+        return read_tasks(ranges(start, end), self.options.read_tasks)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, OffsetRange)
-        return read_range(self.options, partition)
+        return read(self.options, partition)
 
 
 class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -158,7 +195,8 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, int]:
         ends = shared_log(self.options.log).end_offsets(self.options.topic)
-        return offsets.to_json(offsets.resolve("startingOffsets", self.options.starting, ends))
+        start = offsets.resolve("startingOffsets", self.options.starting, ends)
+        return offsets.to_json(start, self.options.read_tasks)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_records_per_trigger
@@ -173,14 +211,14 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = offsets.limit_to(begin, offsets.advance(begin, self._latest), self._target)
         if isinstance(limit, ReadMaxRows):
             end = offsets.cap(begin, end, limit.max_rows)
-        return offsets.to_json(end)
+        return offsets.to_json(end, self.options.read_tasks)
 
     def reportLatestOffset(self) -> dict[str, int] | None:
         return None if self._latest is None else offsets.to_json(self._latest)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        return ranges(offsets.from_json(start), offsets.from_json(end))
+        found = ranges(offsets.from_json(start), offsets.from_json(end))
+        return read_tasks(found, offsets.tasks_of(end))  # as recorded, not as configured now
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, OffsetRange)
-        return read_range(self.options, partition)
+        return read(self.options, partition)
