@@ -38,7 +38,6 @@ from typing import Any, TypeVar
 import aiohttp
 import uvloop
 
-from exactly.backoff import backoff
 from exactly.delivery.archive import Archive, archive_name
 from exactly.delivery.base import (
     AWAITING_RETRY,
@@ -53,6 +52,7 @@ from exactly.delivery.base import (
     Transition,
 )
 from exactly.delivery.metrics import DeliveryMetrics, Gauges
+from exactly.delivery.patience import Patience
 from exactly.delivery.policy import next_step, retry_after
 from exactly.delivery.settings import DestinationSettings
 from exactly.delivery.signing import request_headers
@@ -246,11 +246,15 @@ class Director:
         lock checked, ``exactly.backoff`` between tries) for ``jobdb_patience`` seconds, then
         raised as one JobDBError naming the JobDB and the cause."""
         loop = asyncio.get_running_loop()
-        failed_at: float | None = None
-        attempt = 0
+        patience = Patience(
+            self.jobdb.describe(),
+            self.jobdb_patience,
+            "the director stopped, and a restart resumes from what the JobDB holds",
+            self.report,
+        )
         while True:
             try:
-                if attempt:
+                if patience.attempt:
                     await loop.run_in_executor(self._executor, self.jobdb.keep_lock)
                 return await loop.run_in_executor(
                     self._executor, partial(function, *args, **kwargs)
@@ -258,22 +262,14 @@ class Director:
             except ExactlyError:  # decided (a lock held by another, an archive refusing)
                 raise
             except Exception as error:  # noqa: BLE001 (each driver has its own error tree)
-                now = time.monotonic()
-                failed_at = now if failed_at is None else failed_at
-                attempt += 1
-                cause = " ".join(f"{type(error).__name__}: {error}".split())[:300]
-                if self._jobdb_failed or now - failed_at >= self.jobdb_patience:
+                try:
+                    pause = patience.failed(error, spent=self._jobdb_failed)
+                except JobDBError:
                     self._jobdb_failed = True
-                    raise JobDBError(
-                        f"the JobDB {self.jobdb.describe()} failed ({cause}) and did not recover "
-                        f"within {self.jobdb_patience:g} s; the director stopped, and a restart "
-                        "resumes from what the JobDB holds"
-                    ) from None
-                if attempt == 1:
-                    self.report(f"the JobDB failed ({cause}); retrying")
+                    raise
                 with contextlib.suppress(Exception):
                     await loop.run_in_executor(self._executor, self.jobdb.close)
-                await asyncio.sleep(backoff(attempt, minimum=0.05, maximum=2.0))
+                await asyncio.sleep(pause)
 
     async def deliver(self, *, until_drained: bool = False) -> None:
         """Deliver until stopped (or, with ``until_drained``, until nothing is pending)."""

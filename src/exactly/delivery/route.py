@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from exactly.backoff import backoff
-from exactly.delivery.base import JobDB, JobDBError, NewJob
+from exactly.delivery.base import JobDB, NewJob
+from exactly.delivery.patience import Patience
 from exactly.delivery.settings import DestinationSettings
 from exactly.errors import ConfigError, ExactlyError, StreamError
 from exactly.spark import checkpoint as spark_checkpoint
@@ -208,8 +208,12 @@ class BatchRouter(BatchFunction):
         then reported as a replay).
         """
         end = spark_checkpoint.batch_end(self.plan.checkpoint, batch_id)
-        failed_at: float | None = None
-        attempt = 0
+        patience = Patience(
+            self.jobdb.describe(),
+            self.plan.jobdb_patience,
+            "the route query stopped, and a restart resumes from its checkpoint",
+            say_line,
+        )
         while True:
             try:
                 before = self.jobdb.marker(query)  # for the report: add() decides by itself
@@ -224,21 +228,10 @@ class BatchRouter(BatchFunction):
             except ExactlyError:  # decided: the JobDB refused in words of its own
                 raise
             except Exception as error:  # noqa: BLE001 (each driver has its own error tree)
-                now = time.monotonic()
-                failed_at = now if failed_at is None else failed_at
-                attempt += 1
-                cause = " ".join(f"{type(error).__name__}: {error}".split())[:300]
-                if now - failed_at >= self.plan.jobdb_patience:
-                    raise JobDBError(
-                        f"the JobDB {self.jobdb.describe()} failed ({cause}) and did not recover "
-                        f"within {self.plan.jobdb_patience:g} s; the route query stopped, and a "
-                        "restart resumes from its checkpoint"
-                    ) from None
-                if attempt == 1:
-                    say_line(f"the JobDB failed ({cause}); retrying")
+                pause = patience.failed(error)
                 with contextlib.suppress(Exception):
                     self.jobdb.close()
-                time.sleep(backoff(attempt, minimum=0.05, maximum=2.0))
+                time.sleep(pause)
 
 
 def run(

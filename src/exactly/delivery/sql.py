@@ -407,6 +407,29 @@ class SQLJobDB(JobDB):
 
     def pending(self, bucket: str, *, after: int = 0, limit: int = 10_000) -> list[Job]:
         """Up to ``limit`` jobs of ``bucket`` not yet terminal, by id, with ids above ``after``."""
+        return self._page(
+            after,
+            limit,
+            "",
+            (),
+            "j.bucket = ? AND (t.state IS NULL OR t.state IN (?, ?, ?))",
+            (bucket, *PENDING),
+        )
+
+    def _page(
+        self,
+        after: int,
+        limit: int,
+        latest: str,
+        latest_args: tuple[Any, ...],
+        where: str,
+        where_args: tuple[Any, ...],
+    ) -> list[Job]:
+        """Up to ``limit`` jobs by id with ids above ``after``, over the live datasets, each with
+        its newest transition that SQL condition ``latest`` admits, kept where ``where`` holds.
+
+        A dataset dropped meanwhile (archived) is passed over.
+        """
         with self._mutex:
             cursor = self._cursor()
             found: list[Job] = []
@@ -414,17 +437,23 @@ class SQLJobDB(JobDB):
                 if dataset.first_id + dataset.rows <= after + 1 or len(found) >= limit:
                     continue
                 n = dataset.number
-                self._execute(
-                    cursor,
-                    f"SELECT j.id, j.bucket, j.destination, j.endpoint, j.headers, j.payload, "
-                    f"j.message_id, j.user_id, j.created_at, j.expire_at, t.state, t.attempt, "
-                    f"t.retry_at FROM jobs_{n} j LEFT JOIN job_state_transitions_{n} t ON t.id = "
-                    f"(SELECT MAX(id) FROM job_state_transitions_{n} WHERE job_id = j.id) "
-                    "WHERE j.bucket = ? AND j.id > ? AND "
-                    "(t.state IS NULL OR t.state IN (?, ?, ?)) ORDER BY j.id LIMIT ?",
-                    (bucket, after, *PENDING, limit - len(found)),
-                )
-                found.extend(_job(row) for row in cursor.fetchall())
+                try:
+                    self._execute(
+                        cursor,
+                        f"SELECT j.id, j.bucket, j.destination, j.endpoint, j.headers, j.payload, "
+                        f"j.message_id, j.user_id, j.created_at, j.expire_at, t.state, t.attempt, "
+                        f"t.retry_at FROM jobs_{n} j LEFT JOIN job_state_transitions_{n} t ON "
+                        f"t.id = (SELECT MAX(id) FROM job_state_transitions_{n} WHERE job_id = "
+                        f"j.id{latest}) WHERE {where} AND j.id > ? ORDER BY j.id LIMIT ?",
+                        (*latest_args, *where_args, after, limit - len(found)),
+                    )
+                    found.extend(_job(row) for row in cursor.fetchall())
+                except Exception:
+                    self._connection.rollback()
+                    if self._dataset_exists(cursor, n):
+                        self._connection.rollback()
+                        raise
+                    self._connection.rollback()
             self._connection.commit()
             return found
 
@@ -831,33 +860,14 @@ class SQLJobDB(JobDB):
 
     def jobs_of(self, destination: str, *, after: int = 0, limit: int = 10_000) -> list[Job]:
         """Jobs of ``destination`` by id above ``after``, with their outcome as ``state``."""
-        with self._mutex:
-            cursor = self._cursor()
-            found: list[Job] = []
-            for dataset in self._load_datasets(cursor):
-                if dataset.first_id + dataset.rows <= after + 1 or len(found) >= limit:
-                    continue
-                n = dataset.number
-                try:
-                    self._execute(
-                        cursor,
-                        f"SELECT j.id, j.bucket, j.destination, j.endpoint, j.headers, j.payload, "
-                        f"j.message_id, j.user_id, j.created_at, j.expire_at, t.state, t.attempt, "
-                        f"t.retry_at FROM jobs_{n} j LEFT JOIN job_state_transitions_{n} t ON "
-                        f"t.id = (SELECT MAX(id) FROM job_state_transitions_{n} WHERE job_id = "
-                        "j.id AND state NOT IN (?, ?)) WHERE j.destination = ? AND j.id > ? "
-                        "ORDER BY j.id LIMIT ?",
-                        (ARCHIVING, ARCHIVED, destination, after, limit - len(found)),
-                    )
-                    found.extend(_job(row) for row in cursor.fetchall())
-                except Exception:
-                    self._connection.rollback()
-                    if self._dataset_exists(cursor, n):
-                        self._connection.rollback()
-                        raise
-                    self._connection.rollback()
-            self._connection.commit()
-            return found
+        return self._page(
+            after,
+            limit,
+            " AND state NOT IN (?, ?)",
+            (ARCHIVING, ARCHIVED),
+            "j.destination = ?",
+            (destination,),
+        )
 
     def jobs_with(self, message_id: str) -> list[tuple[Job, list[Transition]]]:
         """Every job of ``message_id`` in the live datasets with its transitions (by the index
