@@ -320,8 +320,14 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
         first = error.errors()[0]
         where = _where(first["loc"], document) or "config"
         origin = f" in {path}" if path is not None else ""
+        message = first["msg"]
+        if first["type"] == "extra_forbidden" and where.startswith("dedupe.redis"):
+            message = (
+                "not a setting any more: give the redis store as one URL, "
+                'dedupe.store = "redis://HOST:PORT,HOST:PORT/DB" (EXACTLY_DEDUPE__STORE)'
+            )
         raise ConfigError(
-            f"setting {where}{origin}: {first['msg']} (check the file or EXACTLY_* variables)"
+            f"setting {where}{origin}: {message} (check the file or EXACTLY_* variables)"
         ) from error
     except SettingsError as error:  # an EXACTLY_* variable that is not valid JSON for its key
         raise ConfigError(f"{error} (check the EXACTLY_* variables)") from error

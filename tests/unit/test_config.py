@@ -197,3 +197,12 @@ def test_bad_destination_names_the_key(tmp_path: Path, text: str, message: str) 
     with pytest.raises(ConfigError, match=message) as caught:
         load_settings(path)
     assert "\n" not in str(caught.value)
+
+
+def test_a_removed_redis_variable_says_what_replaced_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EXACTLY_DEDUPE__REDIS", "redis://127.0.0.1:6379")
+    with pytest.raises(ConfigError, match=r"dedupe.redis: not a setting any more.*dedupe.store"):
+        load_settings()
