@@ -18,6 +18,7 @@ from exactly.dedupe.job import DedupePlan, prepare, run
 from exactly.dedupe.window import Bounds
 from exactly.log import open_log
 from exactly.spark.session import build_session
+from exactly.spark.streaming import checkpoint_lock
 
 HOUR = 3_600_000
 
@@ -43,7 +44,8 @@ def main(data_dir: str, log_url: str, store: str, checkpoint: str, mode: str) ->
     with open_log(log_url) as log:
         partitions = prepare(log, plan)
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
-    run(spark, plan, partitions, on_batch=lambda r: print(f"batch {r['batchId']}", flush=True))
+    with checkpoint_lock(plan.checkpoint, "dedupe job"):  # as exactly dedupe runs it
+        run(spark, plan, partitions, on_batch=lambda r: print(f"batch {r['batchId']}", flush=True))
     print("done", flush=True)
     spark.stop()
 
