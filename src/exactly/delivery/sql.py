@@ -341,6 +341,19 @@ class SQLJobDB(JobDB):
         self._execute(cursor, self._upsert_marker(), (*marker, now))
         return len(jobs)
 
+    @contextlib.contextmanager
+    def _unless_dropped(self, cursor: Any, number: int) -> Iterator[None]:
+        """Reads of dataset ``number``; their failure is passed over if the dataset was dropped
+        meanwhile (archived: nothing of it is pending or to trace any more), else raised."""
+        try:
+            yield
+        except Exception:
+            self._connection.rollback()
+            if self._dataset_exists(cursor, number):
+                self._connection.rollback()
+                raise
+            self._connection.rollback()
+
     def _dataset_exists(self, cursor: Any, number: int) -> bool:
         """Whether both of dataset ``number``'s tables exist (in a transaction, the locks taken
         keep them until commit)."""
@@ -437,7 +450,7 @@ class SQLJobDB(JobDB):
                 if dataset.first_id + dataset.rows <= after + 1 or len(found) >= limit:
                     continue
                 n = dataset.number
-                try:
+                with self._unless_dropped(cursor, n):
                     self._execute(
                         cursor,
                         f"SELECT j.id, j.bucket, j.destination, j.endpoint, j.headers, j.payload, "
@@ -448,12 +461,6 @@ class SQLJobDB(JobDB):
                         (*latest_args, *where_args, after, limit - len(found)),
                     )
                     found.extend(_job(row) for row in cursor.fetchall())
-                except Exception:
-                    self._connection.rollback()
-                    if self._dataset_exists(cursor, n):
-                        self._connection.rollback()
-                        raise
-                    self._connection.rollback()
             self._connection.commit()
             return found
 
@@ -877,7 +884,7 @@ class SQLJobDB(JobDB):
             found: list[tuple[Job, list[Transition]]] = []
             for dataset in self._load_datasets(cursor):
                 n = dataset.number
-                try:
+                with self._unless_dropped(cursor, n):
                     self._execute(
                         cursor,
                         f"SELECT {_JOB_COLUMNS} FROM jobs_{n} WHERE message_id = ? ORDER BY id",
@@ -893,12 +900,6 @@ class SQLJobDB(JobDB):
                             (job.id,),
                         )
                         found.append((job, [_transition(r) for r in cursor.fetchall()]))
-                except Exception:
-                    self._connection.rollback()
-                    if self._dataset_exists(cursor, n):
-                        self._connection.rollback()
-                        raise
-                    self._connection.rollback()
             self._connection.commit()
             return found
 
