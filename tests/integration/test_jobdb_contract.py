@@ -174,6 +174,36 @@ def test_datasets_roll_and_archived_ones_are_dropped(db: JobDB) -> None:
     assert ARCHIVED  # archived transitions go with the dropped tables
 
 
+def test_a_reader_beside_the_director_reads_again_when_a_dataset_is_dropped_under_it(
+    db: JobDB, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `exactly deliveries`, up's view and the console read while the director archives: a
+    # reader that listed the datasets just before a drop must not fail on the missing table
+    for batch in range(3):  # 25 jobs, 10 per dataset
+        db.add(jobs(8 if batch < 2 else 9, start=batch * 10), query_id="q", batch_id=batch)
+    with open_jobdb(url) as reader:
+        stale = reader.datasets()
+        first = [job for job in db.pending("web/hook") if stale[0].holds(job.id)]
+        db.record([Transition(job.id, SUCCEEDED, 1) for job in first])
+        db.archive(1, lambda records: None)
+        load = reader._load_datasets  # type: ignore[attr-defined]
+        listings: list[int] = []
+
+        def listed_before_the_drop(cursor: Any) -> Any:
+            listings.append(1)
+            if len(listings) == 1:
+                reader._datasets = list(stale)  # type: ignore[attr-defined]
+                return reader._datasets  # type: ignore[attr-defined]
+            return load(cursor)
+
+        monkeypatch.setattr(reader, "_load_datasets", listed_before_the_drop)
+        pending = 25 - len(first)
+        assert sum(reader.states()["hook"].values()) == pending
+        assert len(listings) >= 2  # the stale listing failed, and was read again
+        listings.clear()
+        assert sum(reader.summary()["hook"].states.values()) == pending
+
+
 def test_unpaged_counts_a_buckets_jobs_above_a_cursor_across_datasets(db: JobDB) -> None:
     for batch in range(3):  # 25 jobs of web/hook in three datasets, 3 of web/other
         db.add(jobs(8 if batch < 2 else 9, start=batch * 10), query_id="q", batch_id=batch)
