@@ -109,6 +109,15 @@ def log(log_url: str) -> Iterator[Log]:
         yield opened
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Every Spark driver the tests start maps Spark's classes from one archive, made here once
+    per machine (``exactly.spark.class_sharing``): without it each command's JVM would start
+    slower, and the first ones would each launch a trainer in the background."""
+    from exactly.spark.class_sharing import prepare
+
+    prepare()
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     """One local Spark for the whole session: 2 cores, up to 3 attempts per task, fast JVM start."""

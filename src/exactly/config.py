@@ -41,6 +41,11 @@ class SparkSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     master: str = Field("local[*]", description="Spark master URL")
+    class_sharing: bool = Field(
+        True,
+        description="start the driver JVM from an archive of Spark's classes, made once in the "
+        "background under ~/.cache/exactly (about 40% faster JVM start-up)",
+    )
 
 
 class AggregateTableSettings(BaseModel):

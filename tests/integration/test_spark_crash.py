@@ -39,41 +39,6 @@ PARTITIONS = 3
 FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
-@pytest.fixture(scope="module")
-def jvm_options(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """Fast JVM options, with a class-data archive of Spark as a copy uses it when one can be made.
-
-    The archive is written by the JVM of a clean run at its exit. A JVM that cannot map it (the
-    launcher's, with another class path) starts as usual, its warning switched off; a Java that
-    cannot write one at all (a runtime without a base archive) gets the options without it.
-    """
-    work = tmp_path_factory.mktemp("cds")
-    archive = work / "spark.jsa"
-    url = f"sqlite://{work / 'log'}"
-    with open_log(url) as log:
-        log.create_topic("warm", 1)
-        log.append("warm", 0, [Record(b"warm")])
-    for options in (f"{FAST_JVM} -XX:ArchiveClassesAtExit={archive}", FAST_JVM):
-        warm = subprocess.run(
-            [
-                *(sys.executable, "-m", "exactly", "--data-dir", str(work), "--log", url),
-                *("copy", "warm", "warm-copy", "--until-caught-up"),
-            ],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "JDK_JAVA_OPTIONS": options},
-            timeout=600,
-            check=False,
-        )
-        if warm.returncode == 0:
-            break
-    assert warm.returncode == 0, warm.stderr
-    if not archive.exists():
-        return FAST_JVM
-    return f"{FAST_JVM} -XX:SharedArchiveFile={archive} -Xlog:cds=off,cds+dynamic=off"
-
-
 class Growing:
     """Appends numbered records to the source from a thread, about 150 a second, until stopped."""
 
@@ -189,13 +154,11 @@ def crash_and_resume(backend: str, log_url: str, work: Path, seed: int, jvm: str
 @pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.timeout(1800)  # about 5 minutes on an idle 2-core machine; far more under load
-def test_copy_killed_at_random_points_copies_exactly_once(
-    kafka_url: str, tmp_path: Path, jvm_options: str
-) -> None:
+def test_copy_killed_at_random_points_copies_exactly_once(kafka_url: str, tmp_path: Path) -> None:
     backends = {"sqlite": f"sqlite://{tmp_path / 'sqlite' / 'log'}", "kafka": kafka_url}
     with ThreadPoolExecutor(len(backends)) as pool:
         futures = {
-            name: pool.submit(crash_and_resume, name, url, tmp_path / name, seed, jvm_options)
+            name: pool.submit(crash_and_resume, name, url, tmp_path / name, seed, FAST_JVM)
             for seed, (name, url) in enumerate(backends.items(), start=1)
         }
         reports = [future.result() for future in futures.values()]

@@ -1,10 +1,11 @@
 """The SparkSession `exactly` uses.
 
-Java as found by ``java.py``; Python workers on this interpreter (so they import ``exactly``),
-starting faster in local mode (``home.py``);
-the RocksDB state store with changelog checkpointing (small, incremental state commits for dedupe
-and aggregates); quiet logs (errors only, written to ``DATA_DIR/spark/log4j2.properties``); scratch
-space and default checkpoints under the data dir; and the ``exactly`` data source registered.
+Java as found by ``java.py``, its driver started from an archive of Spark's classes when one is
+ready (``class_sharing.py``); Python workers on this interpreter (so they import ``exactly``),
+starting faster in local mode (``home.py``); the RocksDB state store with changelog checkpointing
+(small, incremental state commits for dedupe and aggregates); quiet logs (errors only, written to
+``DATA_DIR/spark/log4j2.properties``); scratch space and default checkpoints under the data dir;
+and the ``exactly`` data source registered.
 
 On a master that is not local, the ``exactly`` package is shipped to the executors as a zip
 (``SparkContext.addPyFile``), so a worker needs only PySpark's own Python dependencies (pyarrow,
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from exactly.config import Settings
+from exactly.spark import class_sharing
 from exactly.spark.home import spark_home
 from exactly.spark.java import use_java
 
@@ -61,13 +63,14 @@ def build_session(
     *,
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
+    extra_java_options: str = "",
 ) -> SparkSession:
     """Start (or return the running) SparkSession configured from ``settings``.
 
     ``master`` overrides ``spark.master`` of the settings; ``conf`` adds or overrides Spark
-    settings.
+    settings; ``extra_java_options`` go to the driver JVM after exactly's own.
     """
-    use_java()
+    java = use_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     master = master or settings.spark.master
@@ -83,6 +86,11 @@ def build_session(
     scratch = settings.data_dir.resolve() / "spark"
     log4j = _log4j_file(scratch)
     java_options = f"-Dderby.system.home={scratch / 'derby'} -Dlog4j2.configurationFile={log4j}"
+    if settings.spark.class_sharing:
+        spark_dir = os.environ.get("SPARK_HOME")
+        archive = class_sharing.archive_path(java.java, Path(spark_dir) if spark_dir else None)
+        java_options += f" {class_sharing.java_options(archive)}"
+    java_options = f"{java_options} {extra_java_options}".strip()
     builder = (
         SparkSession.builder.appName(app_name)
         .master(master)
