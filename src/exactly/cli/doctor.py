@@ -95,6 +95,14 @@ def _check_spark(report: Report, settings: Settings, *, start: bool) -> None:
         f"started and ran a job in {time.perf_counter() - began:.1f} s",
         "Spark computed a wrong result; reinstall pyspark",
     )
+    from exactly.spark import class_sharing
+    from exactly.spark.java import find_java
+
+    if settings.spark.class_sharing:
+        sharing = class_sharing.state(class_sharing.archive_for(find_java().java))
+    else:
+        sharing = "off ([spark] class_sharing = false)"
+    report("classes", True, f"Spark class archive {sharing}")
 
 
 def _finish(problems: list[str]) -> None:

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 RETRY_SECONDS = 3_600.0  # after a failed training, how long before a command tries again
+PREPARE_WAIT = 600.0  # seconds prepare() waits for a trainer another process started
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off -Xlog:class+path=off"
 
 
@@ -37,7 +38,7 @@ def archive_path(java: Path, spark_home: Path | None, cache: Path | None = None)
     import pyspark
 
     home = spark_home or Path(pyspark.__file__).parent
-    jars = home / "jars"
+    jars = (home / "jars").resolve()  # exactly's local SPARK_HOME links to the installed jars
     digest = hashlib.sha256()
     for path in [java.resolve(), java.resolve().parent.parent / "lib" / "modules"]:
         with contextlib.suppress(OSError):
@@ -51,21 +52,37 @@ def archive_path(java: Path, spark_home: Path | None, cache: Path | None = None)
     return root / "exactly" / "class-sharing" / f"spark-{digest.hexdigest()[:16]}.jsa"
 
 
+def archive_for(java: Path) -> Path:
+    """The archive for ``java`` and the Spark of ``SPARK_HOME`` (else the installed PySpark's)."""
+    home = os.environ.get("SPARK_HOME")
+    return archive_path(java, Path(home) if home else None)
+
+
+def state(archive: Path) -> str:
+    """What a user should know of ``archive``: ready, being made, or failed lately."""
+    if archive.is_file():
+        return f"ready ({archive.stat().st_size / 1e6:.0f} MB in {archive.parent})"
+    if _locked(lock_path(archive)):
+        return "being made in the background; later starts will be faster"
+    failed = archive.with_suffix(".failed")
+    if failed.exists():
+        return f"could not be made ({failed}); started without it, retried hourly"
+    return "not made yet; the next Spark command starts making it"
+
+
 def prepare() -> Path | None:
     """Make the archive for this machine's Java and Spark now, in the foreground (~40 s once).
 
     For a test session that starts many JVMs; None if it could not be made (no Java, say).
     """
     from exactly.errors import ExactlyError
-    from exactly.spark.home import spark_home
     from exactly.spark.java import use_java
 
     try:
         java = use_java()
     except ExactlyError:
         return None
-    home = os.environ.get("SPARK_HOME")
-    archive = archive_path(java.java, Path(home) if home else spark_home())
+    archive = archive_for(java.java)
     if not archive.is_file():
         subprocess.run(
             [sys.executable, "-m", "exactly.spark.class_training", str(archive)],
@@ -74,6 +91,9 @@ def prepare() -> Path | None:
             env=_trainer_env(),
             check=False,
         )
+    deadline = time.monotonic() + PREPARE_WAIT
+    while not archive.is_file() and _locked(lock_path(archive)) and time.monotonic() < deadline:
+        time.sleep(1)  # a trainer a command started is at it: wait for its archive
     return archive if archive.is_file() else None
 
 

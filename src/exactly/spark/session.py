@@ -87,9 +87,7 @@ def build_session(
     log4j = _log4j_file(scratch)
     java_options = f"-Dderby.system.home={scratch / 'derby'} -Dlog4j2.configurationFile={log4j}"
     if settings.spark.class_sharing:
-        spark_dir = os.environ.get("SPARK_HOME")
-        archive = class_sharing.archive_path(java.java, Path(spark_dir) if spark_dir else None)
-        java_options += f" {class_sharing.java_options(archive)}"
+        java_options += f" {class_sharing.java_options(class_sharing.archive_for(java.java))}"
     java_options = f"{java_options} {extra_java_options}".strip()
     builder = (
         SparkSession.builder.appName(app_name)
