@@ -23,6 +23,7 @@ rounds, the commands interleaved in each round; prints a markdown table.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import shutil
@@ -73,20 +74,38 @@ def events_file(path: Path) -> Path:
     return path
 
 
-def until_first_batch(command: list[str], checkpoint: Path, env: dict[str, str]) -> float:
-    """Seconds from launch until ``checkpoint/commits/0`` exists; the command is then stopped."""
+def until_first_batch(
+    command: list[str], checkpoint: Path, env: dict[str, str], timeline: list[str] | None = None
+) -> float:
+    """Seconds from launch until ``checkpoint/commits/0`` exists; the command is then stopped.
+
+    With ``timeline``, notes when each process of the command's tree first appears (the JVM,
+    Spark's Python daemons and workers), polled every 20 ms.
+    """
+    import psutil
+
     began = time.perf_counter()
     process = subprocess.Popen(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
     )
+    seen: set[int] = set()
     try:
         while not (checkpoint / "commits" / "0").exists():
             if process.poll() is not None:
                 raise RuntimeError(f"{command} exited: {process.stderr.read().decode()[-2000:]}")
             if time.perf_counter() - began > TIMEOUT:
                 raise RuntimeError(f"{command}: no first batch in {TIMEOUT} s")
+            if timeline is not None:
+                with contextlib.suppress(psutil.Error):
+                    for child in psutil.Process(process.pid).children(recursive=True):
+                        if child.pid not in seen:
+                            seen.add(child.pid)
+                            timeline.append(f"{time.perf_counter() - began:6.2f} s  {kind(child)}")
             time.sleep(0.02)
-        return time.perf_counter() - began
+        elapsed = time.perf_counter() - began
+        if timeline is not None:
+            timeline.append(f"{elapsed:6.2f} s  first micro-batch committed")
+        return elapsed
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         try:
@@ -94,6 +113,20 @@ def until_first_batch(command: list[str], checkpoint: Path, env: dict[str, str])
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+def kind(process: object) -> str:
+    """A short name for a process of the tree: a JVM, or a Python daemon and its module."""
+    line = process.cmdline()  # type: ignore[attr-defined]
+    name = process.name()  # type: ignore[attr-defined]
+    if "pyspark.daemon" in line:
+        parent = process.parent().cmdline()  # type: ignore[attr-defined]
+        role = "forked worker" if "pyspark.daemon" in parent else "daemon"
+        return f"python {line[-1]} ({role})"
+    if name == "java":
+        main = next((arg for arg in line if arg.startswith("org.apache.spark")), line[-1])
+        return f"java {main}"
+    return f"{name} {' '.join(line[1:])}"[:70]
 
 
 def timed_script(script: str, env: dict[str, str]) -> float:
@@ -139,15 +172,38 @@ def round_of(work: Path, n: int, data_file: Path) -> dict[str, float]:
     return times
 
 
+def print_timeline(work: Path, data_file: Path) -> None:
+    data = work / "timeline"
+    env = {**os.environ, "EXACTLY_DATA_DIR": str(data)}
+    exactly = str(BIN / "exactly")
+    subprocess.run(
+        [exactly, "import", str(data_file), "--source", "bench"],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    timeline: list[str] = []
+    checkpoint = data / "checkpoints" / CHECKPOINTS["dedupe"]
+    until_first_batch([exactly, "dedupe"], checkpoint, env, timeline)
+    print("exactly dedupe, from launch:")
+    print("\n".join(timeline))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--timeline", action="store_true", help="print when each process of one dedupe run starts"
+    )
     args = parser.parse_args()
     load = os.getloadavg()[0]
     runs: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as scratch:
         work = Path(scratch)
         data_file = events_file(work / "events.jsonl")
+        if args.timeline:
+            print_timeline(work, data_file)
+            return
         for n in range(args.repeat):
             for name, seconds in round_of(work, n, data_file).items():
                 runs.setdefault(name, []).append(seconds)
