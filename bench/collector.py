@@ -28,6 +28,7 @@ import base64
 import json
 import os
 import platform
+import re
 import signal
 import socket
 import subprocess
@@ -372,6 +373,70 @@ def measure(system: str, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return results
 
 
+def profile(args: argparse.Namespace) -> str:
+    """Where the collector's Python time goes under the closed-loop ``/v1/batch`` load: py-spy
+    samples of the threads holding the GIL in the server's processes (its appender included),
+    summed per function: self time and total, in % of the samples."""
+    import collections
+    import shutil
+
+    spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if spy is None:
+        raise SystemExit("profile needs py-spy: .venv/bin/pip install py-spy")
+    with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
+        workdir = Path(tmp)
+        port = free_port()
+        process = start_server("exactly", args, workdir, port)
+        raw = workdir / "samples.txt"
+        try:
+            record = ["record", "--pid", str(process.pid), "--subprocesses", "--gil"]
+            record += ["--rate", "200"]
+            spying = subprocess.Popen(
+                [
+                    spy,
+                    *record,
+                    "--duration",
+                    str(int(args.seconds)),
+                    "--format",
+                    "raw",
+                    "-o",
+                    str(raw),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            load = run_load(port, "batch", args.seconds, args.batch_connections)
+            spying.wait(timeout=args.seconds + 60)
+        finally:
+            stop(process)
+        own: collections.Counter[str] = collections.Counter()
+        total: collections.Counter[str] = collections.Counter()
+        samples = 0
+        for line in raw.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            frames = [
+                re.sub(r":\d+\)$", ")", f) for f in stack.split(";") if not f.startswith("process ")
+            ]
+            if not frames:
+                continue
+            samples += int(count)
+            own[frames[-1]] += int(count)
+            for frame in set(frames):
+                total[frame] += int(count)
+    lines = [
+        f"/v1/batch closed loop: {load['events_per_second']:,.0f} events/s during the profile; "
+        f"{samples:,} samples of GIL holders at 200 Hz over {args.seconds:.0f} s, all processes",
+        "",
+        "| function | self % | total % |",
+        "| --- | ---: | ---: |",
+    ]
+    for frame, count in own.most_common(args.top):
+        lines.append(
+            f"| `{frame}` | {100 * count / samples:.1f} | {100 * total[frame] / samples:.1f} |"
+        )
+    return "\n".join(lines)
+
+
 def table(runs: dict[str, dict[str, dict[str, Any]]]) -> str:
     lines = [
         "| system | scenario | events/s | requests/s | p50 ms | p99 ms | non-200 |",
@@ -415,12 +480,17 @@ def main() -> None:
     parser.add_argument("--track-connections", type=int, default=32)
     parser.add_argument("--skip-baseline", action="store_true")
     sub.add_parser("json", help="compare JSON libraries on the collector's work")
+    spy = sub.add_parser("profile", help="py-spy the collector under the /v1/batch load")
+    spy.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
     if args.command == "json":
         print(json_libraries())
         return
     if args.command == "loadgen":
         loadgen(args)
+        return
+    if args.command == "profile":
+        print(profile(args))
         return
     if args.command == "baseline":
         baseline(args)
