@@ -102,6 +102,22 @@ def test_record_fields_round_trip(log: Log, topic: str) -> None:
     assert second.timestamp > 1_700_000_000_123  # "now"
 
 
+def test_a_read_without_headers_leaves_only_them_out(log: Log, topic: str) -> None:
+    log.create_topic(topic, 1)
+    log.append(
+        topic,
+        0,
+        [
+            Record(b"v1", key=b"k1", headers=(("a", b"1"),), timestamp=1_700_000_000_123),
+            Record(b"v2", headers=(("b", b"2"), ("c", b"3"))),
+        ],
+    )
+    full = log.read(topic, 0, 0)
+    bare = log.read(topic, 0, 0, headers=False)
+    assert [r.headers for r in bare] == [(), ()]
+    assert [r._replace(headers=()) for r in full] == bare
+
+
 def test_bounded_batches(log: Log, topic: str) -> None:
     log.create_topic(topic, 1)
     log.append(topic, 0, [Record(b"%03d" % i + b"x" * 97) for i in range(250)])

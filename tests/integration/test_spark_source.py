@@ -79,6 +79,17 @@ def test_batch_read_of_offset_ranges(
     assert sorted(tuples.collect()) == sorted(
         spark.read.format("exactly").option("log", log_url).option("topic", topic).load().collect()
     )
+    for arrow in ("true", "false"):
+        bare = (
+            spark.read.format("exactly")
+            .option("log", log_url)
+            .option("topic", topic)
+            .option("arrow", arrow)
+            .option("headers", "false")
+            .load()
+        )
+        assert "headers" not in bare.columns
+        assert sorted(bare.collect()) == sorted(r[:5] for r in tuples.collect())
 
 
 def test_available_now_ends_and_offsets_survive_restarts(

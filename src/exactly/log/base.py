@@ -259,18 +259,21 @@ class Log(ABC):
         *,
         max_records: int = 1000,
         max_bytes: int = 4 * 1024 * 1024,
+        headers: bool = True,
     ) -> list[LogRecord]:
         """Records of one partition from ``offset`` on, in order, at most ``max_records``.
 
         Stops after the record that makes the batch reach ``max_bytes`` (so one large record is
-        still returned). Empty when ``offset`` is at or past the end.
+        still returned). Empty when ``offset`` is at or past the end. With ``headers=False``
+        every record's headers come back empty, for readers that never look at them: they are
+        then not decoded, which costs as much as the rest of a read.
         """
         self._check_partition(topic, partition)
         if offset < 0:
             raise InvalidRecord(f"offsets start at 0, not {offset}")
         if max_records < 1 or max_bytes < 1:
             raise InvalidRecord("max_records and max_bytes must be positive")
-        return self._read(topic, partition, offset, max_records, max_bytes)
+        return self._read(topic, partition, offset, max_records, max_bytes, headers)
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         """For each partition, the offset the next appended record will get."""
@@ -402,7 +405,13 @@ class Log(ABC):
 
     @abstractmethod
     def _read(
-        self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int,
+        max_bytes: int,
+        headers: bool = True,
     ) -> list[LogRecord]: ...
 
     @abstractmethod

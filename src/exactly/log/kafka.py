@@ -316,11 +316,20 @@ class KafkaLog(Log):
         return delivery.offsets
 
     def _read(
-        self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int,
+        max_bytes: int,
+        headers: bool = True,
     ) -> list[LogRecord]:
+        found = self._fetch(topic, partition, offset, max_records, max_bytes)
+        if not headers:
+            return [r._replace(headers=()) for r in found]
         return [
             LogRecord(r.partition, r.offset, r.key, r.value, _own(r.headers), r.timestamp)
-            for r in self._fetch(topic, partition, offset, max_records, max_bytes)
+            for r in found
         ]
 
     def _fetch(

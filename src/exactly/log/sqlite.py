@@ -56,6 +56,12 @@ from exactly.log.sqlite_format import (
 )
 from exactly.log.watermark import Watermark
 
+_READ_WITH_HEADERS = (
+    "SELECT key, value, headers, timestamp FROM records"
+    " WHERE id >= ? AND id < ? ORDER BY id LIMIT ?"
+)
+_READ_WITHOUT_HEADERS = _READ_WITH_HEADERS.replace("headers", "NULL", 1)
+
 
 def _fitting(rows: list[Any], max_bytes: int) -> int:
     """How many of ``(key, value, ...)`` rows a batch of ``max_bytes`` takes (at least one)."""
@@ -330,7 +336,13 @@ class SqliteLog(Log):
         return keep
 
     def _read(
-        self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int,
+        max_bytes: int,
+        headers: bool = True,
     ) -> list[LogRecord]:
         end = self._durable_end(topic, partition)  # never past what is synced
         if offset >= end:
@@ -339,8 +351,7 @@ class SqliteLog(Log):
         rows = (
             self._reader(topic)
             .execute(
-                "SELECT key, value, headers, timestamp FROM records"
-                " WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
+                _READ_WITH_HEADERS if headers else _READ_WITHOUT_HEADERS,
                 (low + offset, low + end, max_records),
             )
             .fetchall()

@@ -101,6 +101,7 @@ def run_batches(
         .option("readRecords", str(plan.read_records))
         .option("readTasks", str(read_tasks(spark)))
         .option("startingOffsets", start)
+        .option("headers", str("headers" in columns).lower())  # not decoded unless read
     )
     if plan.max_records_per_trigger is not None:
         reader = reader.option("maxRecordsPerTrigger", str(plan.max_records_per_trigger))

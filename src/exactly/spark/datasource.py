@@ -21,7 +21,8 @@ from pyspark.sql.types import StructType
 from exactly.spark import checkpoint, lease
 from exactly.spark.options import EXACTLY_ONCE, SinkOptions, SourceOptions, shared_log
 from exactly.spark.sink import Columns, LogStreamWriter
-from exactly.spark.source import SCHEMA, LogBatchReader, LogStreamReader
+from exactly.spark.source import LogBatchReader, LogStreamReader
+from exactly.spark.source import schema as source_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -37,7 +38,7 @@ class LogDataSource(DataSource):
         return NAME
 
     def schema(self) -> str:
-        return SCHEMA
+        return source_schema(self.options.get("headers", "true").lower() != "false")
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return LogBatchReader(SourceOptions.parse(self.options))

@@ -32,6 +32,7 @@ class SourceOptions:
     arrow: bool = True
     read_records: int = 5000  # records per log read, and per Arrow batch
     read_tasks: int | None = None  # at most this many read tasks (None: one per partition)
+    headers: bool = True  # False: no headers column (its decoding costs as much as the rest)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -52,6 +53,7 @@ class SourceOptions:
             arrow=_flag(options.get("arrow", "true"), "arrow"),
             read_records=_positive(options.get("readRecords", "5000"), "readRecords"),
             read_tasks=None if tasks is None else _positive(tasks, "readTasks"),
+            headers=_flag(options.get("headers", "true"), "headers"),
         )
 
 

@@ -1,7 +1,9 @@
 """Reading a log topic into Spark: batch reads over offset ranges and a streaming source.
 
 Columns: ``partition`` int, ``offset`` bigint, ``key`` binary, ``value`` binary, ``timestamp``
-timestamp, ``headers`` array<struct<key: string, value: binary>> (as Spark's Kafka source).
+timestamp, ``headers`` array<struct<key: string, value: binary>> (as Spark's Kafka source);
+option ``headers=false`` leaves the last out, for queries that never read it: decoding headers
+costs as much as the rest of a read.
 
 Guarantees of the streaming source: a micro-batch is the offset range ``[start, end)`` of every
 partition, recorded by Spark in the checkpoint before it runs, and reading a range again yields the
@@ -18,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from itertools import accumulate
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -38,10 +41,10 @@ from exactly.log import LogRecord
 from exactly.spark import offsets
 from exactly.spark.options import SourceOptions, shared_log
 
-SCHEMA = (
-    "partition int, offset bigint, key binary, value binary, timestamp timestamp, "
-    "headers array<struct<key: string, value: binary>>"
+SCHEMA_WITHOUT_HEADERS = (
+    "partition int, offset bigint, key binary, value binary, timestamp timestamp"
 )
+SCHEMA = f"{SCHEMA_WITHOUT_HEADERS}, headers array<struct<key: string, value: binary>>"
 _HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
 ARROW_SCHEMA = pa.schema(
     [
@@ -53,7 +56,13 @@ ARROW_SCHEMA = pa.schema(
         ("headers", pa.list_(_HEADER)),
     ]
 )
+ARROW_SCHEMA_WITHOUT_HEADERS = ARROW_SCHEMA.remove(ARROW_SCHEMA.get_field_index("headers"))
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def schema(headers: bool) -> str:
+    """The source's columns: all of them, or all but ``headers`` (option ``headers=false``)."""
+    return SCHEMA if headers else SCHEMA_WITHOUT_HEADERS
 
 
 @dataclass(frozen=True)
@@ -114,7 +123,11 @@ def read_range(options: SourceOptions, task: OffsetRange) -> Iterator[Any]:
     offset = task.start
     while offset < task.end:
         batch = log.read(
-            options.topic, task.partition, offset, max_records=min(options.read_records, 100_000)
+            options.topic,
+            task.partition,
+            offset,
+            max_records=min(options.read_records, 100_000),
+            headers=options.headers,
         )
         if not batch:
             return  # Kafka: only transaction markers (or aborted records) are left in the range
@@ -124,41 +137,45 @@ def read_range(options: SourceOptions, task: OffsetRange) -> Iterator[Any]:
                 return
         offset = batch[-1].offset + 1
         if options.arrow:
-            yield to_arrow(batch)
+            yield to_arrow(batch, options.headers)
         else:
-            yield from to_rows(batch)
+            yield from to_rows(batch, options.headers)
 
 
-def to_arrow(records: Sequence[LogRecord]) -> pa.RecordBatch:
-    """Log records as one Arrow record batch of :data:`ARROW_SCHEMA`."""
-    partitions, positions, keys, values, headers, stamps = zip(*records, strict=True)
+def to_arrow(records: Sequence[LogRecord], headers: bool = True) -> pa.RecordBatch:
+    """Log records as one Arrow record batch of :data:`ARROW_SCHEMA` (without ``headers``:
+    :data:`ARROW_SCHEMA_WITHOUT_HEADERS`)."""
+    partitions, positions, keys, values, found, stamps = zip(*records, strict=True)
     millis = pa.array(stamps, pa.int64())
-    if any(headers):
-        header_column = pa.array(
-            [[{"key": n, "value": v} for n, v in h] for h in headers], pa.list_(_HEADER)
-        )
-    else:  # the common case: no headers, so no Python objects per record
-        header_column = pa.ListArray.from_arrays(
-            pa.array([0] * (len(records) + 1), pa.int32()), pa.array([], _HEADER)
-        )
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(partitions, pa.int32()),
-            pa.array(positions, pa.int64()),
-            pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
-            pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC")),
-            header_column,
-        ],
-        schema=ARROW_SCHEMA,
-    )
+    columns = [
+        pa.array(partitions, pa.int32()),
+        pa.array(positions, pa.int64()),
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC")),
+    ]
+    if not headers:
+        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA_WITHOUT_HEADERS)
+    return pa.RecordBatch.from_arrays([*columns, header_column(found)], schema=ARROW_SCHEMA)
 
 
-def to_rows(records: Sequence[LogRecord]) -> Iterator[tuple[Any, ...]]:
+def header_column(found: Sequence[Sequence[tuple[str, bytes]]]) -> pa.ListArray:
+    """Each record's headers as one ``list<struct<key, value>>`` column, built from flat lists
+    (no Python object per header)."""
+    starts = [0, *accumulate(map(len, found))]
+    pairs = [pair for one in found for pair in one]
+    names = pa.array([name for name, _ in pairs], pa.string())
+    data = pa.array([value for _, value in pairs], pa.binary())
+    entries = pa.StructArray.from_arrays([names, data], fields=list(_HEADER))
+    return pa.ListArray.from_arrays(pa.array(starts, pa.int32()), entries)
+
+
+def to_rows(records: Sequence[LogRecord], headers: bool = True) -> Iterator[tuple[Any, ...]]:
     """Log records as plain tuples, for comparison with Arrow (``bench/spark_io.py``)."""
     for r in records:
         stamp = _EPOCH + timedelta(milliseconds=r.timestamp)
-        yield (r.partition, r.offset, r.key, r.value, stamp, [(n, v) for n, v in r.headers])
+        row = (r.partition, r.offset, r.key, r.value, stamp)
+        yield (*row, [(n, v) for n, v in r.headers]) if headers else row
 
 
 class LogBatchReader(DataSourceReader):
