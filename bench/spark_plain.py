@@ -4,7 +4,7 @@
 
 The same events (JSON as the collector stores them, 1% repeated messageIds, four sources) are
 written once as a JSON-lines file and once into the embedded sqlite log (``raw`` and ``events``,
-8 partitions, keyed by messageId). One SparkSession (``local[2]``, exactly's settings); each
+8 partitions, keyed by messageId; ``events`` with the two headers the dedupe job writes). One SparkSession (``local[2]``, exactly's settings); each
 round, in turn:
 
 * plain dedupe: ``spark.read.schema(...).json(file).dropDuplicates(["sourceId", "messageId"])``
@@ -42,6 +42,7 @@ from exactly.events import partition_for
 from exactly.log import Record, open_log
 
 PARTITIONS = 8
+SINK = ("exactly.sink", b"0b9a3c5e-8d2f-4e1a-9c7b-6d5e4f3a2b1c 12 0 345")
 SOURCES = ("web", "ios", "android", "server")
 EVENT_SCHEMA = (
     "messageId string, type string, event string, userId string, sourceId string, "
@@ -81,10 +82,12 @@ def fill(log_url: str, events: list[bytes], file: Path) -> None:
         for topic in ("raw", "events"):
             log.create_topic(topic, PARTITIONS)
             pending: dict[int, list[Record]] = {p: [] for p in range(PARTITIONS)}
-            for value in events:
+            for n, value in enumerate(events):
                 message_id = orjson.loads(value)["messageId"]
                 partition = partition_for(message_id, PARTITIONS)
-                pending[partition].append(Record(value, key=message_id.encode()))
+                # events carry the two headers the dedupe job and its sink add; raw has none
+                marks = () if topic == "raw" else (("exactly.source.offset", b"%d" % n), SINK)
+                pending[partition].append(Record(value, key=message_id.encode(), headers=marks))
             for partition, records in pending.items():
                 for at in range(0, len(records), 10_000):
                     log.append(topic, partition, records[at : at + 10_000])
