@@ -4,8 +4,8 @@
 
 The same events (JSON as the collector stores them, 1% repeated messageIds, four sources) are
 written once as a JSON-lines file and once into the embedded sqlite log (``raw`` and ``events``,
-8 partitions, keyed by messageId; ``events`` with the two headers the dedupe job writes). One SparkSession (``local[2]``, exactly's settings); each
-round, in turn:
+8 partitions, keyed by messageId; ``events`` with the two headers the dedupe job writes). One
+SparkSession (``local[2]``, exactly's settings); each round, in turn:
 
 * plain dedupe: ``spark.read.schema(...).json(file).dropDuplicates(["sourceId", "messageId"])``
   written as JSON lines (no guarantees);
