@@ -132,3 +132,21 @@ def test_a_failed_training_leaves_no_archive(
     assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == [
         "spark-x.failed"
     ]
+
+
+def test_what_doctor_says_of_the_archive(tmp_path: Path) -> None:
+    import fcntl
+
+    archive = tmp_path / "class-sharing" / "spark-x.jsa"
+    assert class_sharing.state(archive).startswith("not made yet")  # not even its directory
+    archive.parent.mkdir()
+    fd = os.open(archive.with_suffix(".lock"), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        assert class_sharing.state(archive).startswith("being made in the background")
+    finally:
+        os.close(fd)
+    archive.with_suffix(".failed").touch()
+    assert class_sharing.state(archive).startswith("could not be made")
+    archive.write_bytes(b"x" * 2_000_000)
+    assert class_sharing.state(archive) == f"ready (2 MB in {archive.parent})"

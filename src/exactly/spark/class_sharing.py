@@ -136,8 +136,11 @@ def lock_path(archive: Path) -> Path:
 
 
 def _locked(path: Path) -> bool:
-    """Whether another process holds the trainer's lock."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    """Whether another process holds the trainer's lock (not when it cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

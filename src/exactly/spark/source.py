@@ -161,7 +161,7 @@ def to_arrow(records: Sequence[LogRecord], headers: bool = True) -> pa.RecordBat
 
 def header_column(found: Sequence[Sequence[tuple[str, bytes]]]) -> pa.ListArray:
     """Each record's headers as one ``list<struct<key, value>>`` column, built from flat lists
-    (no Python object per header)."""
+    of names and values (no dict per header)."""
     starts = [0, *accumulate(map(len, found))]
     pairs = [pair for one in found for pair in one]
     names = pa.array([name for name, _ in pairs], pa.string())
