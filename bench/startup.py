@@ -14,7 +14,7 @@ Each command gets a fresh data dir on the embedded defaults with 1,000 events im
 * and pieces of our start-up, each in a fresh process: ``import exactly.cli`` alone, and
   ``build_session`` (the JVM and the SparkSession) timed from launch.
 
-The archive must exist before (run any streaming command once, or ``bench/startup.py`` twice).
+The archive is made first if this machine has none (``class_sharing.prepare``, about 40 s).
 
 Each command is stopped with SIGTERM once its first batch is done. Medians of ``--repeat``
 rounds, the commands interleaved in each round; prints a markdown table.
@@ -196,6 +196,9 @@ def main() -> None:
         "--timeline", action="store_true", help="print when each process of one dedupe run starts"
     )
     args = parser.parse_args()
+    from exactly.spark.class_sharing import prepare
+
+    prepare()  # the archive the commands map, made once per machine
     load = os.getloadavg()[0]
     runs: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as scratch:
