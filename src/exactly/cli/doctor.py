@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -96,10 +98,10 @@ def _check_spark(report: Report, settings: Settings, *, start: bool) -> None:
         "Spark computed a wrong result; reinstall pyspark",
     )
     from exactly.spark import class_sharing
-    from exactly.spark.java import find_java
 
     if settings.spark.class_sharing:
-        sharing = class_sharing.state(class_sharing.archive_for(find_java().java))
+        java = Path(os.environ["JAVA_HOME"]) / "bin" / "java"  # build_session pointed it there
+        sharing = class_sharing.state(class_sharing.archive_for(java))
     else:
         sharing = "off ([spark] class_sharing = false)"
     report("classes", True, f"Spark class archive {sharing}")
