@@ -19,7 +19,8 @@ Each is timed from the call to its end (the jobs' one-off preparation, such as c
 outside the clock); events/s = events / seconds. Medians of ``--repeat`` rounds after one warm-up
 round; prints a markdown table with the ratios. ``--compare-headers`` runs only the aggregate
 job, alternating a source that reads the headers column (as before the jobs set
-``headers=false``) with one that does not.
+``headers=false``) with one that does not; ``--compare-trips`` only the dedupe job, alternating
+its claims in a ``mapInArrow`` before the sink (as before) with its claims in the sink's worker.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -121,7 +124,9 @@ class Jobs:
         counts.write.mode("overwrite").json(str(self._fresh("plain-aggregate")))
         return time.perf_counter() - began
 
-    def dedupe(self) -> float:
+    def dedupe(self, two_trips: bool = False) -> float:
+        """``exactly dedupe``'s query; ``two_trips``: its claims in a ``mapInArrow`` before the
+        sink (as before they ran in the sink's own Python worker)."""
         from exactly.dedupe.job import DedupePlan, prepare, run
         from exactly.dedupe.window import Bounds
 
@@ -138,8 +143,35 @@ class Jobs:
         with open_log(self.log_url) as log:
             partitions = prepare(log, plan)
         began = time.perf_counter()
-        run(self.spark, plan, partitions)  # type: ignore[arg-type]
+        if two_trips:
+            self._dedupe_in_two_trips(plan)
+        else:
+            run(self.spark, plan, partitions)  # type: ignore[arg-type]
         return time.perf_counter() - began
+
+    def _dedupe_in_two_trips(self, plan: Any) -> None:
+        from exactly.dedupe.job import SCHEMA
+        from exactly.dedupe.task import TaskPlan, dedupe_partition
+        from exactly.spark.session import read_tasks
+        from exactly.spark.streaming import run_query
+
+        raw = (
+            self.spark.readStream.format("exactly")  # type: ignore[attr-defined]
+            .option("log", plan.log_url)
+            .option("topic", plan.source)
+            .option("readRecords", str(plan.read_records))
+            .option("readTasks", str(read_tasks(self.spark)))  # type: ignore[arg-type]
+            .load()
+        )
+        task = TaskPlan(plan.log_url, plan.source, plan.output, plan.rejected, plan.open_store())
+        rows = raw.mapInArrow(partial(dedupe_partition, task), SCHEMA).drop("offset")
+        writer = (
+            rows.writeStream.format("exactly")
+            .option("log", plan.log_url)
+            .option("topic", plan.output)
+            .option("checkpointLocation", str(plan.checkpoint))
+        )
+        run_query(writer, until_caught_up=True, trigger_seconds=1.0, on_batch=None)
 
     def aggregate(self, headers: bool = False) -> float:
         """``exactly aggregate``'s query; ``headers``: the source reads the headers column too
@@ -177,6 +209,11 @@ def main() -> None:
         action="store_true",
         help="only the aggregate job, its source reading the headers column and not",
     )
+    parser.add_argument(
+        "--compare-trips",
+        action="store_true",
+        help="only the dedupe job, its claims in a mapInArrow before the sink and in the sink",
+    )
     args = parser.parse_args()
     from exactly.config import Settings
     from exactly.spark.session import build_session
@@ -201,6 +238,13 @@ def main() -> None:
                     headers=True
                 ),
                 "exactly aggregate, headers=false (now)": jobs.aggregate,
+            }
+        if args.compare_trips:
+            order = {
+                "exactly dedupe, claims in a mapInArrow (before)": lambda: jobs.dedupe(
+                    two_trips=True
+                ),
+                "exactly dedupe, claims in the sink's worker (now)": jobs.dedupe,
             }
         rates: dict[str, list[float]] = {name: [] for name in order}
         for r in range(args.repeat + 1):

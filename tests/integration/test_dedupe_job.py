@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from exactly.dedupe.job import STORES, DedupePlan, prepare, run, store_kind
 from exactly.dedupe.rocksdb import RocksDBStore
@@ -105,12 +105,9 @@ def test_a_task_failing_after_its_claims_is_retried_exactly(
     plan = plan_for(log, tmp_path, dedupe_store, max_records_per_trigger=2_000, read_records=100)
     partitions = prepare(log, plan)
 
-    def then(df: DataFrame) -> DataFrame:
-        return df.mapInArrow(fail_first_attempt, df.schema)
-
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
     try:
-        run(spark, plan, partitions, then=then)
+        run(spark, plan, partitions, then=fail_first_attempt)
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     assert_deduplicated(log, PARTITIONS)

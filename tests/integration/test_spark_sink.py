@@ -7,7 +7,9 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
@@ -18,8 +20,9 @@ from exactly.errors import Fenced, StreamError, TopicOwned
 from exactly.events import partition_for
 from exactly.log import Log, Record, open_log
 from exactly.spark import lease
+from exactly.spark.datasource import register_staged
 from exactly.spark.marks import MARK, Mark
-from exactly.spark.sink import PROGRESS_GROUP, PartitionOutput, cluster_by_partition
+from exactly.spark.sink import PROGRESS_GROUP, Columns, PartitionOutput, cluster_by_partition
 from exactly.spark.streaming import from_spark
 from tests.spark_helpers import assert_copied, content, fill, read_partition
 
@@ -34,6 +37,7 @@ def copy(
     checkpoint: Path,
     transform: Callable[[DataFrame], DataFrame] | None = None,
     max_records_per_trigger: int = 40,
+    sink_format: str = "exactly",
     **sink_options: str,
 ) -> StreamingQuery:
     """Run a copy with Trigger.AvailableNow until it ends; the finished (or failed) query."""
@@ -47,7 +51,7 @@ def copy(
     if transform is not None:
         df = transform(df)
     writer = (
-        df.writeStream.format("exactly")
+        df.writeStream.format(sink_format)
         .option("log", log_url)
         .option("topic", destination)
         .option("checkpointLocation", str(checkpoint))
@@ -93,6 +97,39 @@ def test_copy_is_exactly_once_and_a_replayed_batch_adds_nothing(
     fill(log, source, 2, 5, start=50)
     assert copy(spark, log_url, source, destination, tmp_path).exception() is None
     assert_copied(log, source, destination)
+
+
+def even_offsets_shouted(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A stage: the records at even offsets, their values upper-cased, without the offset column."""
+    import pyarrow.compute as pc
+
+    for batch in batches:
+        kept = batch.filter(pc.equal(pc.bit_wise_and(batch.column("offset"), 1), 0))
+        kept = kept.drop_columns(["offset"])
+        values = pc.utf8_upper(kept.column("value").cast(pa.string())).cast(pa.binary())
+        yield kept.set_column(kept.schema.get_field_index("value"), "value", values)
+
+
+def test_a_staged_sink_writes_what_its_stage_yields_exactly_once(
+    spark: SparkSession, log_url: str, log: Log, topic: str, tmp_path: Path
+) -> None:
+    source, destination = f"{topic}-src", f"{topic}-dst"
+    log.create_topic(source, 2)
+    log.create_topic(destination, 2)
+    fill(log, source, 2, 50)
+    name = f"exactly-staged-{topic}"
+    register_staged(spark, name, even_offsets_shouted, Columns(True, True, True, True))
+
+    def expected(partition: int) -> list[tuple[Any, ...]]:
+        found = content(read_partition(log, source, partition))
+        return [(k, v.upper(), h, t) for k, v, h, t in found[::2]]
+
+    for _ in range(2):  # the second run replays the last batch: it adds nothing
+        query = copy(spark, log_url, source, destination, tmp_path, sink_format=name)
+        assert query.exception() is None
+        for partition in range(2):
+            assert content(read_partition(log, destination, partition)) == expected(partition)
+        forget_last_commit(tmp_path)
 
 
 def test_a_partly_written_batch_is_completed(

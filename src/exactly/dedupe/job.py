@@ -7,9 +7,11 @@ within the window, from the same source (scope ``source``, the default: one sour
 suppress another's events) or from any (scope ``workspace``); ``exactly.events.ids`` packs the
 key. Two ways to decide what is a duplicate:
 
-* **A claim store** (``rocksdb``, ``redis``): ``task.py`` runs in the source's own tasks
-  (``mapInArrow``, no shuffle). Per task: lock the partition, repair the store from the output,
-  resume what an earlier attempt wrote, claim, yield; the sink then appends and Spark commits.
+* **A claim store** (``rocksdb``, ``redis``): ``task.py`` runs in the source's own tasks, no
+  shuffle, as the stage of the sink's writer (``datasource.register_staged``: one trip from the
+  JVM to Python per task, not two). Per task: lock the partition, repair the store from the
+  output, resume what an earlier attempt wrote, claim, yield; the sink then appends and Spark
+  commits.
 * **spark-state**: Spark's ``dropDuplicatesWithinWatermark`` on the messageId (the record key;
   with scope ``source`` the packed ``(source, messageId)`` the task adds as column ``id``)
   with the watermark on the receive time the log recorded, in the RocksDB state store with
@@ -46,6 +48,8 @@ from exactly.urls import redact
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql import DataFrame, SparkSession
+
+    from exactly.spark.sink import Stage
 
 STORES = BACKENDS
 SCHEMA = (
@@ -175,8 +179,16 @@ def prepare(log: Log, plan: DedupePlan) -> int:
     return partitions
 
 
-def build(spark: SparkSession, plan: DedupePlan, partitions: int) -> DataFrame:
-    """The query's DataFrame: raw in, the rows for the ``events`` sink out."""
+def build(
+    spark: SparkSession, plan: DedupePlan, partitions: int, then: Stage | None = None
+) -> tuple[DataFrame, str]:
+    """The query's rows and the sink format that writes them to ``events``.
+
+    With a claim store the rows are ``raw``'s: the claims run in the sink's own Python worker
+    (a staged ``exactly`` sink registered as ``exactly-dedupe-OUTPUT``), one trip from the JVM
+    to Python per task instead of two. ``then`` runs on the task's Arrow batches after the
+    claims (tests inject failures there).
+    """
     reader = (
         spark.readStream.format("exactly")
         .option("log", plan.log_url)
@@ -187,21 +199,27 @@ def build(spark: SparkSession, plan: DedupePlan, partitions: int) -> DataFrame:
     if plan.max_records_per_trigger is not None:
         reader = reader.option("maxRecordsPerTrigger", str(plan.max_records_per_trigger))
     raw = reader.load()
-    store = plan.open_store()
     task = TaskPlan(
         plan.log_url,
         plan.source,
         plan.output,
         plan.rejected,
-        store,
+        plan.open_store(),
         plan.max_record_bytes,
         plan.scope,
     )
-    routed = raw.mapInArrow(
-        partial(dedupe_partition, task), SCHEMA + ", id binary" if task.adds_id else SCHEMA
-    )
-    if store.claims:
-        return routed.drop("offset")
+    route: Stage = partial(dedupe_partition, task)
+    if task.store.claims:
+        from exactly.spark.datasource import register_staged
+        from exactly.spark.sink import Columns
+
+        name = f"exactly-dedupe-{plan.output}"
+        stage = route if then is None else partial(_in_turn, route, then)
+        register_staged(
+            spark, name, stage, Columns(key=True, partition=True, headers=True, timestamp=True)
+        )
+        return raw, name
+    routed = raw.mapInArrow(route, SCHEMA + ", id binary" if task.adds_id else SCHEMA)
     key = "id" if task.adds_id else "key"  # workspace: the key, as checkpoints before scopes
     deduped = (
         routed.withWatermark("timestamp", f"{plan.window} milliseconds")
@@ -209,7 +227,14 @@ def build(spark: SparkSession, plan: DedupePlan, partitions: int) -> DataFrame:
         .drop("id")
     )
     # Streaming queries cannot sort; a task-local sort in Python makes a replay's order the same.
-    return deduped.repartition(partitions, "partition").mapInArrow(in_source_order, SCHEMA)
+    rows = deduped.repartition(partitions, "partition").mapInArrow(in_source_order, SCHEMA)
+    return (rows if then is None else rows.mapInArrow(then, SCHEMA)), "exactly"
+
+
+def _in_turn(
+    first: Stage, second: Stage, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    return second(first(batches))
 
 
 def in_source_order(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -239,20 +264,19 @@ def run(
     plan: DedupePlan,
     partitions: int,
     on_batch: Callable[[dict[str, Any]], None] | None = None,
-    then: Callable[[DataFrame], DataFrame] | None = None,
+    then: Stage | None = None,
 ) -> Progress:
     """Run the query until caught up (``until_caught_up``) or stopped; returns progress.
 
-    ``then`` transforms the rows on their way to the sink (tests inject failures there). A
-    failure raises the :class:`~exactly.errors.ExactlyError` a task raised, when there is one.
+    ``then`` runs on each task's Arrow batches on their way to the sink (tests inject failures
+    there). A failure raises the :class:`~exactly.errors.ExactlyError` a task raised, when there
+    is one.
     """
     from exactly.spark.streaming import run_query
 
-    rows = build(spark, plan, partitions)
-    if then is not None:
-        rows = then(rows)
+    rows, sink = build(spark, plan, partitions, then)
     writer = (
-        rows.writeStream.format("exactly")
+        rows.writeStream.format(sink)
         .option("log", plan.log_url)
         .option("topic", plan.output)
         .option("checkpointLocation", str(plan.checkpoint))

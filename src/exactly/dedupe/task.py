@@ -1,8 +1,8 @@
 """One Spark task of the dedupe job: a micro-batch's records of a raw partition, as Arrow.
 
-:func:`dedupe_partition` is what ``mapInArrow`` runs. Its rows go on to the exactly-once sink in
-the same task, which writes them to ``events`` partition *p* (DESIGN.md boundary 3). Steps per
-task (marked in the code):
+:func:`dedupe_partition` runs in the exactly-once sink's writer, before it writes (with a claim
+store; with spark-state in a ``mapInArrow``). The sink then writes its rows to ``events``
+partition *p* (DESIGN.md boundary 3). Steps per task (marked in the code):
 
 1. **Lock** the store's partition (held while the task works on it: one writer per database).
 2. **Repair** the store from the output if it is behind it (``recovery.rebuild``).

@@ -9,18 +9,22 @@ Register it once per session (:func:`register`; ``build_session`` does it), then
 
 Options are checked on the driver when the query is defined or starts, so a typo fails there with
 one clear line. Readers and writers are in ``source.py`` and ``sink.py``.
+
+:func:`register_staged` registers the same sink under another name with a step run first in the
+sink's own Python worker: a query whose last step is Python on Arrow batches (the dedupe job's
+claims) then costs one trip from the JVM to Python instead of two.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
 from exactly.spark import checkpoint, lease
 from exactly.spark.options import EXACTLY_ONCE, SinkOptions, SourceOptions, shared_log
-from exactly.spark.sink import Columns, LogStreamWriter
+from exactly.spark.sink import Columns, LogStreamWriter, Stage
 from exactly.spark.source import LogBatchReader, LogStreamReader
 from exactly.spark.source import schema as source_schema
 
@@ -47,15 +51,43 @@ class LogDataSource(DataSource):
         return LogStreamReader(SourceOptions.parse(self.options))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> LogStreamWriter:
+        return self._stream_writer(Columns.of(schema))
+
+    def _stream_writer(self, columns: Columns, stage: Stage | None = None) -> LogStreamWriter:
         options = SinkOptions.parse(self.options)
-        columns = Columns.of(schema)
         log = shared_log(options.log, options.max_record_bytes)
         log.topic_info(options.topic)  # an unknown topic fails here, before any task
         if options.guarantee == EXACTLY_ONCE:
             # Refuse a second query now rather than in its first task, when the owner is known.
             sink = options.sink_id or checkpoint.query_id(options.checkpoint)
             lease.check_once(log, options.topic, sink)  # called again for every batch's commit
-        return LogStreamWriter(options, columns)
+        return LogStreamWriter(options, columns, stage)
+
+
+class StagedSink(LogDataSource):
+    """The ``exactly`` sink with a stage first; :func:`register_staged` subclasses it per query."""
+
+    staged: ClassVar[tuple[Stage, Columns]]  # the stage and the columns it yields
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> LogStreamWriter:
+        stage, columns = self.staged
+        return self._stream_writer(columns, stage)
+
+
+def register_staged(spark: SparkSession, name: str, stage: Stage, columns: Columns) -> None:
+    """Make ``format(name)`` the ``exactly`` sink writing what ``stage`` yields.
+
+    ``stage`` gets each task's Arrow batches (the query's rows) and yields the rows to write, with
+    ``columns`` (what :class:`~exactly.spark.sink.Columns` would find in their schema); it runs
+    in the sink's Python worker and is pickled with the class. Give each query its own ``name``:
+    registering a name again replaces it.
+    """
+    source = type(
+        f"StagedSink[{name}]",
+        (StagedSink,),
+        {"name": classmethod(lambda cls: name), "staged": (stage, columns)},
+    )
+    spark.dataSource.register(source)
 
 
 def register(spark: SparkSession) -> None:

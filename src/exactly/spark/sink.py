@@ -42,7 +42,7 @@ comparison (``bench/spark_io.py``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -123,6 +123,7 @@ class Columns:
 
 
 Row = tuple[bytes, bytes | None, tuple[Header, ...], int | None]  # value, key, headers, timestamp
+Stage = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 
 def rows(batch: pa.RecordBatch, columns: Columns, partitions: int) -> Iterator[tuple[int, Row]]:
@@ -275,13 +276,30 @@ class SinkCommit(WriterCommitMessage):
 
 
 class LogStreamWriter(DataSourceStreamArrowWriter):
-    """Writes micro-batches to a log topic exactly once (the module docstring has the protocol)."""
+    """Writes micro-batches to a log topic exactly once (the module docstring has the protocol).
 
-    def __init__(self, options: SinkOptions, columns: Columns) -> None:
+    ``stage``, when given, runs first on the task's Arrow batches, in the same Python worker, and
+    the sink writes what it yields (with ``columns`` describing its output): a step of the query
+    that saves a trip from the JVM to a Python worker and back (``datasource.register_staged``).
+    """
+
+    def __init__(self, options: SinkOptions, columns: Columns, stage: Stage | None = None) -> None:
         self.options = options
         self.columns = columns
+        self.stage = stage
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        if self.stage is None:
+            return self._write(iterator)
+        staged = self.stage(iterator)
+        try:
+            return self._write(staged)
+        finally:  # a failed write ends the stage now, not when the worker collects it (locks)
+            close = getattr(staged, "close", None)
+            if close is not None:
+                close()
+
+    def _write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         context = TaskContext.get()
         assert context is not None, "the sink runs in Spark tasks"
         sink = self.options.sink_id or context.getLocalProperty(QUERY_ID)
