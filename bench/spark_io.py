@@ -1,7 +1,7 @@
 """Spark on the log: the source (Arrow batches vs tuples) and the sink (exactly-once vs plain).
 
     .venv/bin/python bench/spark_io.py [--backend sqlite|kafka|all] [--records 200000]
-        [--batches 4] [--repeat 3]
+        [--batches 4] [--repeat 3] [--kafka-options QUERY]
 
 A topic of 4 partitions and ``--records`` 300-byte records with 8-byte keys; Spark ``local[2]``.
 
@@ -14,6 +14,7 @@ A topic of 4 partitions and ``--records`` 300-byte records with 8-byte keys; Spa
   count the time Spark spent in the micro-batches (``triggerExecution``), not query start-up.
 
 Each figure is the median of ``--repeat`` runs, after one warm-up of each kind. Prints a table.
+``--kafka-options`` adds query options to the Kafka log's URL (to measure client settings).
 """
 
 from __future__ import annotations
@@ -128,6 +129,12 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--kafka-options",
+        default="",
+        help="query options for the Kafka log's URL, e.g. the earlier client defaults: "
+        "reconnect.backoff.ms=100&fetch.wait.max.ms=10",
+    )
     args = parser.parse_args()
     rows: list[list[str]] = []
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as scratch:
@@ -142,9 +149,10 @@ def main() -> None:
             from tests.servers import TansuBroker
 
             with TansuBroker() as broker:
-                name = "kafka (Tansu)"
+                name = "kafka (Tansu)" + (f" ?{args.kafka_options}" if args.kafka_options else "")
+                url = f"{broker.url}?{args.kafka_options}" if args.kafka_options else broker.url
                 rows += bench_backend(
-                    name, broker.url, spark, args.records, args.batches, args.repeat, work
+                    name, url, spark, args.records, args.batches, args.repeat, work
                 )
         spark.stop()
     print()

@@ -13,7 +13,13 @@ from confluent_kafka import Consumer, TopicPartition
 
 from exactly.errors import InvalidLogURL, InvalidRecord, LogUnavailable
 from exactly.log import Record, open_log
-from exactly.log.kafka import HINT_GROUP_PREFIX, PRODUCER_HEADER, SEQUENCE_HEADER, KafkaLog
+from exactly.log.kafka import (
+    _READER,
+    HINT_GROUP_PREFIX,
+    PRODUCER_HEADER,
+    SEQUENCE_HEADER,
+    KafkaLog,
+)
 from tests.servers import free_port
 
 pytestmark = pytest.mark.kafka
@@ -67,6 +73,18 @@ def test_unreachable_broker_fails_fast() -> None:
 def test_default_timeout_is_ten_seconds() -> None:
     with open_log(f"kafka://127.0.0.1:{free_port()}") as log:
         assert isinstance(log, KafkaLog) and log.timeout == 10
+
+
+def test_client_defaults_give_way_to_url_options() -> None:
+    url = f"kafka://127.0.0.1:{free_port()}"
+    with open_log(url) as log:
+        assert isinstance(log, KafkaLog)
+        assert log._common["reconnect.backoff.ms"] == 10  # a coordinator in 15 ms, not 53
+        assert log._consumer_config(_READER)["fetch.wait.max.ms"] == 3
+    with open_log(f"{url}?reconnect.backoff.ms=100&fetch.wait.max.ms=10") as log:
+        assert isinstance(log, KafkaLog)
+        assert log._common["reconnect.backoff.ms"] == "100"
+        assert log._consumer_config(_READER)["fetch.wait.max.ms"] == "10"
 
 
 _QUIET = """

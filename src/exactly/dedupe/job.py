@@ -17,10 +17,11 @@ key. Two ways to decide what is a duplicate:
   with the watermark on the receive time the log recorded, in the RocksDB state store with
   changelog checkpointing; the window is the watermark delay. The state store is versioned per
   micro-batch, so a replayed batch yields the same rows, which are then grouped by output
-  partition and sorted by source offset in each task (streaming queries cannot sort), so the
-  sink sees them in the same order on a replay. Records received more than a window
-  behind the newest one seen are *late* to Spark and dropped by its operator: the store's one
-  way to lose a record, counted as ``late`` (keep the window well above any backlog).
+  partition and sorted by source offset in each task by the sink's stage (streaming queries
+  cannot sort), so the sink sees them in the same order on a replay. Records received more than
+  a window behind the newest one seen are *late* to Spark and dropped by its operator: the
+  store's one way to lose a record, counted as ``late`` (keep the window well above any
+  backlog).
 
 Both route records without a usable messageId to ``<raw>.rejected``. The scope is recorded with
 the store (or the spark-state checkpoint) and checked before Spark starts: ids packed for one
@@ -184,11 +185,15 @@ def build(
 ) -> tuple[DataFrame, str]:
     """The query's rows and the sink format that writes them to ``events``.
 
-    With a claim store the rows are ``raw``'s: the claims run in the sink's own Python worker
-    (a staged ``exactly`` sink registered as ``exactly-dedupe-OUTPUT``), one trip from the JVM
-    to Python per task instead of two. ``then`` runs on the task's Arrow batches after the
-    claims (tests inject failures there).
+    The sink is the ``exactly`` sink with the job's last Python step as its stage (registered
+    as ``exactly-dedupe-OUTPUT``, ``datasource.register_staged``), so the rows cross from the
+    JVM to Python once per task: with a claim store the rows are ``raw``'s and the stage claims
+    them; with spark-state the stage puts each task's rows in source order. ``then`` runs on the
+    task's Arrow batches after the stage (tests inject failures there).
     """
+    from exactly.spark.datasource import register_staged
+    from exactly.spark.sink import Columns
+
     reader = (
         spark.readStream.format("exactly")
         .option("log", plan.log_url)
@@ -208,27 +213,25 @@ def build(
         plan.max_record_bytes,
         plan.scope,
     )
-    route: Stage = partial(dedupe_partition, task)
-    if task.store.claims:
-        from exactly.spark.datasource import register_staged
-        from exactly.spark.sink import Columns
-
-        name = f"exactly-dedupe-{plan.output}"
-        stage = route if then is None else partial(_in_turn, route, then)
-        register_staged(
-            spark, name, stage, Columns(key=True, partition=True, headers=True, timestamp=True)
+    stage: Stage = partial(dedupe_partition, task)
+    rows = raw
+    if not task.store.claims:
+        routed = raw.mapInArrow(stage, SCHEMA + ", id binary" if task.adds_id else SCHEMA)
+        key = "id" if task.adds_id else "key"  # workspace: the key, as checkpoints before scopes
+        deduped = (
+            routed.withWatermark("timestamp", f"{plan.window} milliseconds")
+            .dropDuplicatesWithinWatermark([key])
+            .drop("id")
         )
-        return raw, name
-    routed = raw.mapInArrow(route, SCHEMA + ", id binary" if task.adds_id else SCHEMA)
-    key = "id" if task.adds_id else "key"  # workspace: the key, as checkpoints before scopes
-    deduped = (
-        routed.withWatermark("timestamp", f"{plan.window} milliseconds")
-        .dropDuplicatesWithinWatermark([key])
-        .drop("id")
+        # Streaming queries cannot sort: the stage sorts each task's rows, the same on a replay.
+        rows, stage = deduped.repartition(partitions, "partition"), in_source_order
+    if then is not None:
+        stage = partial(_in_turn, stage, then)
+    name = f"exactly-dedupe-{plan.output}"
+    register_staged(
+        spark, name, stage, Columns(key=True, partition=True, headers=True, timestamp=True)
     )
-    # Streaming queries cannot sort; a task-local sort in Python makes a replay's order the same.
-    rows = deduped.repartition(partitions, "partition").mapInArrow(in_source_order, SCHEMA)
-    return (rows if then is None else rows.mapInArrow(then, SCHEMA)), "exactly"
+    return rows, name
 
 
 def _in_turn(
