@@ -181,6 +181,7 @@ class KafkaLog(Log):
         self._sequence_locks: dict[tuple[str, str, int], threading.RLock] = {}
         self._groups: dict[str, Consumer] = {}
         self._position: tuple[str, int, int] | None = None  # what the reader polls next
+        self._reader_topics: set[str] = set()  # topics whose metadata the reader has
         self._closed = threading.Event()
         self._poller = threading.Thread(target=self._poll_producer, name="kafka-log", daemon=True)
         self._poller.start()
@@ -358,6 +359,7 @@ class KafkaLog(Log):
         with self._reader_lock:
             try:
                 if self._position is None or self._position[:2] != (topic, partition):
+                    self._learn(topic)
                     self._reader.assign([TopicPartition(topic, partition, offset)])
                 elif self._position[2] != offset:
                     self._reader.seek(TopicPartition(topic, partition, offset))
@@ -374,6 +376,18 @@ class KafkaLog(Log):
                 if self._position is None:
                     self._reader.unassign()
         return records
+
+    def _learn(self, topic: str) -> None:
+        """Have the reader look ``topic`` up before its first assignment to it.
+
+        librdkafka does not ask for the metadata of a topic it is assigned but has not seen: it
+        waits for its once-a-second scan of unknown topics, so a process's first read of each
+        topic stalled for up to a second (the sink's tail read in half the first micro-batches).
+        """
+        if topic in self._reader_topics:
+            return
+        self._call(f"look up {topic!r}", lambda: self._reader.list_topics(topic, self.timeout))
+        self._reader_topics.add(topic)
 
     def _poll(
         self,
@@ -617,7 +631,22 @@ class KafkaWriter(PartitionWriter):
         self._in_transaction = False
         config = {**log._producer_config, "transactional.id": self.transactional_id}
         self._producer = Producer(config)
+        self._await_broker()
         self._call("start a transactional writer", self._producer.init_transactions, log.timeout)
+
+    def _await_broker(self) -> None:
+        """Wait until a broker learned from metadata answers (at most the log's timeout).
+
+        librdkafka drops its bootstrap connection once it learns the brokers; if the transaction
+        coordinator is looked up in between, no broker is up and the lookup is retried only after
+        500 ms. In the sink, where tasks start writers side by side, one start in four waited so.
+        """
+        deadline = time.monotonic() + self._log.timeout
+        with contextlib.suppress(KafkaException):  # init_transactions reports what is wrong
+            while self._producer.list_topics(self.topic, self._log.timeout).orig_broker_id < 0:
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.001)
 
     @property
     def transactional_id(self) -> str:
