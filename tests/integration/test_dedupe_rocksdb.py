@@ -1,16 +1,18 @@
-"""What only the rocksdb store does: age-out by size and time, the seek hint, its file lock."""
+"""What only the rocksdb store does: age-out by size and time in generations, its file lock."""
 
 from __future__ import annotations
 
+import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from rocksdict import Options, Rdict
 
 from exactly.dedupe.base import Claim, Status
 from exactly.dedupe.rocksdb import META_KEY, Meta, RocksDBStore, RocksPartition
-from exactly.dedupe.window import Bounds
+from exactly.dedupe.window import Bounds, Generation
 from exactly.errors import StoreUnavailable
 from exactly.events.ids import pack_id, pack_owner
 
@@ -79,18 +81,95 @@ def test_time_window_ages_out_ids_received_before_it(tmp_path: Path) -> None:
     assert [v.status for v in verdicts] == [Status.NEW, Status.DUPLICATE]
 
 
-def test_seek_hint_points_past_the_aged_out_ids(tmp_path: Path) -> None:
-    store = RocksDBStore(tmp_path, Bounds(max_keys=1_000))
+def test_whole_generations_age_out_oldest_first_and_their_families_go(tmp_path: Path) -> None:
+    store = RocksDBStore(tmp_path, Bounds(max_keys=800))  # a generation holds 100 ids
     with store.open(0) as part:
-        for n in range(5):  # calls 0 to 4, 400 ids each
-            part.claim(batch(n * 400, 400, at=n))
+        for n in range(12):  # call n fills generation n
+            part.claim(batch(n * 100, 100, at=n))
         state = meta(part)
-        entries = list(part._entries(0))
-    # calls 0 and 1 are gone, call 2 keeps its last 200 ids: the hint names it
-    assert state.aged_out == 1_000 and state.keys == 1_000 and state.seek_hint == 2
-    assert [int.from_bytes(key, "big") for key, _ in entries] == [2, 3, 4]
-    assert len(entries[0][1]) == 8 + 200 * 16
-    assert entries[0][1][8:24] == pack_id("id-1000")
+        verdicts = part.claim(  # starts generation 12, and drops generation 4 to make room
+            [
+                Claim(pack_id("id-399"), pack_owner(0, 1_200), 12),  # in generation 3: gone
+                Claim(pack_id("id-500"), pack_owner(0, 1_201), 12),  # in generation 5: kept
+            ]
+        )
+    assert [g.number for g in state.generations] == list(range(4, 12))
+    assert state.keys == 800 and state.aged_out == 400
+    assert [v.status for v in verdicts] == [Status.NEW, Status.DUPLICATE]
+    families = sorted(Rdict.list_cf(str(store.path(0))))
+    assert families == ["default", *(f"g{n:08d}" for n in range(5, 13))]
+
+
+def test_a_call_larger_than_a_generation_fills_several(tmp_path: Path) -> None:
+    store = RocksDBStore(tmp_path, Bounds(max_keys=800))
+    with store.open(0) as part:
+        part.claim(batch(0, 30, at=1))
+        part.claim(batch(30, 420, at=2))
+        state = meta(part)
+    assert [(g.number, g.keys) for g in state.generations] == [
+        (0, 100),
+        (1, 100),
+        (2, 100),
+        (3, 100),
+        (4, 50),
+    ]
+    assert [(g.earliest, g.newest) for g in state.generations][:2] == [(1, 2), (2, 2)]
+
+
+def test_a_family_left_by_a_crash_before_its_drop_goes_at_the_next_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = RocksDBStore(tmp_path, Bounds(max_keys=16))  # a generation holds 2 ids
+    with monkeypatch.context() as patch:
+        patch.setattr(RocksPartition, "_drop", lambda self, name: None)  # killed before step 5
+        with store.open(0) as part:
+            for n in range(10):
+                part.claim(batch(n * 2, 2, at=n))
+    assert "g00000000" in Rdict.list_cf(str(store.path(0)))
+    with store.open(0) as part:
+        assert [g.number for g in meta(part).generations] == list(range(2, 10))
+        # below the position: ages nothing out; generation 9 is full, so it starts generation 10
+        assert part.claim(batch(0, 1, at=4))[0].status is Status.NEW
+    kept = sorted(Rdict.list_cf(str(store.path(0))))
+    assert kept == ["default", *(f"g{n:08d}" for n in range(2, 11))]
+
+
+def test_a_partition_in_the_earlier_layout_is_converted(tmp_path: Path) -> None:
+    """Ids in ``default`` with a ``seq`` index by age (before generations) become generation 0."""
+    path = RocksDBStore(tmp_path).path(0)
+    ids = [pack_id(f"id-{o}") for o in range(300)]
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.create_missing_column_families(True)
+    db = Rdict(str(path), options, column_families={"seq": Options(raw_mode=True)})
+    seq = db.get_column_family("seq")
+    for offset, packed in enumerate(ids):
+        db[packed] = offset.to_bytes(6, "big")
+    seq[(0).to_bytes(8, "big")] = (1_000).to_bytes(8, "big") + b"".join(ids[:100])  # aged out
+    seq[(1).to_bytes(8, "big")] = (2_000).to_bytes(8, "big") + b"".join(ids[100:])
+    # position 300, 300 keys, 0 aged out, seek hint 1, next seq 2, newest 3000, counters
+    db[META_KEY] = struct.pack(">10q", 300, 300, 0, 1, 2, 3_000, 300, 300, 0, 0)
+    seq.close()
+    db.close()
+    [before] = RocksDBStore(tmp_path).stats(1)
+    assert (before.keys, before.position, before.oldest) == (300, 300, 2_000)
+    with RocksDBStore(tmp_path).open(0) as part:
+        state = meta(part)
+        verdicts = part.claim(
+            [
+                Claim(ids[5], pack_owner(0, 300), 3_000),
+                Claim(pack_id("new"), pack_owner(0, 301), 3_000),
+            ]
+        )
+        stats = part.stats()
+    assert state.generations == (Generation(0, 300, 2_000, 3_000),)
+    assert [v.status for v in verdicts] == [Status.DUPLICATE, Status.NEW]
+    assert verdicts[0].owner == pack_owner(0, 5)
+    assert (stats.keys, stats.position, stats.counters.claimed) == (301, 302, 302)
+    assert sorted(Rdict.list_cf(str(path))) == ["default", "g00000000"]
+    with RocksDBStore(tmp_path).open(0) as part:  # reopened: nothing converted twice
+        assert meta(part).keys == 301
+        assert list(part.db.keys()) == [META_KEY]
 
 
 def test_a_replayed_batch_ages_nothing_out(tmp_path: Path) -> None:

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from exactly.dedupe.base import Claim, Counters, fresh_counters
 from exactly.dedupe.window import (
+    GENERATIONS,
     Bounds,
+    Generation,
     below_minimum,
     effective_window,
+    generation_sizes,
+    generations_to_drop,
     keys_allowed,
-    overflow,
+    opens_generation,
     time_cutoff,
 )
 from exactly.errors import ConfigError
@@ -22,17 +28,56 @@ counts = st.integers(min_value=0, max_value=10**9)
 limits = st.none() | st.integers(min_value=1, max_value=10**9)
 
 
-@given(limits, counts, counts)
-def test_overflow_fits_the_batch_and_never_removes_more_than_is_kept(
-    allowed: int | None, keys: int, incoming: int
+times = st.integers(min_value=0, max_value=10**12)
+generation_lists = st.lists(
+    st.tuples(st.integers(min_value=0, max_value=10**6), times, times), max_size=12
+).map(
+    lambda found: tuple(
+        Generation(number, keys, min(a, b), max(a, b)) for number, (keys, a, b) in enumerate(found)
+    )
+)
+
+
+@given(generation_lists, limits, counts, st.none() | times)
+def test_generations_to_drop_are_the_oldest_whole_ones_and_never_the_newest(
+    live: tuple[Generation, ...], allowed: int | None, incoming: int, cutoff: int | None
 ) -> None:
-    removed = overflow(allowed, keys, incoming)
-    assert 0 <= removed <= keys
-    if allowed is None:
-        assert removed == 0
-    elif removed < keys:
-        assert keys - removed + incoming <= allowed
-        assert removed == 0 or keys - removed + incoming == allowed  # no more than needed
+    dropped = generations_to_drop(live, allowed, incoming, cutoff)
+    assert 0 <= dropped <= max(0, len(live) - 1)
+    kept = live[dropped:]
+    if dropped < len(live) - 1:  # stopped early: what is kept fits and is recent enough
+        assert allowed is None or sum(g.keys for g in kept) + incoming <= allowed
+        assert cutoff is None or kept[0].newest >= cutoff
+    if dropped:  # and each dropped one had to go: over the bound or older than the window
+        before = live[dropped - 1 :]
+        over = allowed is not None and sum(g.keys for g in before) + incoming > allowed
+        assert over or (cutoff is not None and live[dropped - 1].newest < cutoff)
+
+
+@given(counts, st.none() | st.integers(min_value=1, max_value=10**6), counts)
+def test_generation_sizes_fill_the_current_one_then_steps_of_new_ones(
+    keys: int, step: int | None, count: int
+) -> None:
+    sizes = generation_sizes(keys, step, count)
+    assert sum(sizes) == count and all(size >= 0 for size in sizes)
+    if step is None:
+        assert sizes == [count]
+        return
+    assert sizes[0] == min(count, max(0, step - keys))
+    new = sizes[1:]
+    assert len(new) <= GENERATIONS and all(size > 0 for size in new)
+    assert all(size == step for size in new[:-1])
+    assert not new or new[-1] <= step or len(new) == GENERATIONS
+
+
+def test_a_generation_is_full_at_an_eighth_of_the_bounds() -> None:
+    current = Generation(3, keys=124, earliest=10_000, newest=10_500)
+    assert opens_generation(None, None, None, newest=0)
+    assert not opens_generation(current, allowed=1_000, window=None, newest=99_999)
+    assert opens_generation(replace(current, keys=125), allowed=1_000, window=None, newest=0)
+    assert not opens_generation(current, allowed=None, window=8_000, newest=10_999)
+    assert opens_generation(current, allowed=None, window=8_000, newest=11_000)
+    assert not opens_generation(replace(current, keys=10**9), None, None, newest=10**12)
 
 
 @given(limits, limits, counts, counts)

@@ -2,36 +2,41 @@
 
 Layout of ``ROOT/p<partition>`` (rocksdict, raw bytes):
 
-* ``default`` column family: ``id (16 bytes) -> offset (6 bytes)``, the owner's offset (its
-  partition is the database's own). A bloom filter of 10 bits per key answers most lookups of a
-  new id (the common case) without reading a block; lookups are batched multi-gets.
-* ``seq``, the secondary index by sequence number: ``seq (8 bytes) -> time (8) + ids (16 each)``,
-  one entry per claim call that claimed new ids, numbered in the order they were written. It
-  lists the ids the call claimed and the earliest receive time (ms) among them, so iterating it
-  walks ids oldest first (what age-out needs) and dates them (what the window needs) at a few
-  bytes per call rather than per id.
-* meta, one key in ``default`` (``exactly:meta``, which cannot clash with a 16-byte id): the
-  position, key count, next sequence number, seek hint, ids aged out and counters.
+* one column family per *generation*, ``g<number>`` (eight digits): ``id (16 bytes) -> offset
+  (6 bytes)``, the owner's offset (its partition is the database's own). A generation takes the
+  claims of consecutive calls until it holds ``1/GENERATIONS`` of the size bound or spans
+  ``1/GENERATIONS`` of the time window (``window.py``); then the next one starts. Age-out drops
+  the oldest generations whole, so a kept id costs its key and offset and nothing else (no index
+  by age), and the window moves in steps of one generation. A bloom filter of 10 bits per key
+  in each generation answers most lookups of a new id without reading a block; lookups are
+  batched multi-gets, one per live generation.
+* ``default`` holds one key, the meta (``exactly:meta``): the position, key count, ids aged out,
+  counters, and the live generations with their key counts and receive times.
 
 Commit protocol of :meth:`RocksPartition._claim`, one call per batch of records:
 
-1. **Plan age-out** (only when every claim is past the position: a replayed batch never ages out,
-   so it sees the store as its first attempt did). How many of the oldest ids to drop so the
-   batch fits the size bounds (``window.py``), and which calls were received entirely before the
-   time window, found by iterating ``seq`` from the *seek hint*, the first sequence number not
-   yet aged out, so the iterator does not step over the tombstones of earlier deletes (Segment's
-   ``seek_hint``). A call only partly aged out is rewritten with the ids it keeps.
-2. **Look up** every id with batched multi-gets; ids being aged out count as absent.
+1. **Plan age-out** (only when every claim is past the position: a replayed batch never ages
+   anything out, so it sees the store as its first attempt did): whether the call starts a
+   generation, and which of the oldest generations to drop so the batch fits the size
+   bounds and the time window. A new generation's column family is created now.
+2. **Look up** every id with batched multi-gets in the generations kept, newest first.
 3. **Decide** in order: an absent id is claimed by its record; a repeat within the call sees the
    first claim.
-4. **Write one batch**, synced (WAL fsync) before return: the deletes of step 1, the new ids, their
-   ``seq`` entry and the meta. RocksDB applies a write batch atomically, so the position never
-   runs ahead of the claims it covers.
+4. **Write one batch**, synced (WAL fsync) before return: the new ids into the newest generation
+   (and into new ones as it fills up, created now) and the meta, which no longer lists the
+   dropped generations. RocksDB applies a write batch atomically, so the position never runs
+   ahead of the claims it covers.
+5. **Drop** the aged-out generations' column families. A crash before this leaves them unlisted
+   in the meta; they are dropped when the partition is next opened (as is a generation created
+   in step 1 or 4 whose write never happened).
 
 Exclusive: RocksDB's own file lock refuses a second opener, in this process or another; opening
 retries until the holder closes (a retried Spark task waits for a zombie attempt) or
 ``lock_timeout`` passes. The job opens a partition per task and closes it at the task's end, so a
 partition moves freely between Python workers.
+
+A partition written by earlier versions (ids in ``default``, a ``seq`` index by age) is converted
+when first opened for writing: its ids become generation 0.
 """
 
 from __future__ import annotations
@@ -41,8 +46,7 @@ import os
 import shutil
 import struct
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,23 +70,35 @@ from exactly.dedupe.base import (
     fresh_counters,
     write_once,
 )
-from exactly.dedupe.window import Bounds, keys_allowed, overflow, time_cutoff
+from exactly.dedupe.window import (
+    Bounds,
+    Generation,
+    generation_sizes,
+    generation_step,
+    generations_to_drop,
+    keys_allowed,
+    opens_generation,
+    time_cutoff,
+)
 from exactly.errors import StoreUnavailable
 from exactly.events.ids import ID_BYTES, owner_offset, owner_offset_bytes
 from exactly.units import format_duration
 
 META_KEY = b"exactly:meta"
 SCOPE_FILE = "scope"  # ROOT/scope: the dedupe scope the ids were packed for
-SEQ = "seq"
+LEGACY_SEQ = "seq"  # the index by age of the earlier layout
 MULTI_GET = 1000  # ids per multi-get: much larger ones are slower in rocksdict
-MAX_AGE_OUT = 200_000  # ids aged out per call at most; a backlog drains over later calls
-_META = struct.Struct(">10q")
+COPY_BATCH = 10_000  # ids per write while converting the earlier layout
+_HEAD = struct.Struct(">B8q")
+_GENERATION = struct.Struct(">4q")
+_LEGACY_META = struct.Struct(">10q")
 _TIME = struct.Struct(">q")
-_ID = ID_BYTES
+_VERSION = 2
 
 
-def o8(number: int) -> bytes:
-    return number.to_bytes(8, "big")
+def family(generation: Generation) -> str:
+    """The column family holding a generation's ids."""
+    return f"g{generation.number:08d}"
 
 
 @dataclass(frozen=True)
@@ -92,50 +108,87 @@ class Meta:
     position: int | None = None
     keys: int = 0
     aged_out: int = 0
-    seek_hint: int = 0  # the first seq entry not aged out
-    next_seq: int = 0
     newest: int | None = None
     counters: Counters = field(default_factory=Counters)
+    generations: tuple[Generation, ...] = ()  # live, oldest first
+    next_generation: int = 0
 
     def pack(self) -> bytes:
         c = self.counters
-        return _META.pack(
+        head = _HEAD.pack(
+            _VERSION,
             -1 if self.position is None else self.position,
             self.keys,
             self.aged_out,
-            self.seek_hint,
-            self.next_seq,
             -1 if self.newest is None else self.newest,
             c.claimed,
             c.new,
             c.duplicates,
-            0,
+            self.next_generation,
+        )
+        return head + b"".join(
+            _GENERATION.pack(g.number, g.keys, g.earliest, g.newest) for g in self.generations
         )
 
     @classmethod
     def unpack(cls, data: bytes | None) -> Meta:
         if data is None:
             return cls()
-        position, keys, aged, hint, next_seq, newest, claimed, new, dups, _ = _META.unpack(data)
+        if is_legacy(data):
+            return _legacy_meta(data)
+        _, position, keys, aged, newest, claimed, new, dups, next_generation = _HEAD.unpack_from(
+            data
+        )
+        generations = tuple(
+            Generation(*_GENERATION.unpack_from(data, offset))
+            for offset in range(_HEAD.size, len(data), _GENERATION.size)
+        )
         return cls(
             None if position < 0 else position,
             keys,
             aged,
-            hint,
-            next_seq,
             None if newest < 0 else newest,
             Counters(claimed, new, dups),
+            generations,
+            next_generation,
         )
+
+    @property
+    def oldest(self) -> int | None:
+        """Receive time of the oldest id kept (the oldest generation's earliest)."""
+        return self.generations[0].earliest if self.generations else None
+
+
+def is_legacy(data: bytes) -> bool:
+    """Whether a meta value was written by the earlier layout (ids in ``default``, ``seq``)."""
+    return len(data) == _LEGACY_META.size
+
+
+def _legacy_meta(data: bytes, oldest: int | None = None) -> Meta:
+    """An earlier layout's meta, its ids as generation 0 (received from ``oldest`` on)."""
+    position, keys, aged, _, _, newest, claimed, new, dups, _ = _LEGACY_META.unpack(data)
+    generations: tuple[Generation, ...] = ()
+    if keys > 0 and newest >= 0:
+        generations = (Generation(0, keys, newest if oldest is None else oldest, newest),)
+    return Meta(
+        None if position < 0 else position,
+        keys,
+        aged,
+        None if newest < 0 else newest,
+        Counters(claimed, new, dups),
+        generations,
+        1,
+    )
 
 
 @dataclass
-class AgeOut:
-    """Step 1's plan: the ids to drop and what it does to ``seq``."""
+class Plan:
+    """Step 1's outcome: the generations kept (the newest takes the claims), those dropped, and
+    the number the next new generation gets."""
 
-    ids: list[bytes] = field(default_factory=list)
-    deleted: list[bytes] = field(default_factory=list)  # seq keys
-    rewritten: tuple[bytes, bytes] | None = None  # a partly aged-out entry, with what it keeps
-    seek_hint: int = 0
+    kept: tuple[Generation, ...]
+    dropped: tuple[Generation, ...] = ()
+    next: int = 0
 
 
 def _options(bloom: bool) -> Options:
@@ -161,7 +214,9 @@ def _options(bloom: bool) -> Options:
 
 
 def _open_db(path: Path, access: AccessType | None = None) -> Rdict:
-    families = {SEQ: _options(bloom=False)}
+    """The database with every column family it has (RocksDB refuses to open fewer)."""
+    names = Rdict.list_cf(str(path)) if (path / "CURRENT").exists() else []
+    families = {name: _options(bloom=name != LEGACY_SEQ) for name in names if name != "default"}
     if access is None:
         return Rdict(str(path), _options(bloom=True), column_families=families)
     return Rdict(str(path), _options(bloom=True), column_families=families, access_type=access)
@@ -249,11 +304,9 @@ def _read_only_stats(partition: int, path: Path, attempts: int = 5) -> Partition
                 ) from None
             time.sleep(backoff(attempt, minimum=0.05, maximum=0.5))
             continue
-        seq = db.get_column_family(SEQ)
         try:
-            return _stats(partition, path, db, seq)
+            return _stats(partition, path, _read_meta(db))
         finally:
-            seq.close()
             db.close()
     raise AssertionError("unreachable")
 
@@ -267,11 +320,14 @@ class RocksPartition(StorePartition):
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db: Rdict | None = _open_locked(path, lock_timeout)
-        self._seq = self._db.get_column_family(SEQ)
-        self._seq_handle: Any = self._db.get_column_family_handle(SEQ)
         self._sync = WriteOptions()
         self._sync.sync = True
-        self._meta = Meta.unpack(self._db.get(META_KEY))
+        self._families: dict[str, tuple[Rdict, Any]] = {}  # name -> (view, handle)
+        try:
+            self._meta = self._tidy(self.db, self.db.get(META_KEY))
+        except BaseException:
+            self._close()
+            raise
 
     @property
     def db(self) -> Rdict:
@@ -280,138 +336,249 @@ class RocksPartition(StorePartition):
         return self._db
 
     def _claim(self, claims: list[Claim], *, restoring: bool) -> list[bytes | None]:
-        db, meta = self.db, self._meta
+        meta = self._meta
         offsets = [owner_offset(claim.owner) for claim in claims]
         fresh = not restoring and (meta.position is None or min(offsets) >= meta.position)
         newest = max(claim.time for claim in claims)
-        # 1. plan age-out
-        plan = (
-            self._plan_age_out(len(claims), newest) if fresh else AgeOut(seek_hint=meta.seek_hint)
-        )
-        aged = set(plan.ids)
-        # 2. look up every id, in batched multi-gets
-        ids: list[Any] = [claim.id for claim in claims]
-        stored: list[bytes | None] = []
-        for at in range(0, len(ids), MULTI_GET):
-            found: Any = db[ids[at : at + MULTI_GET]]
-            stored += found
+        size = _size(self.path) if self.bounds.max_bytes is not None else 0
+        allowed = keys_allowed(self.bounds, meta.keys, size)
+        # 1. plan age-out (and a new generation)
+        plan = self._plan(allowed, len(claims), newest) if fresh else Plan(meta.generations)
+        # 2. look up every id in the kept generations, newest first
+        stored = self._look_up([claim.id for claim in claims], plan.kept)
         # 3. decide in order
         prefix = self._prefix
         owners: list[bytes | None] = []
-        claimed: dict[bytes, bytes] = {}
-        earliest = newest
+        claimed: dict[bytes, Claim] = {}
         for claim, value in zip(claims, stored, strict=True):
-            owner = claimed.get(claim.id)
-            if owner is None and value is not None and claim.id not in aged:
+            first = claimed.get(claim.id)
+            owner = None if first is None else first.owner
+            if owner is None and value is not None:
                 owner = prefix + value  # the partition_prefix + its owner_offset_bytes
             if owner is None:
-                claimed[claim.id] = claim.owner
-                earliest = min(earliest, claim.time)
+                claimed[claim.id] = claim
             owners.append(owner)
-        # 4. one atomic, synced write
+        # 4. one atomic, synced write: the claims into the newest generations, and the meta
         batch = WriteBatch(raw_mode=True)
-        for key in plan.ids:
-            batch.delete(key)
-        for seq_key in plan.deleted:
-            batch.delete(seq_key, self._seq_handle)
-        if plan.rewritten is not None:
-            batch.put(*plan.rewritten, self._seq_handle)
-        next_seq = meta.next_seq
-        if claimed:
-            for claim_id, owner in claimed.items():
-                batch.put(claim_id, owner_offset_bytes(owner))
-            entry = _TIME.pack(earliest) + b"".join(claimed)
-            batch.put(o8(next_seq), entry, self._seq_handle)
-            next_seq += 1
+        generations, next_generation = self._fill(
+            batch, plan, list(claimed.values()), allowed, max(meta.next_generation, plan.next)
+        )
+        dropped = sum(generation.keys for generation in plan.dropped)
         end = max(offsets) + 1
         meta = Meta(
             position=end if meta.position is None else max(meta.position, end),
-            keys=meta.keys + len(claimed) - len(plan.ids),
-            aged_out=meta.aged_out + len(plan.ids),
-            seek_hint=plan.seek_hint,
-            next_seq=next_seq,
+            keys=meta.keys + len(claimed) - dropped,
+            aged_out=meta.aged_out + dropped,
             newest=newest if meta.newest is None else max(meta.newest, newest),
             counters=meta.counters
             if restoring
             else meta.counters + fresh_counters(claims, owners, meta.position),
+            generations=generations,
+            next_generation=next_generation,
         )
         batch.put(META_KEY, meta.pack())
-        db.write(batch, self._sync)
+        self.db.write(batch, self._sync)
         self._meta = meta
+        # 5. drop the aged-out generations
+        for generation in plan.dropped:
+            self._drop(family(generation))
         return owners
 
-    def _plan_age_out(self, incoming: int, newest: int) -> AgeOut:
-        """Which of the oldest ids to age out before claiming ``incoming`` ids (step 1).
+    def _plan(self, allowed: int | None, incoming: int, newest: int) -> Plan:
+        """Step 1: the generations to keep, a new one last if the call starts one, and to drop.
 
-        By size: as many as the bounds need, oldest first, the last call cut if need be. By
-        time: every call followed by one whose earliest id is older than the window's start
-        (so every id of it is older too; the newest call is never aged out by time).
+        By size: the oldest generations go while the kept keys and the call's exceed the bounds.
+        By time: every generation whose newest id is older than the window's start.
         """
-        meta = self._meta
-        plan = AgeOut(seek_hint=meta.seek_hint)
-        size = _size(self.path) if self.bounds.max_bytes is not None else 0
-        allowed = keys_allowed(self.bounds, meta.keys, size)
-        count = overflow(allowed, meta.keys, incoming)
-        cutoff = time_cutoff(self.bounds, newest)
-        if count == 0 and cutoff is None:
-            return plan
-        entries = self._entries(meta.seek_hint)
-        current = next(entries, None)
-        while current is not None and len(plan.ids) < MAX_AGE_OUT:
-            following = next(entries, None)
-            key, value = current
-            by_time = (
-                cutoff is not None
-                and following is not None
-                and _TIME.unpack_from(following[1])[0] <= cutoff
-            )
-            wanted = count - len(plan.ids)
-            held = (len(value) - _TIME.size) // _ID
-            if wanted <= 0 and not by_time:
-                break
-            if by_time or wanted >= held:
-                plan.ids += _ids(value, 0, held)
-                plan.deleted.append(key)
-                plan.seek_hint = int.from_bytes(key, "big") + 1
-            else:
-                plan.ids += _ids(value, 0, wanted)
-                plan.rewritten = (key, value[: _TIME.size] + value[_TIME.size + wanted * _ID :])
-                plan.seek_hint = int.from_bytes(key, "big")
-                break
-            current = following
-        del entries
-        return plan
+        meta, window = self._meta, self.bounds.window
+        live, following = meta.generations, meta.next_generation
+        if opens_generation(live[-1] if live else None, allowed, window, newest):
+            live = (*live, self._started(following, newest))
+            following += 1
+        count = generations_to_drop(live, allowed, incoming, time_cutoff(self.bounds, newest))
+        return Plan(live[count:], live[:count], following)
 
-    def _entries(self, start: int) -> Iterator[tuple[bytes, bytes]]:
-        """``seq`` entries from sequence number ``start`` on, oldest first."""
-        iterator = self._seq.iter()
-        try:
-            iterator.seek(o8(start))
-            while iterator.valid():
-                yield iterator.key(), iterator.value()
-                iterator.next()
-        finally:
-            del iterator
+    def _fill(
+        self,
+        batch: WriteBatch,
+        plan: Plan,
+        claimed: list[Claim],
+        allowed: int | None,
+        following: int,
+    ) -> tuple[tuple[Generation, ...], int]:
+        """Step 4's puts: the claimed ids into the newest generation, then new ones as each
+        fills up (``generation_sizes``); the generations after the call, and the next number."""
+        generations = list(plan.kept)
+        if not claimed:
+            return tuple(generations), following
+        if not generations:  # a replay or a restore into an empty store
+            generations.append(self._started(following, claimed[0].time))
+            following += 1
+        current = generations[-1]
+        sizes = generation_sizes(current.keys, generation_step(allowed), len(claimed))
+        at = 0
+        for index, size in enumerate(sizes):
+            if index > 0:
+                generations.append(self._started(following, claimed[at].time))
+                following += 1
+            part = claimed[at : at + size]
+            at += size
+            if not part:
+                continue
+            generation = generations[-1]
+            handle = self._family(family(generation))[1]
+            for claim in part:
+                batch.put(claim.id, owner_offset_bytes(claim.owner), handle)
+            times = [claim.time for claim in part]
+            generations[-1] = replace(
+                generation,
+                keys=generation.keys + len(part),
+                earliest=min(generation.earliest, *times),
+                newest=max(generation.newest, *times),
+            )
+        return tuple(generations), following
+
+    def _started(self, number: int, at: int) -> Generation:
+        """A new, empty generation, its column family created (an orphan if never written)."""
+        generation = Generation(number, 0, at, at)
+        self._family(family(generation), create=True)
+        return generation
+
+    def _look_up(self, ids: list[bytes], generations: tuple[Generation, ...]) -> list[Any]:
+        """The stored owner offset of each id, None if absent, searching newest first."""
+        stored: list[Any] = [None] * len(ids)
+        missing = list(range(len(ids)))
+        for generation in reversed(generations):
+            if not missing:
+                break
+            view = self._family(family(generation))[0]
+            wanted: list[Any] = [ids[index] for index in missing]
+            found: list[Any] = []
+            for at in range(0, len(wanted), MULTI_GET):
+                chunk: Any = view[wanted[at : at + MULTI_GET]]
+                found += chunk
+            still = []
+            for index, value in zip(missing, found, strict=True):
+                if value is None:
+                    still.append(index)
+                else:
+                    stored[index] = value
+            missing = still
+        return stored
+
+    def _family(self, name: str, create: bool = False) -> tuple[Rdict, Any]:
+        found = self._families.get(name)
+        if found is None:
+            db = self.db
+            view = db.create_column_family(name, _options(bloom=True)) if create else None
+            if view is None:
+                view = db.get_column_family(name)
+            found = self._families[name] = (view, db.get_column_family_handle(name))
+        return found
+
+    def _drop(self, name: str) -> None:
+        view = self._families.pop(name, None)
+        if view is not None:
+            view[0].close()
+        self.db.drop_column_family(name)
+
+    def _tidy(self, db: Rdict, data: bytes | None) -> Meta:
+        """The meta, once the partition is in this layout: an earlier layout converted, and
+        column families the meta does not list (a crash between steps 1 and 5) dropped."""
+        if data is not None and is_legacy(data):
+            return self._convert(db, data)
+        meta = Meta.unpack(data)
+        listed = {family(generation) for generation in meta.generations}
+        for name in Rdict.list_cf(str(self.path)):
+            if name not in listed and name != "default":
+                self._drop(name)
+        return meta
+
+    def _convert(self, db: Rdict, data: bytes) -> Meta:
+        """The earlier layout's ids moved into generation 0, its meta rewritten, ``seq`` dropped.
+
+        Repeatable: a conversion cut short is started again (the meta still has the old shape
+        until the last write, which also deletes the ids from ``default``).
+        """
+        legacy = Meta.unpack(data)
+        oldest = _legacy_oldest(db, data)
+        meta = replace(_legacy_meta(data, oldest), generations=(), next_generation=1)
+        with contextlib.suppress(Exception):  # a conversion cut short
+            db.drop_column_family(family(Generation(0, 0, 0, 0)))
+        kept = self._started(0, legacy.newest or 0)
+        handle = self._family(family(kept))[1]
+        copied = 0
+        batch = WriteBatch(raw_mode=True)
+        iterator = db.iter()
+        iterator.seek_to_first()
+        while iterator.valid():
+            key = iterator.key()
+            if len(key) == ID_BYTES:
+                batch.put(key, iterator.value(), handle)
+                copied += 1
+                if copied % COPY_BATCH == 0:
+                    db.write(batch)
+                    batch = WriteBatch(raw_mode=True)
+            iterator.next()
+        del iterator
+        if copied:
+            earliest = legacy.newest if oldest is None else oldest
+            kept = replace(kept, keys=copied, earliest=earliest or 0)
+            meta = replace(meta, keys=copied, generations=(kept,))
+        else:
+            meta = replace(meta, keys=0)
+        batch.delete_range(b"", META_KEY)  # every id (16 bytes) but none of the meta key
+        batch.delete_range(META_KEY + b"\0", b"\xff" * (ID_BYTES + 1))
+        batch.put(META_KEY, meta.pack())
+        db.write(batch, self._sync)
+        if not copied:
+            self._drop(family(kept))
+        if LEGACY_SEQ in Rdict.list_cf(str(self.path)):
+            db.drop_column_family(LEGACY_SEQ)
+        return meta
+
+    def generations(self) -> tuple[Generation, ...]:
+        """The live generations, oldest first."""
+        return self._meta.generations
 
     def _position(self) -> int | None:
         return self._meta.position
 
     def _stats(self) -> PartitionStats:
-        return _stats(self.partition, self.path, self.db, self._seq)
+        return _stats(self.partition, self.path, self._meta)
 
     def _close(self) -> None:
         db, self._db = self._db, None
         if db is None:
             return
-        self._seq_handle = None
-        self._seq.close()
+        for view, _ in self._families.values():
+            view.close()
+        self._families.clear()
         db.close()
 
 
-def _ids(entry: bytes, first: int, last: int) -> list[bytes]:
-    """Ids ``first`` to ``last - 1`` of a ``seq`` entry."""
-    base = _TIME.size
-    return [entry[base + n * _ID : base + (n + 1) * _ID] for n in range(first, last)]
+def _read_meta(db: Rdict) -> Meta:
+    """The meta of a database in either layout (the earlier one dated from its ``seq``)."""
+    data = db.get(META_KEY)
+    if data is not None and is_legacy(data):
+        return _legacy_meta(data, _legacy_oldest(db, data))
+    return Meta.unpack(data)
+
+
+def _legacy_oldest(db: Rdict, data: bytes) -> int | None:
+    """Receive time of the oldest id an earlier layout kept: its oldest ``seq`` entry's."""
+    hint = _LEGACY_META.unpack(data)[3]
+    if LEGACY_SEQ not in Rdict.list_cf(db.path()):
+        return None
+    seq = db.get_column_family(LEGACY_SEQ)
+    try:
+        iterator = seq.iter()
+        iterator.seek(hint.to_bytes(8, "big"))
+        oldest = _TIME.unpack_from(iterator.value())[0] if iterator.valid() else None
+        del iterator
+        return oldest
+    finally:
+        seq.close()
 
 
 def _open_locked(path: Path, lock_timeout: float) -> Rdict:
@@ -447,21 +614,13 @@ def _size(path: Path) -> int:
     return total
 
 
-def _stats(partition: int, path: Path, db: Rdict, seq: Rdict) -> PartitionStats:
-    meta = Meta.unpack(db.get(META_KEY))
-    oldest = None
-    if meta.keys:
-        iterator = seq.iter()
-        iterator.seek(o8(meta.seek_hint))
-        if iterator.valid():
-            oldest = _TIME.unpack_from(iterator.value())[0]
-        del iterator
+def _stats(partition: int, path: Path, meta: Meta) -> PartitionStats:
     return PartitionStats(
         partition,
         meta.keys,
         _size(path),
         meta.position,
-        oldest,
+        meta.oldest if meta.keys else None,
         meta.newest,
         meta.aged_out,
         meta.counters,

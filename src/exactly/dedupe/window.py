@@ -2,12 +2,15 @@
 
 The *window* is the span during which a repeated messageId is caught. A store bounds what it keeps
 by size (keys, bytes) and by age; whichever bound bites first sets the *effective window*, the age
-of the oldest id still kept. These functions decide how many of the oldest ids to age out; they
-touch no store. Durations and sizes are read and printed by :mod:`exactly.units`.
+of the oldest id still kept. The rocksdb store keeps ids in *generations* and ages out whole ones,
+so its window moves in steps of one generation; these functions decide when a generation starts
+and which of the oldest to age out. They touch no store. Durations and sizes are read and printed
+by :mod:`exactly.units`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from exactly.errors import ConfigError
@@ -46,14 +49,84 @@ def keys_allowed(bounds: Bounds, keys: int, size: int, default_key_bytes: int = 
     return allowed
 
 
-def overflow(allowed: int | None, keys: int, incoming: int) -> int:
-    """How many of the oldest keys to age out so ``keys + incoming`` fits in ``allowed``.
+GENERATIONS = 8  # a bounded window moves in steps of about 1/GENERATIONS of itself
 
-    Never more than ``keys``: the ids of the incoming batch themselves are never aged out by it.
+
+@dataclass(frozen=True)
+class Generation:
+    """A slice of a store's ids, claimed one after another and aged out together.
+
+    ``earliest`` and ``newest`` are the receive times (ms) of its oldest and newest ids.
     """
-    if allowed is None:
-        return 0
-    return max(0, min(keys, keys + incoming - allowed))
+
+    number: int
+    keys: int
+    earliest: int
+    newest: int
+
+
+def opens_generation(
+    current: Generation | None,
+    allowed: int | None,
+    window: int | None,
+    newest: int,
+    generations: int = GENERATIONS,
+) -> bool:
+    """Whether a claim call whose newest id was received at ``newest`` starts a new generation.
+
+    The current one is full when it holds ``allowed / generations`` keys or spans
+    ``window / generations`` of receive time; without bounds there is one generation.
+    """
+    if current is None:
+        return True
+    step = generation_step(allowed, generations)
+    full_by_keys = step is not None and current.keys >= step
+    full_by_time = window is not None and newest - current.earliest >= max(1, window // generations)
+    return full_by_keys or full_by_time
+
+
+def generation_step(allowed: int | None, generations: int = GENERATIONS) -> int | None:
+    """Ids a generation holds at most under a key bound; None without one."""
+    return None if allowed is None else max(1, allowed // generations)
+
+
+def generation_sizes(keys: int, step: int | None, count: int, most: int = GENERATIONS) -> list[int]:
+    """How ``count`` new ids fill generations: the current one (holding ``keys``) up to
+    ``step``, then new ones of ``step`` each; at most ``most`` new ones, the last takes the rest.
+
+    So a restore of a whole window, or a call larger than a step, still ages out in steps.
+    """
+    if step is None:
+        return [count]
+    sizes = [min(count, max(0, step - keys))]
+    left = count - sizes[0]
+    while left > 0:
+        size = left if len(sizes) == most else min(step, left)
+        sizes.append(size)
+        left -= size
+    return sizes
+
+
+def generations_to_drop(
+    live: Sequence[Generation], allowed: int | None, incoming: int, cutoff: int | None
+) -> int:
+    """How many of the oldest generations to age out before a call claims ``incoming`` ids.
+
+    Oldest first, whole: while the kept keys and the incoming ones exceed ``allowed``, or while
+    the oldest generation's newest id was received before ``cutoff``. Never the last one, which
+    takes the call's ids.
+    """
+    keys = sum(generation.keys for generation in live)
+    dropped = 0
+    while dropped < len(live) - 1:
+        oldest = live[dropped]
+        over = allowed is not None and keys + incoming > allowed
+        stale = cutoff is not None and oldest.newest < cutoff
+        if not (over or stale):
+            break
+        keys -= oldest.keys
+        dropped += 1
+    return dropped
 
 
 def time_cutoff(bounds: Bounds, newest: int) -> int | None:
