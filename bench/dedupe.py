@@ -47,12 +47,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from rocksdict import BottommostLevelCompaction, CompactOptions
+from rocksdict import BottommostLevelCompaction, CompactOptions, Rdict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from exactly.dedupe.base import Claim
-from exactly.dedupe.rocksdb import RocksDBStore, RocksPartition, family
+from exactly.dedupe.rocksdb import RocksDBStore
 from exactly.dedupe.window import Bounds
 from exactly.events import partition_for
 from exactly.events.ids import pack_id, pack_owner
@@ -98,19 +98,19 @@ def store_layer(events: int, batch: int, where: Path, window: str) -> dict[str, 
                 timed += time.perf_counter() - began
             dups += sum(1 for v in verdicts if not v.passes)
         keys = part.stats().keys
-        generations = len(part.generations())  # type: ignore[attr-defined]
+        live = getattr(part, "generations", None)  # None: a layout before generations
+        generations = "-" if live is None else len(live())
     written = directory_bytes(store.path(0))
     full = CompactOptions()  # rewrite even a lone file (no trivial move), as compaction would
     full.set_bottommost_level_compaction(BottommostLevelCompaction.force())
     with store.open(0) as part:
-        assert isinstance(part, RocksPartition)
-        part.db.flush()
-        part.db.compact_range(None, None, full)
-        for generation in part.generations():
-            view = part.db.get_column_family(family(generation))
+        db: Any = part.db  # type: ignore[attr-defined]
+        for name in Rdict.list_cf(str(store.path(0))):  # every layout's column families
+            view = db if name == "default" else db.get_column_family(name)
             view.flush()
             view.compact_range(None, None, full)
-            view.close()
+            if view is not db:
+                view.close()
     compacted = directory_bytes(store.path(0))
     return {
         "claims": events,

@@ -451,6 +451,8 @@ class RocksPartition(StorePartition):
         for generation in reversed(generations):
             if not missing:
                 break
+            if generation.keys == 0:
+                continue
             view = self._family(family(generation))[0]
             wanted: list[Any] = [ids[index] for index in missing]
             found: list[Any] = []
