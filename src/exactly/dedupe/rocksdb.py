@@ -502,9 +502,8 @@ class RocksPartition(StorePartition):
         Repeatable: a conversion cut short is started again (the meta still has the old shape
         until the last write, which also deletes the ids from ``default``).
         """
-        legacy = Meta.unpack(data)
         oldest = _legacy_oldest(db, data)
-        meta = replace(_legacy_meta(data, oldest), generations=(), next_generation=1)
+        legacy = _legacy_meta(data, oldest)
         with contextlib.suppress(Exception):  # a conversion cut short
             db.drop_column_family(family(Generation(0, 0, 0, 0)))
         kept = self._started(0, legacy.newest or 0)
@@ -523,12 +522,9 @@ class RocksPartition(StorePartition):
                     batch = WriteBatch(raw_mode=True)
             iterator.next()
         del iterator
-        if copied:
-            earliest = legacy.newest if oldest is None else oldest
-            kept = replace(kept, keys=copied, earliest=earliest or 0)
-            meta = replace(meta, keys=copied, generations=(kept,))
-        else:
-            meta = replace(meta, keys=0)
+        earliest = (legacy.newest if oldest is None else oldest) or 0
+        generations = (replace(kept, keys=copied, earliest=earliest),) if copied else ()
+        meta = replace(legacy, keys=copied, generations=generations, next_generation=1)
         batch.delete_range(b"", META_KEY)  # every id (16 bytes) but none of the meta key
         batch.delete_range(META_KEY + b"\0", b"\xff" * (ID_BYTES + 1))
         batch.put(META_KEY, meta.pack())
