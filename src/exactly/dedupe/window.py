@@ -91,20 +91,21 @@ def generation_step(allowed: int | None, generations: int = GENERATIONS) -> int 
 
 
 def generation_sizes(keys: int, step: int | None, count: int, most: int = GENERATIONS) -> list[int]:
-    """How ``count`` new ids fill generations: the current one (holding ``keys``) up to
-    ``step``, then new ones of ``step`` each; at most ``most`` new ones, the last takes the rest.
+    """How ``count`` new ids, oldest first, fill generations: the current one (holding ``keys``)
+    up to ``step``, then at most ``most`` new ones of ``step`` each, the first of which takes
+    what the others cannot hold. Only the last may be partly filled by the call.
 
-    So a restore of a whole window, or a call larger than a step, still ages out in steps.
+    So a restore of a whole window, or a call larger than a step, still ages out in steps: the
+    excess lands in the oldest of the new generations, the first to go.
     """
     if step is None:
         return [count]
-    sizes = [min(count, max(0, step - keys))]
-    left = count - sizes[0]
-    while left > 0:
-        size = left if len(sizes) == most else min(step, left)
-        sizes.append(size)
-        left -= size
-    return sizes
+    first = min(count, max(0, step - keys))
+    left = count - first
+    new = -(-left // step)  # generations of step ids, the newest maybe partial
+    if new <= most:
+        return [first] + [step] * (new - 1) + ([left - step * (new - 1)] if new else [])
+    return [first, left - step * (most - 1)] + [step] * (most - 1)
 
 
 def generations_to_drop(
