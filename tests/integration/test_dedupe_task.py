@@ -184,3 +184,25 @@ def test_without_a_store_only_routing_happens(log: Log, plan: TaskPlan, tmp_path
     run_batch(log, plan, 0, 3)
     assert [o for _, _, o in events(log, plan)] == [0, 1]
     assert len(log.read(plan.rejected, 0, 0)) == 1
+
+
+def test_a_batch_spanning_two_partitions_claims_each_in_its_own_store(
+    log: Log, plan: TaskPlan
+) -> None:
+    """Spark hands the sink's worker Arrow batches of its own size: with several partitions read
+    by one task (option readTasks), a batch can end one partition's run and begin the next's."""
+    log.append(plan.source, 0, [event(f"a{n}", n) for n in range(3)])
+    log.append(plan.source, 1, [event(f"b{n}", n) for n in range(3)] + [event("b0", 3)])
+    both = log.read(plan.source, 0, 0) + log.read(plan.source, 1, 0)
+    passed = [
+        (row["partition"], row["key"])
+        for out in dedupe_partition(plan, iter([to_arrow(both[:5]), to_arrow(both[5:])]))
+        for row in out.to_pylist()
+    ]
+    assert passed == [(0, b"a0"), (0, b"a1"), (0, b"a2"), (1, b"b0"), (1, b"b1"), (1, b"b2")]
+    for partition, position in ((0, 3), (1, 4)):  # each store holds its own partition's ids
+        with plan.store.open(partition) as part:
+            assert (part.stats().keys, part.position()) == (3, position)
+    log.append(plan.source, 1, [event("b1", 4)])  # a later batch: b1 again
+    later = to_arrow(log.read(plan.source, 1, 4))
+    assert sum(out.num_rows for out in dedupe_partition(plan, iter([later]))) == 0

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import chain, groupby
+from itertools import chain, groupby, pairwise
 
 import orjson
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -95,18 +95,37 @@ def message_id(key: bytes | None, value: bytes) -> tuple[bytes | None, str | Non
 def dedupe_partition(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The task's passing records (module docstring).
 
-    ``batches`` hold one raw partition, or several one after the other (option ``readTasks``:
-    each Arrow batch holds records of one partition); each partition's run is deduped on its own.
+    ``batches`` hold one raw partition, or several one after the other (option ``readTasks``);
+    each partition's run is deduped on its own, with its own store partition.
     """
     from exactly.spark.options import shared_log
 
     log = shared_log(plan.log_url, plan.max_record_bytes)
     runs = groupby(
-        (batch for batch in batches if batch.num_rows),
-        key=lambda batch: batch.column("partition")[0].as_py(),
+        single_partition(batches), key=lambda batch: batch.column("partition")[0].as_py()
     )
     for partition, run in runs:
         yield from _dedupe_run(plan, log, partition, run)
+
+
+def single_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The non-empty batches cut where the partition changes, so each holds one partition.
+
+    The source reads a task's partitions one after another, but Spark hands the Python worker
+    its rows in Arrow batches of its own size: one batch can end one partition's run and begin
+    the next one's.
+    """
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        column, count = batch.column("partition"), batch.num_rows
+        if column[0] == column[count - 1]:
+            yield batch  # the usual case: a partition's rows are contiguous
+            continue
+        changes = pc.indices_nonzero(pc.not_equal(column.slice(1), column.slice(0, count - 1)))
+        edges = [0, *(index + 1 for index in changes.to_pylist()), count]
+        for low, high in pairwise(edges):
+            yield batch.slice(low, high - low)
 
 
 def _dedupe_run(
