@@ -353,6 +353,9 @@ def main() -> None:
             f"\nmedian events/s: rocksdb {medians['rocksdb']:,.0f}, spark-state "
             f"{medians['spark-state']:,.0f}; ratio {ratio:.2f}; load after {os.getloadavg()[0]:.1f}"
         )
+        passed = {r["passed"] for r in results}
+        if len(passed) > 1:  # every store sees the same events in the same window
+            sys.exit(f"the stores disagree on what passes: {sorted(passed)}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
