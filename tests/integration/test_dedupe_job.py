@@ -166,6 +166,31 @@ def test_age_out_keeps_the_store_small_and_older_duplicates_pass(
         assert len(events) == len(by_partition[part.partition]) + 5
 
 
+@pytest.mark.parametrize("store", ["rocksdb", "spark-state"])
+def test_tasks_reading_several_partitions_stay_exact_in_small_arrow_batches(
+    spark: SparkSession, tmp_path: Path, store: str
+) -> None:
+    """More raw partitions than cores: a task reads several (one read task per core), and Spark
+    hands the sink's worker Arrow batches of its own size, which can span two partitions."""
+    partitions = 8
+    with open_log(f"sqlite://{tmp_path / 'log8'}") as log:
+        log.create_topic(RAW, partitions)
+        stream = Stream(partitions, seed=5, duplicate_rate=0.03, reject_rate=0.01)
+        plan = plan_for(log, tmp_path, store, max_records_per_trigger=2_000)
+        prepared = prepare(log, plan)
+        size = "spark.sql.execution.arrow.maxRecordsPerBatch"
+        before = spark.conf.get(size)
+        spark.conf.set(size, "64")
+        try:
+            for _ in range(2):
+                stream.append(log, 1_500)
+                run(spark, plan, prepared)
+        finally:
+            spark.conf.set(size, before)
+        assert stream.kinds.get("duplicate earlier", 0) >= 5
+        assert_deduplicated(log, partitions)
+
+
 def from_sources(log: Log) -> list[tuple[int, str, str]]:
     """The same messageIds from two sources (and from a tool writing no sourceId), each retried
     once by its own source; appended to raw. Returns (partition, source, messageId) per record.
