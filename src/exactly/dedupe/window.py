@@ -65,6 +65,11 @@ class Generation:
     newest: int
 
 
+def generation_step(allowed: int | None, generations: int = GENERATIONS) -> int | None:
+    """Ids a generation holds at most under a key bound; None without one."""
+    return None if allowed is None else max(1, allowed // generations)
+
+
 def opens_generation(
     current: Generation | None,
     allowed: int | None,
@@ -83,11 +88,6 @@ def opens_generation(
     full_by_keys = step is not None and current.keys >= step
     full_by_time = window is not None and newest - current.earliest >= max(1, window // generations)
     return full_by_keys or full_by_time
-
-
-def generation_step(allowed: int | None, generations: int = GENERATIONS) -> int | None:
-    """Ids a generation holds at most under a key bound; None without one."""
-    return None if allowed is None else max(1, allowed // generations)
 
 
 def generation_sizes(keys: int, step: int | None, count: int, most: int = GENERATIONS) -> list[int]:
