@@ -143,12 +143,27 @@ class Meta:
             Generation(*_GENERATION.unpack_from(data, offset))
             for offset in range(_HEAD.size, len(data), _GENERATION.size)
         )
+        counters = Counters(claimed, new, dups)
+        return cls.stored(position, keys, aged, newest, counters, generations, next_generation)
+
+    @classmethod
+    def stored(
+        cls,
+        position: int,
+        keys: int,
+        aged: int,
+        newest: int,
+        counters: Counters,
+        generations: tuple[Generation, ...],
+        next_generation: int,
+    ) -> Meta:
+        """A meta from its stored fields, where -1 stands for no position or no newest."""
         return cls(
             None if position < 0 else position,
             keys,
             aged,
             None if newest < 0 else newest,
-            Counters(claimed, new, dups),
+            counters,
             generations,
             next_generation,
         )
@@ -170,15 +185,7 @@ def _legacy_meta(data: bytes, oldest: int | None = None) -> Meta:
     generations: tuple[Generation, ...] = ()
     if keys > 0 and newest >= 0:
         generations = (Generation(0, keys, newest if oldest is None else oldest, newest),)
-    return Meta(
-        None if position < 0 else position,
-        keys,
-        aged,
-        None if newest < 0 else newest,
-        Counters(claimed, new, dups),
-        generations,
-        1,
-    )
+    return Meta.stored(position, keys, aged, newest, Counters(claimed, new, dups), generations, 1)
 
 
 @dataclass
@@ -187,8 +194,8 @@ class Plan:
     the number the next new generation gets."""
 
     kept: tuple[Generation, ...]
-    dropped: tuple[Generation, ...] = ()
-    next: int = 0
+    dropped: tuple[Generation, ...]
+    next: int
 
 
 def _options(bloom: bool) -> Options:
@@ -343,7 +350,11 @@ class RocksPartition(StorePartition):
         size = _size(self.path) if self.bounds.max_bytes is not None else 0
         allowed = keys_allowed(self.bounds, meta.keys, size)
         # 1. plan age-out (and a new generation)
-        plan = self._plan(allowed, len(claims), newest) if fresh else Plan(meta.generations)
+        plan = (
+            self._plan(allowed, len(claims), newest)
+            if fresh
+            else Plan(meta.generations, (), meta.next_generation)
+        )
         # 2. look up every id in the kept generations, newest first
         stored = self._look_up([claim.id for claim in claims], plan.kept)
         # 3. decide in order
@@ -360,9 +371,7 @@ class RocksPartition(StorePartition):
             owners.append(owner)
         # 4. one atomic, synced write: the claims into the newest generations, and the meta
         batch = WriteBatch(raw_mode=True)
-        generations, next_generation = self._fill(
-            batch, plan, list(claimed.values()), allowed, max(meta.next_generation, plan.next)
-        )
+        generations, next_generation = self._fill(batch, plan, list(claimed.values()), allowed)
         dropped = sum(generation.keys for generation in plan.dropped)
         end = max(offsets) + 1
         meta = Meta(
@@ -404,11 +413,10 @@ class RocksPartition(StorePartition):
         plan: Plan,
         claimed: list[Claim],
         allowed: int | None,
-        following: int,
     ) -> tuple[tuple[Generation, ...], int]:
         """Step 4's puts: the claimed ids into the newest generation, then new ones as each
         fills up (``generation_sizes``); the generations after the call, and the next number."""
-        generations = list(plan.kept)
+        generations, following = list(plan.kept), plan.next
         if not claimed:
             return tuple(generations), following
         if not generations:  # a replay or a restore into an empty store
