@@ -7,6 +7,10 @@ starts, inside micro-batches (claims, appends, commits). The next run is already
 (``tests.job_child.kill_at_random_points``, the harness the aggregate crash test shares). At the
 end one run catches up undisturbed, and ``events`` must be exactly the first record of each
 messageId in ``raw``, in order, per partition, with every bad record in ``raw.rejected`` once.
+
+Raw has more partitions than the job has cores, so a read task reads several, and the child sets
+Arrow batches far smaller than a task's rows: the batches the sink's worker gets span partitions,
+as they do in production with Spark's own batch size.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from tests.job_child import kill_at_random_points
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 KILLS = 20
 MODULE = "tests.dedupe_job_child"
-PARTITIONS = 2
+PARTITIONS = 5
 
 
 @pytest.mark.timeout(1200)
