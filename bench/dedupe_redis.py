@@ -1,17 +1,19 @@
-"""The redis dedupe store: one Lua script per shard vs Tapjoy's naive pipeline, and memory per id.
+"""The redis dedupe store against Tapjoy's naive pipeline, and memory per id.
 
-    .venv/bin/python bench/dedupe_redis.py [--ids 2000000] [--rounds 3] [--buckets 8192]
+    .venv/bin/python bench/dedupe_redis.py [--ids 2000000] [--rounds 3] [--buckets 32768]
 
 (a) **Speed**: a batch of ``--ids`` new UUID messageIds (one partition, receive times within one
-slot) claimed (1) through the store, ``RedisPartition.claim``: the client's hashing and grouping,
-then one ``EVALSHA`` of ``claim.lua`` per shard and chunk, shards in parallel threads, verdicts
-built; and (2) the naive way Tapjoy started from: pipelined ``HSETNX bucket id owner`` +
-``HGET bucket id`` per id, in the same buckets, on the same shards in parallel threads, the
-verdicts decided from the replies. Each on 1 server (the local Redis) and on 3 (it and two
-``redis-server`` processes started on free ports), interleaved (lua, naive, lua 3, naive 3) in
-each round, each run under a fresh namespace deleted afterwards; medians and their ratios.
+slot) claimed (1) through the store, ``RedisPartition.claim``: the client's hashing and
+grouping, then per shard and chunk one watched read and one ``MULTI``/``EXEC``
+(``transaction.py``), shards in parallel threads, verdicts built; and (2) the naive way Tapjoy
+started from: pipelined ``HSETNX bucket id owner`` + ``HGET bucket id`` per id, in the same
+buckets, on the same shards in parallel threads, the verdicts decided from the replies. Each on
+1 server (the local Redis) and on 3 (it and two ``redis-server`` processes started on free
+ports), interleaved (store, naive, store 3, naive 3) in each round, each run under a fresh
+namespace deleted afterwards; medians and their ratios.
+Put an older ``src`` first on ``PYTHONPATH`` to measure an earlier store the same way.
 
-(b) **Memory**: ``used_memory`` of the local server after the Lua run minus before, per id.
+(b) **Memory**: ``used_memory`` of the local server after the store's run minus before, per id.
 Prints markdown tables.
 """
 
@@ -60,7 +62,7 @@ def drop(urls: list[str], namespace: str) -> None:
             client.unlink(*keys[at : at + 10_000])
 
 
-def lua(urls: list[str], claims: list[Claim], buckets: int) -> tuple[float, float]:
+def store_run(urls: list[str], claims: list[Claim], buckets: int) -> tuple[float, float]:
     """Seconds to claim through the store, and used_memory growth of the first server per id."""
     namespace = f"bench:{uuid.uuid4().hex[:8]}"
     store = RedisStore(Sharding(Epoch(tuple(urls), buckets)), namespace, Bounds(window=HOUR))
@@ -112,19 +114,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ids", type=int, default=2_000_000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--buckets", type=int, default=8192, help="per slot (~250 ids each)")
+    parser.add_argument(
+        "--buckets", type=int, default=32768, help="per slot (about 60 of 2M ids each)"
+    )
     args = parser.parse_args()
     version = redis.Redis.from_url(LOCAL).info("server")["redis_version"]
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Redis {version}")
-    times: dict[str, list[float]] = {"lua 1": [], "naive 1": [], "lua 3": [], "naive 3": []}
+    times: dict[str, list[float]] = {"store 1": [], "naive 1": [], "store 3": [], "naive 3": []}
     memory: list[float] = []
     with RedisServer() as second, RedisServer() as third:
         shards = {"1": [LOCAL], "3": [LOCAL, second.url, third.url]}
         for round_ in range(args.rounds):
             for count in ("1", "3"):
                 claims = batch(args.ids)
-                seconds, per_id = lua(shards[count], claims, args.buckets)
-                times[f"lua {count}"].append(seconds)
+                seconds, per_id = store_run(shards[count], claims, args.buckets)
+                times[f"store {count}"].append(seconds)
                 if count == "1":
                     memory.append(per_id)
                 times[f"naive {count}"].append(naive(shards[count], claims, args.buckets))
@@ -132,10 +136,10 @@ def main() -> None:
                 f"round {round_ + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items())
             )
     print(f"\n{args.ids:,} new ids per batch, {args.buckets} buckets, {args.rounds} rounds\n")
-    print("| servers | lua script: s (ids/s) | naive pipeline: s (ids/s) | lua / naive speed |")
+    print("| servers | the store: s (ids/s) | naive pipeline: s (ids/s) | store / naive speed |")
     print("| --- | --- | --- | --- |")
     for count in ("1", "3"):
-        fast = statistics.median(times[f"lua {count}"])
+        fast = statistics.median(times[f"store {count}"])
         slow = statistics.median(times[f"naive {count}"])
         print(
             f"| {count} | {fast:.2f} ({args.ids / fast:,.0f}) | {slow:.2f} "

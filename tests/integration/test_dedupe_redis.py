@@ -112,6 +112,66 @@ def test_a_holder_whose_lock_lapsed_is_refused(redis_servers: list[str]) -> None
     part.close()
 
 
+def test_ids_are_found_in_earlier_slots_until_their_slot_ages_out(redis_servers: list[str]) -> None:
+    """Slots of 500 ms and a window of 100 ms: a bucket lives about a second past its slot."""
+    namespace, url = redis_namespace(), redis_servers[0]
+    epoch = Epoch((url,), buckets=4, slot_ms=500)
+    store = RedisStore(Sharding(epoch), namespace, Bounds(window=100))
+    start = 1_000 * 500  # the start of slot 1000
+    with store.open(0) as part:
+        first = part.claim([Claim(pack_id(f"s-{n}"), pack_owner(0, n), start) for n in range(40)])
+        assert {v.status for v in first} == {Status.NEW}
+        later = [Claim(pack_id(f"s-{n}"), pack_owner(0, 40 + n), start + 550) for n in range(40)]
+        assert {v.status for v in part.claim(later)} == {Status.DUPLICATE}  # the next slot
+        time.sleep(1.6)  # slot 1000's buckets and meta entry expire
+        again = [Claim(pack_id(f"s-{n}"), pack_owner(0, 80 + n), start + 900) for n in range(40)]
+        assert {v.status for v in part.claim(again)} == {Status.NEW}
+        stats = part.stats()
+    assert stats.aged_out == 40 and stats.counters.duplicates == 40 and stats.keys == 40
+
+
+def test_a_claim_speaks_resp2_as_well_as_resp3(
+    redis_servers: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replies are parsed straight from the socket: a hash is an array in RESP2, a map in RESP3."""
+    import exactly.dedupe.redis.partition as partition_module
+
+    monkeypatch.setattr(
+        partition_module, "connect", lambda url, timeout: redis.Redis.from_url(url, protocol=2)
+    )
+    store = RedisStore(Sharding(Epoch((redis_servers[0],))), redis_namespace())
+    with store.open(0) as part:
+        part.claim(claims("id", range(500), HOUR))
+        verdicts = part.claim(claims("id", range(500, 1000), HOUR))
+        assert {v.status for v in verdicts} == {Status.DUPLICATE}
+        assert part.position() == 1000
+
+
+def test_a_meta_written_by_another_holder_during_a_claim_writes_nothing(
+    redis_servers: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The WATCH: another holder's write between the reads and the EXEC fails the claim."""
+    from exactly.dedupe.redis import transaction
+
+    namespace, url = redis_namespace(), redis_servers[0]
+    store = RedisStore(Sharding(Epoch((url,))), namespace)
+    lookup = transaction._lookup
+
+    def lookup_then_intrude(*args: object) -> object:
+        redis.Redis.from_url(url).hset(f"{namespace}:0:meta", "newest", 1)
+        return lookup(*args)  # type: ignore[arg-type]
+
+    with store.open(0) as part:
+        part.claim(claims("id", range(10), HOUR))
+        monkeypatch.setattr(transaction, "_lookup", lookup_then_intrude)
+        with pytest.raises(StoreUnavailable, match="meta changed during the claim"):
+            part.claim(claims("id", range(10, 20), HOUR))
+        monkeypatch.undo()
+        retried = part.claim(claims("id", range(10, 20), HOUR))
+        assert {v.status for v in retried} == {Status.NEW}  # not OWN: nothing was written
+        assert part.position() == 20
+
+
 # -- through the Spark job ------------------------------------------------------------------------
 
 

@@ -21,17 +21,18 @@ def test_the_package_zip_holds_exactly_with_its_data_and_is_named_by_content(
     assert package_zip(tmp_path) == first  # same content, same name: made once
     names = zipfile.ZipFile(first).namelist()
     assert "exactly/__init__.py" in names
-    assert "exactly/dedupe/redis/claim.lua" in names
+    assert "exactly/console/page.html" in names
     assert not [name for name in names if "__pycache__" in name]
 
 
-def test_the_redis_store_imports_from_the_zip_and_reads_its_script(tmp_path: Path) -> None:
+def test_the_redis_store_and_the_console_page_load_from_the_zip(tmp_path: Path) -> None:
     path = package_zip(tmp_path)
     probe = (
         f"import sys; sys.path.insert(0, {str(path)!r})\n"
-        "import exactly.dedupe.redis.client as client\n"
-        f"assert client.__file__.startswith({str(path)!r}), client.__file__\n"
-        "assert 'redis.call' in client.SCRIPT\n"
+        "import exactly.dedupe.redis.transaction as transaction\n"
+        f"assert transaction.__file__.startswith({str(path)!r}), transaction.__file__\n"
+        "from importlib import resources\n"
+        "assert '<html' in (resources.files('exactly.console') / 'page.html').read_text()\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

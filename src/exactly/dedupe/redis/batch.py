@@ -2,7 +2,7 @@
 
 Per-id work in Python would cost more than Redis's own; so ids, owners and times are joined once
 and every step after (hashing, finding repeats, picking shards and buckets, grouping, building
-the script's arguments) is vectorised.
+the commands) is vectorised.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ import numpy as np
 
 from exactly.dedupe.base import Claim
 from exactly.dedupe.redis.sharding import Epoch, Sharding, id_hashes
-from exactly.events.ids import ID_BYTES, MAX_OFFSET, OWNER_BYTES, PARTITION_BYTES
-
-_GROUP = np.dtype([("rel", ">u4"), ("bucket", ">u4"), ("count", ">u4"), ("earliest", ">f8")])
+from exactly.dedupe.redis.transaction import Groups
+from exactly.events.ids import ID_BYTES, MAX_OFFSET
 
 
 class Batch:
@@ -28,8 +27,6 @@ class Batch:
         self.ids = b"".join(map(itemgetter(0), claims))
         self.id_rows = np.frombuffer(self.ids, np.uint8).reshape(count, ID_BYTES)
         owners = b"".join(map(itemgetter(1), claims))
-        owner_rows = np.frombuffer(owners, np.uint8).reshape(count, OWNER_BYTES)
-        self.offset_rows = owner_rows[:, PARTITION_BYTES:]  # each owner's offset bytes
         offsets = np.frombuffer(owners, ">u8").astype(np.uint64) & np.uint64(MAX_OFFSET)
         self.offsets = offsets.astype(np.int64)
         self.times = np.fromiter(map(itemgetter(2), claims), np.int64, count)
@@ -46,6 +43,9 @@ class Batch:
 
     def _repeats(self, claims: list[Claim]) -> dict[int, int]:
         """Later claims of an id already in the batch -> the index of its first claim."""
+        ordered = np.sort(self.hashes)  # far quicker than argsort: most batches have no repeat
+        if not (ordered[1:] == ordered[:-1]).any():
+            return {}
         order = np.argsort(self.hashes, kind="stable")
         ordered = self.hashes[order]
         same = np.flatnonzero(ordered[1:] == ordered[:-1])
@@ -75,24 +75,17 @@ class Batch:
         shard = (self.hashes[chosen] >> np.uint64(32)) % np.uint64(len(epoch.shards))
         return [(url, chosen[shard == k]) for k, url in enumerate(epoch.shards)]
 
-    def payload(self, epoch: Epoch, chosen: Any, low: int) -> tuple[Any, bytes, bytes, bytes]:
-        """``chosen`` in the script's order (by slot and bucket), its groups, ids and offsets."""
-        if not len(chosen):
-            return chosen, b"", b"", b""
+    def payload(self, epoch: Epoch, chosen: Any) -> tuple[Any, Groups]:
+        """``chosen`` in call order (by slot, then bucket) and its groups, one per bucket."""
         bucket = (self.hashes[chosen] & np.uint64(0xFFFFFFFF)) % np.uint64(epoch.buckets)
-        rel = self.times[chosen] // epoch.slot_ms - low
-        key = rel.astype(np.uint64) * np.uint64(epoch.buckets) + bucket
-        order = np.argsort(key, kind="stable")
+        slot = self.times[chosen] // epoch.slot_ms
+        key = (slot - slot.min(initial=0)).astype(np.uint64) * np.uint64(epoch.buckets) + bucket
+        order = np.argsort(key)  # ids are unique: their order within a bucket does not matter
         chosen, key = chosen[order], key[order]
-        starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
-        groups = np.empty(len(starts), _GROUP)
-        groups["rel"] = rel[order][starts]
-        groups["bucket"] = bucket[order][starts]
-        groups["count"] = np.diff(np.append(starts, len(chosen)))
-        groups["earliest"] = np.minimum.reduceat(self.times[chosen], starts)
-        return (
-            chosen,
-            groups.tobytes(),
-            self.id_rows[chosen].tobytes(),
-            self.offset_rows[chosen].tobytes(),
+        starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]])) if len(key) else key
+        return chosen, Groups(
+            slot[order][starts],
+            bucket[order][starts].astype(np.int64),
+            np.append(starts[1:], len(chosen)).astype(np.int64),
+            np.minimum.reduceat(self.times[chosen], starts) if len(key) else key,
         )

@@ -1,4 +1,4 @@
-"""The redis store's connections to its servers: clients, errors, the claim script, threads.
+"""The redis store's connections to its servers: clients, errors, listpack limits, threads.
 
 Every message names a server by its URL with the password masked (:func:`exactly.urls.redact`).
 """
@@ -6,26 +6,21 @@ Every message names a server by its URL with the password masked (:func:`exactly
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from importlib import resources
 from typing import Any, TypeVar
 
 import redis as redis_client
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from exactly.errors import StoreUnavailable
 from exactly.urls import redact
 
 LOG = logging.getLogger("exactly.dedupe.redis")
-# read as a package resource: executors may import exactly from a shipped zip (docs/cluster.md)
-SCRIPT = (resources.files(__package__) / "claim.lua").read_text()
-SCRIPT_SHA = hashlib.sha1(SCRIPT.encode()).hexdigest()
 LISTPACK_VALUE = 16  # the longest field: a 16-byte id
 _CLIENTS: dict[tuple[str, float], redis_client.Redis] = {}
 _LISTPACK: dict[str, int] = {}  # hash-max-listpack-entries per server, read once per process
@@ -111,15 +106,6 @@ def warn_once(url: str, found: int) -> None:
 
 def as_text(name: bytes | str) -> str:
     return name.decode() if isinstance(name, bytes) else name
-
-
-def evalsha(client: redis_client.Redis, args: Sequence[Any]) -> Any:
-    """The claim script by its SHA, loaded into the server when it does not know it."""
-    try:
-        return client.evalsha(SCRIPT_SHA, 0, *args)
-    except NoScriptError:
-        client.script_load(SCRIPT)
-        return client.evalsha(SCRIPT_SHA, 0, *args)
 
 
 def parallel(action: Callable[[Any], list[T]], items: Sequence[Any]) -> list[list[T]]:

@@ -55,7 +55,7 @@ class Lease:
         while not self._stop.wait(self.ttl_ms / 3000):
             try:
                 if not self.client.eval(RENEW, 1, self.key, self.token, self.ttl_ms):
-                    return  # lost: the claim script refuses this holder from now on
+                    return  # lost: the claim refuses this holder from now on
             except RedisError:
                 continue  # the next claim reports the server; keep trying meanwhile
 

@@ -11,10 +11,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from exactly.dedupe.base import Claim, PartitionStats, StorePartition
+from exactly.dedupe.redis import transaction
 from exactly.dedupe.redis.batch import Batch
 from exactly.dedupe.redis.client import (
     connect,
-    evalsha,
     guarded,
     listpack_entries,
     listpack_limit,
@@ -23,10 +23,11 @@ from exactly.dedupe.redis.client import (
 )
 from exactly.dedupe.redis.lease import Lease
 from exactly.dedupe.redis.sharding import Epoch, Sharding, lookup_slots, partition_position
+from exactly.dedupe.redis.transaction import ServerCall
 from exactly.errors import StoreUnavailable
 from exactly.events.ids import offset_bytes
 
-CHUNK = 100_000  # ids per script call: keeps a call well under Redis's busy-script limit (5 s)
+CHUNK = 1_000_000  # ids per transaction: Redis runs an EXEC whole, blocking its other clients
 
 
 class Store(Protocol):
@@ -154,42 +155,38 @@ class RedisPartition(StorePartition):
         counted_from: int,
         extra: tuple[int, int],
     ) -> list[tuple[int, int]]:
-        """The script on one server for ``chosen`` claims (indices), in chunks of :data:`CHUNK`."""
+        """One server's share for ``chosen`` claims (indices), in chunks of :data:`CHUNK`."""
         client = connect(url, self.store.timeout)
         lease = self._lease
         assert lease is not None
-        slots = lookup_slots(self.sharding, epoch, batch.oldest, batch.latest)
-        low, high = (slots.start, slots.stop - 1) if slots else (0, -1)
         writing = mode != "lookup"
+        lock = (lease.key, lease.token) if url == lease.url and writing else None
         found: list[tuple[int, int]] = []
         chunks = [chosen[at : at + CHUNK] for at in range(0, len(chosen), CHUNK)] or [chosen]
         for number, part in enumerate(chunks):
             last = number == len(chunks) - 1
-            expected = self._positions[url]
-            args = [
+            ordered, groups = batch.payload(epoch, part)
+            call = ServerCall(
                 self.prefix,
                 mode,
-                -1 if expected is None else expected,
-                batch.end if last and writing else -1,
-                counted_from,
-                batch.newest,
-                low,
-                high,
-                epoch.slot_ms,
-                self.store.window,
-                int(np.count_nonzero(batch.offsets[part] >= counted_from)),
-                *(extra if last else (0, 0)),
-                *((lease.key, lease.token) if url == lease.url and writing else ("", "")),
-            ]
-            ordered, *blobs = batch.payload(epoch, part, low)
-            args += blobs
+                epoch,
+                expected=self._positions[url],
+                finish=batch.end if last and writing else None,
+                counted_from=counted_from,
+                newest=batch.newest,
+                lookup=lookup_slots(self.sharding, epoch, batch.oldest, batch.latest),
+                window=self.store.window,
+                fresh=int(np.count_nonzero(batch.offsets[part] >= counted_from)),
+                extra=extra if last else (0, 0),
+                lock=lock,
+            )
             with guarded(url):
-                reply = evalsha(client, args)
+                reply = transaction.run(
+                    client, call, batch.id_rows[ordered], batch.offsets[ordered], groups
+                )
             if writing:
-                position = int(reply[0])
-                self._positions[url] = None if position < 0 else position
-            if reply[1] > listpack_limit(url):
-                warn_once(url, int(reply[1]))
-            for at in range(2, len(reply), 2):
-                found.append((int(ordered[reply[at] - 1]), int(reply[at + 1])))
+                self._positions[url] = reply.position
+            if reply.largest > listpack_limit(url):
+                warn_once(url, reply.largest)
+            found += [(int(ordered[index]), offset) for index, offset in reply.found]
         return found
