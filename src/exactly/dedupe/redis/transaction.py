@@ -248,9 +248,12 @@ def _writes(
     slots, buckets = groups.slots[kept].tolist(), groups.buckets[kept].tolist()
     keys = [f"{call.prefix}{s}:{b}".encode() for s, b in zip(slots, buckets, strict=True)]
     sets = grouped(b"HSET", keys, args, ends, np.cumsum(per_group[kept]).tolist(), 2)
+    ttls = {slot: bucket_ttl(call.epoch, slot, call.window, newest) for slot in set(slots)}
+    expiries = {slot: b"$%d\r\n%d\r\n" % (len(str(ttl)), ttl) for slot, ttl in ttls.items()}
     for at, key in enumerate(keys):
         out.extend(sets[2 * at : 2 * at + 2], 1)
-        out.add("PEXPIRE", key, bucket_ttl(call.epoch, slots[at], call.window, newest))
+        out.extend([b"*3\r\n$7\r\nPEXPIRE\r\n$%d\r\n%s\r\n" % (len(key), key)], 0)
+        out.extend([expiries[slots[at]]], 1)  # PEXPIRE key ttl, its tail built once per slot
     out.add("HLEN", keys[int(np.argmax(per_group[kept]))])
     counts, earliest = per_group[kept].tolist(), groups.earliest[kept].tolist()
     return list(zip(slots, counts, earliest, strict=True))
