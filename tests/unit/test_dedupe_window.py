@@ -66,16 +66,19 @@ def test_generation_sizes_fill_the_current_one_then_steps_of_new_ones(
     assert sizes[0] == min(count, max(0, step - keys))
     new = sizes[1:]
     assert len(new) <= GENERATIONS and all(size > 0 for size in new)
-    if len(new) < GENERATIONS:  # all full but the newest
+    if count - sizes[0] <= step * GENERATIONS:  # all full but the newest
         assert all(size == step for size in new[:-1]) and (not new or new[-1] <= step)
     else:  # the excess in the oldest new one, the newest ones full
-        assert new[0] >= step and all(size == step for size in new[1:])
+        assert len(new) == GENERATIONS
+        assert new[0] > step and all(size == step for size in new[1:])
 
 
 def test_a_call_far_larger_than_the_bound_keeps_its_newest_ids_in_full_steps() -> None:
     assert generation_sizes(0, 12, 260, most=8) == [12, 164, 12, 12, 12, 12, 12, 12, 12]
     assert generation_sizes(5, 10, 27) == [5, 10, 10, 2]
     assert generation_sizes(10, 10, 0) == [0]
+    # exactly eight new generations, the newest partial: no excess to put in the oldest
+    assert generation_sizes(0, 10, 85) == [10, 10, 10, 10, 10, 10, 10, 10, 5]
 
 
 def test_a_generation_is_full_at_an_eighth_of_the_bounds() -> None:
