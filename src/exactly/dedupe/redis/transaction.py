@@ -70,7 +70,7 @@ class ServerCall:
 @dataclass(frozen=True)
 class ServerReply:
     position: int | None  # the server's position after the call
-    largest: int  # ids in the largest bucket written
+    largest: int  # ids in the bucket the call gave the most (for the listpack warning)
     found: list[tuple[int, int]]  # (index in call order, owner offset) of each id found
 
 
