@@ -79,7 +79,8 @@ class Batch:
         """``chosen`` in call order (by slot, then bucket) and its groups, one per bucket."""
         bucket = (self.hashes[chosen] & np.uint64(0xFFFFFFFF)) % np.uint64(epoch.buckets)
         slot = self.times[chosen] // epoch.slot_ms
-        key = (slot - slot.min(initial=0)).astype(np.uint64) * np.uint64(epoch.buckets) + bucket
+        first = int(slot.min()) if len(slot) else 0
+        key = (slot - first).astype(np.uint64) * np.uint64(epoch.buckets) + bucket
         order = np.argsort(key)  # ids are unique: their order within a bucket does not matter
         chosen, key = chosen[order], key[order]
         starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]])) if len(key) else key
