@@ -44,8 +44,8 @@ def main(data_dir: str, log_url: str, store: str, checkpoint: str, mode: str) ->
     with open_log(log_url) as log:
         partitions = prepare(log, plan)
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
-    # Arrow batches smaller than a read task's rows: one can span two raw partitions
-    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "16")
+    if store != "spark-state":  # Arrow batches smaller than a read task's rows: they span
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "16")  # partitions
     with checkpoint_lock(plan.checkpoint, "dedupe job"):  # as exactly dedupe runs it
         run(spark, plan, partitions, on_batch=lambda r: print(f"batch {r['batchId']}", flush=True))
     print("done", flush=True)
