@@ -211,6 +211,48 @@ def test_unknown_columns_are_refused_at_start(spark: SparkSession) -> None:
 
 
 @pytest.mark.spark
+def test_only_the_event_fields_the_tables_read_are_parsed(spark: SparkSession) -> None:
+    """Spark does not prune a ``from_json`` that several columns read, so the job cuts the schema
+    itself; with partial results, a wrong-typed field it no longer parses changes nothing else."""
+    from datetime import UTC, datetime
+
+    from exactly.spark.source import SCHEMA as RECORD_SCHEMA
+
+    pages = parse_table(
+        "pages", {"day": "day", "url": "upper(context.page.url)"}, {"n": "count(userId)"}
+    )
+    counts, custom = frame.check(spark, [EVENT_COUNTS, pages])
+    assert counts.fields == {"sourceId", "type", "event", "properties"}
+    assert custom.fields == {"context", "userId"}
+    assert frame.event_schema([counts]).fieldNames() == [
+        "type",
+        "event",
+        "sourceId",
+        "timestamp",
+        "receivedAt",
+        "properties",
+    ]
+    assert frame.event_schema([counts, pages]).fieldNames() == frame.event_schema().fieldNames()
+    values = [
+        b'{"type":"track","event":"A","sourceId":"s","timestamp":"2024-01-01T00:00:30Z",'
+        b'"userId":{"not":"text"},"context":{"screen":{"width":"wide"}},"properties":{"revenue":2}}',
+        b'{"type":"track","event":"A","sourceId":"s","receivedAt":"2024-01-01T00:00:40Z"}',
+        b"not json",
+    ]
+    logged = datetime(2024, 1, 2, tzinfo=UTC)
+    records = spark.createDataFrame(
+        [(0, n, None, value, logged, []) for n, value in enumerate(values)], RECORD_SCHEMA
+    )
+    cut = frame.aggregate(frame.events_frame(records, [counts]), counts).collect()
+    whole = frame.aggregate(frame.events_frame(records), counts).collect()
+    assert sorted(map(tuple, cut)) == sorted(map(tuple, whole))
+    assert sorted(tuple(row)[:5] for row in cut) == [
+        ("", "", "", "2024-01-02 00:00:00", 1),
+        ("s", "track", "A", "2024-01-01 00:00:00", 2),
+    ]
+
+
+@pytest.mark.spark
 def test_sqlite_locked_for_a_while_the_job_waits_and_catches_up(
     spark: SparkSession, tmp_path: Path
 ) -> None:

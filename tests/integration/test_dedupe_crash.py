@@ -8,11 +8,9 @@ starts, inside micro-batches (claims, appends, commits). The next run is already
 end one run catches up undisturbed, and ``events`` must be exactly the first record of each
 messageId in ``raw``, in order, per partition, with every bad record in ``raw.rejected`` once.
 
-For the stores that claim, raw has more partitions than the job has cores, so a read task reads
-several, and the child sets Arrow batches far smaller than a task's rows: the batches the sink's
-worker gets span partitions, as they do in production with Spark's own batch size. spark-state
-claims nothing and keeps 2 partitions: with 5, its 5 shuffle tasks opening the sink's sqlite file
-at once after a kill once failed with "database is locked" (a race to fix in the sqlite log).
+raw has more partitions than the job has cores, so a read task reads several; for the stores that
+claim, the child sets Arrow batches far smaller than a task's rows: the batches the sink's worker
+gets span partitions, as they do in production with Spark's own batch size.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ from tests.job_child import kill_at_random_points
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 KILLS = 20
 MODULE = "tests.dedupe_job_child"
-PARTITIONS = {"rocksdb": 5, "redis": 5, "spark-state": 2}
+PARTITIONS = 5
 
 
 @pytest.mark.timeout(1200)
@@ -40,11 +38,10 @@ def test_dedupe_killed_at_random_points_stays_exact(
 ) -> None:
     rng = random.Random(f"dedupe-crash-{store}")
     log_url = f"sqlite://{tmp_path / 'log'}"
-    partitions = PARTITIONS[store]
-    stream = Stream(partitions, seed=5, duplicate_rate=0.02, reject_rate=0.002)
+    stream = Stream(PARTITIONS, seed=5, duplicate_rate=0.02, reject_rate=0.002)
     args = [str(tmp_path / "data"), log_url, dedupe_store, str(tmp_path / "checkpoint")]
     with open_log(log_url) as log:
-        log.create_topic(RAW, partitions)
+        log.create_topic(RAW, PARTITIONS)
         stream.append(log, 300)
         kill_at_random_points(
             MODULE,
@@ -55,4 +52,4 @@ def test_dedupe_killed_at_random_points_stays_exact(
             kills=KILLS,
         )
         assert stream.sent > 1_000
-        assert_deduplicated(log, partitions)
+        assert_deduplicated(log, PARTITIONS)

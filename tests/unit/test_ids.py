@@ -17,12 +17,14 @@ from exactly.events.ids import (
     MAX_OFFSET,
     MAX_PARTITION,
     id_packer,
+    ids_packer,
     offset_bytes,
     owner_offset,
     owner_offset_bytes,
     owner_packer,
     owner_text,
     pack_id,
+    pack_ids,
     pack_owner,
     pack_source_id,
     parsed_source,
@@ -251,3 +253,52 @@ def test_any_json_gets_the_source_a_parser_sees(
 )
 def test_sources_of_odd_values(value: bytes, source: bytes) -> None:
     assert record_sources([value]) == [source]
+
+
+def _spellings(value: uuid.UUID) -> list[bytes]:
+    text = str(value)
+    return [
+        text.encode(),
+        text.upper().encode(),
+        text.replace("-", "").encode(),
+        f"ajs-{value.hex}".encode(),
+    ]
+
+
+# Ids as a task meets them: dashed UUIDs mostly, other spellings, 36-byte near misses, anything.
+task_ids = st.one_of(
+    st.uuids().map(lambda u: str(u).encode()),
+    st.uuids().flatmap(lambda u: st.sampled_from(_spellings(u))),
+    st.uuids().map(lambda u: (str(u)[:8] + "_" + str(u)[9:]).encode()),  # a dash replaced
+    st.uuids().map(lambda u: str(u).replace("a", "g").replace("b", "G").encode()),  # not hex
+    st.binary(min_size=36, max_size=36),
+    st.text(min_size=1).map(str.encode),
+)
+
+
+@given(st.lists(task_ids, max_size=40))
+def test_a_batch_packs_as_each_id_alone(message_ids: list[bytes]) -> None:
+    assert pack_ids(message_ids) == [pack_id(m) for m in message_ids]
+
+
+@given(st.lists(st.uuids().map(lambda u: str(u).encode()), min_size=1, max_size=40), task_ids)
+def test_a_batch_of_dashed_uuids_with_one_other_id_packs_as_each_alone(
+    message_ids: list[bytes], other: bytes
+) -> None:
+    mixed = [*message_ids[:1], other, *message_ids[1:]]
+    assert pack_ids(mixed) == [pack_id(m) for m in mixed]
+
+
+@given(
+    st.lists(st.tuples(sources, task_ids), max_size=20), st.sampled_from(["source", "workspace"])
+)
+def test_the_batch_packer_of_a_scope_agrees_with_its_packer(
+    rows: list[tuple[str, bytes]], scope: str
+) -> None:
+    found = ids_packer(scope)([s.encode() for s, _ in rows], [m for _, m in rows])
+    assert found == [id_packer(scope)(s.encode(), m) for s, m in rows]
+
+
+def test_an_empty_id_in_a_batch_is_refused() -> None:
+    with pytest.raises(InvalidId):
+        pack_ids([str(uuid.uuid4()).encode(), b""])

@@ -92,7 +92,7 @@ def run_audit(
             .option("endingOffsets", json.dumps(offsets.to_json(result.end_offsets)))
             .load()
         )
-        frame = events_frame(records).persist()
+        frame = events_frame(records, specs).persist()
         try:
             for spec in specs:
                 recounts[spec.name] = [

@@ -109,7 +109,7 @@ class BatchCounter(BatchFunction):
 
     def process(self, records: DataFrame, batch_id: int) -> None:
         # 2. parse once, aggregate per table
-        frame = events_frame(records)
+        frame = events_frame(records, self.specs)
         several = len(self.specs) > 1
         if several:
             frame = frame.persist()

@@ -85,9 +85,13 @@ class Measure:
 
 @dataclass(frozen=True)
 class TableSpec:
+    """A table: its group-by keys and measures; once checked (``frame.check``), also the event
+    fields its expressions read (``fields``; None before: every field is parsed)."""
+
     name: str
     keys: tuple[GroupKey, ...]
     measures: tuple[Measure, ...]
+    fields: frozenset[str] | None = None
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -113,7 +117,7 @@ class TableSpec:
             Measure(m.name, m.function, m.argument, _sum_kind(m, kinds[m.name]))
             for m in self.measures
         )
-        return TableSpec(self.name, keys, measures)
+        return TableSpec(self.name, keys, measures, self.fields)
 
 
 def _sum_kind(measure: Measure, kind: str) -> Sum:

@@ -33,11 +33,9 @@ Backends implement the ``_``-prefixed methods; validation and verdicts are built
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import partial
@@ -46,6 +44,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import ClassVar, NamedTuple
 
+from exactly.collection import collection_paused
 from exactly.dedupe.window import Bounds, effective_window
 from exactly.errors import ConfigError, InvalidId
 from exactly.events.ids import (
@@ -90,24 +89,6 @@ class Verdict(NamedTuple):
 
 NEW, OWN, DUPLICATE = Status.NEW, Status.OWN, Status.DUPLICATE
 _verdict = partial(tuple.__new__, Verdict)  # Verdict((status, owner)) without __new__'s checks
-
-
-@contextlib.contextmanager
-def collection_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector paused while a claim builds its verdicts.
-
-    A claim of a million ids allocates a few million small acyclic objects (verdicts, replies);
-    each full collection they trigger traverses every live object, the caller's claims included,
-    and two of them cost more than a third of a redis claim. Nothing here builds cycles.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 @dataclass(frozen=True)

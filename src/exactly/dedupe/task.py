@@ -40,7 +40,7 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 from exactly.dedupe import recovery
 from exactly.dedupe.base import Claim, DedupeStore, StorePartition
 from exactly.dedupe.recovery import SOURCE_HEADER
-from exactly.events.ids import DEFAULT_SCOPE, id_packer, owner_packer, record_sources
+from exactly.events.ids import DEFAULT_SCOPE, ids_packer, owner_packer, record_sources
 from exactly.events.normalise import InvalidEvent, message_id_of
 from exactly.log import Log, Record
 from exactly.log.base import DEFAULT_MAX_RECORD_BYTES
@@ -169,15 +169,12 @@ def _process(
     passes = [True] * count
     rekeyed = False
     rejected: list[tuple[int, str]] = []
-    claims: list[Claim] = []
-    claimed: list[int] = []
-    owner_at = owner_packer(partition)
-    pack = id_packer(plan.scope)
+    claimed: list[int] = []  # the rows to claim, or to give an id column (no store)
+    claimed_keys: list[bytes] = []
     scoped = plan.scope == "source" and (part is not None or plan.adds_id)
     sources = record_sources(values) if scoped else [b""] * count
     ids: list[bytes | None] = [None] * count
     for index in range(count):
-        offset = offsets[index]
         key = keys[index]
         if not key:
             key, reason = message_id(key, values[index].as_py())
@@ -189,13 +186,26 @@ def _process(
             rekeyed = True
         if part is None:
             if plan.adds_id:
-                ids[index] = pack(sources[index], key)
+                claimed.append(index)
+                claimed_keys.append(key)
             continue
-        if last is not None and offset <= last:
-            passes[index] = offset in done  # 3. as the earlier attempt decided
+        if last is not None and offsets[index] <= last:
+            passes[index] = offsets[index] in done  # 3. as the earlier attempt decided
             continue
-        claims.append(Claim(pack(sources[index], key), owner_at(offset), times[index]))
         claimed.append(index)
+        claimed_keys.append(key)
+    # the rows' keys, packed in one pass (ids.pack_ids)
+    packed = ids_packer(plan.scope)([sources[index] for index in claimed], claimed_keys)
+    claims: list[Claim] = []
+    if part is None:
+        for index, found in zip(claimed, packed, strict=True):
+            ids[index] = found
+    else:
+        owner_at = owner_packer(partition)
+        claims = [
+            Claim(found, owner_at(offsets[index]), times[index])
+            for index, found in zip(claimed, packed, strict=True)
+        ]
     # 4. route what has no messageId
     if rejected:
         _reject(plan, log, batch, partition, rejected)

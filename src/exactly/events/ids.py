@@ -116,9 +116,55 @@ def pack_source_id(source: str | bytes, message_id: str | bytes) -> bytes:
     ``source`` may be empty (records without a ``sourceId``); the messageId may not.
     """
     raw = source.encode() if isinstance(source, str) else source
-    state = _source_prefix(raw).copy()
-    state.update(pack_id(message_id))
+    return _scoped(raw, pack_id(message_id))
+
+
+# A dashed UUID's 32 hex digits, by position, and each byte's value as a hex digit (16: not one).
+_UUID_DIGITS = [*range(8), *range(9, 13), *range(14, 18), *range(19, 23), *range(24, 36)]
+_DASH_POSITIONS = list(_DASHES)
+_HEX_VALUES = bytes(
+    int(chr(b), 16) if chr(b) in "0123456789abcdefABCDEF" else 16 for b in range(256)
+)
+
+
+def pack_ids(message_ids: Sequence[bytes]) -> list[bytes]:
+    """:func:`pack_id` of each id, the dashed UUIDs of a batch decoded together in numpy.
+
+    A task's keys are nearly always dashed UUIDs (every SDK's messageId): one pass over the
+    batch's digits costs 0.09 µs an id against 0.7 for :func:`pack_id`. Any other id (of another
+    length, ``ajs-``, a digit that is not hex) is packed by :func:`pack_id`, so the result is the
+    same byte for byte.
+    """
+    import numpy as np
+
+    count = len(message_ids)
+    joined = b"".join(message_ids)
+    if len(joined) != 36 * count or any(len(message_id) != 36 for message_id in message_ids):
+        return [pack_id(message_id) for message_id in message_ids]
+    digits = np.frombuffer(joined, np.uint8).reshape(count, 36)
+    values = np.frombuffer(_HEX_VALUES, np.uint8)[digits[:, _UUID_DIGITS]]
+    usable = (digits[:, _DASH_POSITIONS] == ord("-")).all(axis=1) & (values < 16).all(axis=1)
+    packed = ((values[:, 0::2] << 4) | values[:, 1::2]).tobytes()
+    found = [packed[at : at + ID_BYTES] for at in range(0, count * ID_BYTES, ID_BYTES)]
+    for index in np.flatnonzero(~usable).tolist():
+        found[index] = pack_id(message_ids[index])
+    return found
+
+
+def _scoped(source: bytes, packed: bytes) -> bytes:
+    """The key of scope ``source`` for a packed messageId (:func:`pack_source_id`)."""
+    state = _source_prefix(source).copy()
+    state.update(packed)
     return state.digest()
+
+
+def ids_packer(scope: str) -> Callable[[Sequence[bytes], Sequence[bytes]], list[bytes]]:
+    """:func:`id_packer` for a whole batch: ``(sources, messageIds) -> keys``, in order."""
+    if scope == "source":
+        return lambda sources, message_ids: list(map(_scoped, sources, pack_ids(message_ids)))
+    if scope == "workspace":
+        return lambda _sources, message_ids: pack_ids(message_ids)
+    raise InvalidId(f"dedupe scope {scope!r}: use one of {', '.join(SCOPES)}")
 
 
 def id_packer(scope: str) -> Callable[[bytes, bytes], bytes]:

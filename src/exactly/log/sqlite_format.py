@@ -16,16 +16,20 @@ append throughput at a million records, twice what this one costs: docs/benchmar
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import struct
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from exactly.backoff import backoff
 from exactly.log.base import Header
 
 OFFSET_BITS = 40
 KEY_BUCKET_BITS = 9  # the index by key leads with id >> 9: see the module docstring
 SUFFIX = ".sqlite"
+BUSY_TIMEOUT = 60  # seconds a connection waits for another's lock before failing
 
 WRITERS_TABLE = """CREATE TABLE IF NOT EXISTS writers (
     writer TEXT NOT NULL, partition INTEGER NOT NULL, epoch INTEGER NOT NULL,
@@ -89,14 +93,35 @@ def partition_range(partition: int) -> tuple[int, int]:
 
 
 def connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=60)
-    conn.execute("PRAGMA busy_timeout = 60000")
+    conn = sqlite3.connect(
+        path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT
+    )
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT * 1000}")
     if readonly:
         conn.execute("PRAGMA query_only = ON")
     else:
-        conn.execute("PRAGMA journal_mode = WAL")
+        _write_ahead(conn)
         conn.execute("PRAGMA synchronous = NORMAL")
     return conn
+
+
+def _write_ahead(conn: sqlite3.Connection) -> None:
+    """Put the file in WAL mode, waiting out other processes doing the same to a new file.
+
+    Switching reads the header and then upgrades to a write transaction; SQLite answers that
+    upgrade ``database is locked`` at once, without its busy handler (waiting could deadlock), when
+    another connection holds the write lock. So the first writers of a new file (a job's tasks
+    starting together) race here: the losers retry, within the busy timeout.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT
+    for attempt in itertools.count(1):
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+        time.sleep(backoff(attempt, minimum=0.001, maximum=0.1))
 
 
 def partitions_of(conn: sqlite3.Connection) -> int | None:

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
@@ -60,6 +60,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from exactly.collection import collection_paused
 from exactly.errors import StreamError
 from exactly.events import partition_for
 from exactly.log import Log, LogRecord, Record
@@ -126,48 +127,77 @@ Row = tuple[bytes, bytes | None, tuple[Header, ...], int | None]  # value, key, 
 Stage = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 
-def rows(batch: pa.RecordBatch, columns: Columns, partitions: int) -> Iterator[tuple[int, Row]]:
-    """The (output partition, row) of each row of an Arrow batch, in order.
+def _grouped(batch: pa.RecordBatch, columns: Columns, partitions: int) -> dict[int, list[Row]]:
+    """The rows of an Arrow batch per output partition, each partition's in batch order.
 
-    A row is a plain tuple in :class:`~exactly.log.Record` field order: records are built once,
-    when the sink knows their mark.
+    A row is a plain tuple in :class:`~exactly.log.Record` field order (records are built once,
+    when the sink knows their mark), built column by column: the dedupe job's batches hold one
+    partition's records with one header each, and cost no per-row Python beyond a ``zip``.
     """
     names = {name.lower(): name for name in batch.schema.names}
     count = batch.num_rows
-    values = _as_bytes(batch.column(names["value"]).to_pylist())
-    keys = _as_bytes(batch.column(names["key"]).to_pylist()) if columns.key else [None] * count
-    chosen: list[int | None] = (
-        batch.column(names["partition"]).to_pylist() if columns.partition else [None] * count
-    )
+    value_column = batch.column(names["value"])
+    if value_column.null_count:
+        raise StreamError("the exactly sink got a row whose value is null; values are bytes")
+    values = cast("list[bytes]", _bytes(value_column))  # no nulls: checked above
+    keys = _bytes(batch.column(names["key"])) if columns.key else [None] * count
     stamps: list[int | None] = [None] * count
     if columns.timestamp:
         micros = batch.column(names["timestamp"]).cast(pa.int64())
         stamps = pc.divide(micros, 1000).to_pylist()
-    headers: list[tuple[tuple[str, bytes], ...]] = [()] * count
-    if columns.headers:
-        headers = [
-            without_mark(tuple((h["key"], _one_bytes(h["value"])) for h in row or ()))
-            for row in batch.column(names["headers"]).to_pylist()
-        ]
-    for index in range(count):
-        value, key, partition = values[index], keys[index], chosen[index]
-        if value is None:
-            raise StreamError("the exactly sink got a row whose value is null; values are bytes")
-        if partition is None:
-            partition = partition_for(value if key is None else key, partitions)
-        elif not 0 <= partition < partitions:
-            raise StreamError(
-                f"a row's partition column is {partition}, but the topic has partitions "
-                f"0 to {partitions - 1}"
-            )
-        yield partition, (value, key, headers[index], stamps[index])
-
-
-def _grouped(batch: pa.RecordBatch, columns: Columns, partitions: int) -> dict[int, list[Row]]:
+    headers = _headers(batch.column(names["headers"])) if columns.headers else [()] * count
+    found: list[Row] = list(zip(values, keys, headers, stamps, strict=True))
+    chosen = batch.column(names["partition"]) if columns.partition else None
+    if chosen is not None and count and chosen.null_count == 0:
+        bounds = pc.min_max(chosen)
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if low == high:
+            return {_checked(low, partitions): found}
+    targets = [None] * count if chosen is None else chosen.to_pylist()
     grouped: dict[int, list[Row]] = {}
-    for partition, row in rows(batch, columns, partitions):
+    for row, target in zip(found, targets, strict=True):
+        if target is None:
+            partition = partition_for(row[0] if row[1] is None else row[1], partitions)
+        else:
+            partition = _checked(target, partitions)
         grouped.setdefault(partition, []).append(row)
     return grouped
+
+
+def _checked(partition: int, partitions: int) -> int:
+    if not 0 <= partition < partitions:
+        raise StreamError(
+            f"a row's partition column is {partition}, but the topic has partitions "
+            f"0 to {partitions - 1}"
+        )
+    return partition
+
+
+def _bytes(column: pa.Array) -> list[bytes | None]:
+    """A binary or string column as bytes (None where null)."""
+    items: list[bytes | None] = column.to_pylist()
+    if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+        return items
+    return [item.encode() if isinstance(item, str) else item for item in items]
+
+
+def _headers(column: pa.ListArray) -> list[tuple[Header, ...]]:
+    """Each row's headers as ``(name, bytes)`` pairs, less any mark (the sink adds its own)."""
+    count = len(column)
+    entries = column.flatten()  # minds the slice's offset and null lists
+    if not len(entries):
+        return [()] * count
+    names = entries.field(0).to_pylist()
+    pairs = list(zip(names, map(_one_bytes, entries.field(1).to_pylist()), strict=True))
+    lengths = pc.fill_null(column.value_lengths(), 0)
+    if len(pairs) == count and pc.min(lengths).as_py() == 1 and MARK not in names:
+        return [(pair,) for pair in pairs]  # one header each (the dedupe job's output)
+    rows: list[tuple[Header, ...]] = []
+    at = 0
+    for length in lengths.to_pylist():
+        rows.append(without_mark(tuple(pairs[at : at + length])) if length else ())
+        at += length
+    return rows
 
 
 def _sorted(groups: Iterable[dict[int, list[Row]]]) -> dict[int, list[Row]]:
@@ -183,10 +213,6 @@ def _sorted(groups: Iterable[dict[int, list[Row]]]) -> dict[int, list[Row]]:
     for found in merged.values():
         found.sort(key=lambda r: (r[1] or b"", r[0], r[3] or 0, r[2]))
     return merged
-
-
-def _as_bytes(items: list[bytes | str | None]) -> list[bytes | None]:
-    return [item.encode() if isinstance(item, str) else item for item in items]
 
 
 def _one_bytes(item: bytes | str | None) -> bytes:
@@ -289,15 +315,18 @@ class LogStreamWriter(DataSourceStreamArrowWriter):
         self.stage = stage
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
-        if self.stage is None:
-            return self._write(iterator)
-        staged = self.stage(iterator)
-        try:
-            return self._write(staged)
-        finally:  # a failed write ends the stage now, not when the worker collects it (locks)
-            close = getattr(staged, "close", None)
-            if close is not None:
-                close()
+        # A task's rows, records and claims are freed by reference counting: the collector's
+        # passes over them found nothing and cost as much as the appends (exactly.collection).
+        with collection_paused():
+            if self.stage is None:
+                return self._write(iterator)
+            staged = self.stage(iterator)
+            try:
+                return self._write(staged)
+            finally:  # a failed write ends the stage now, not when the worker collects it (locks)
+                close = getattr(staged, "close", None)
+                if close is not None:
+                    close()
 
     def _write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         context = TaskContext.get()

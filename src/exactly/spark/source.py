@@ -37,6 +37,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from exactly.collection import collection_paused
 from exactly.log import LogRecord
 from exactly.spark import offsets
 from exactly.spark.options import SourceOptions, shared_log
@@ -122,22 +123,24 @@ def read_range(options: SourceOptions, task: OffsetRange) -> Iterator[Any]:
     log = shared_log(options.log)
     offset = task.start
     while offset < task.end:
-        batch = log.read(
-            options.topic,
-            task.partition,
-            offset,
-            max_records=min(options.read_records, 100_000),
-            headers=options.headers,
-        )
-        if not batch:
-            return  # Kafka: only transaction markers (or aborted records) are left in the range
-        if batch[-1].offset >= task.end:
-            batch = [record for record in batch if record.offset < task.end]
+        with collection_paused():  # a batch's records are freed by reference counting
+            batch = log.read(
+                options.topic,
+                task.partition,
+                offset,
+                max_records=min(options.read_records, 100_000),
+                headers=options.headers,
+            )
             if not batch:
-                return
-        offset = batch[-1].offset + 1
-        if options.arrow:
-            yield to_arrow(batch, options.headers)
+                return  # Kafka: only transaction markers (or aborted records) are left
+            if batch[-1].offset >= task.end:
+                batch = [record for record in batch if record.offset < task.end]
+                if not batch:
+                    return
+            offset = batch[-1].offset + 1
+            arrow = to_arrow(batch, options.headers) if options.arrow else None
+        if arrow is not None:
+            yield arrow
         else:
             yield from to_rows(batch, options.headers)
 
