@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import threading
@@ -250,7 +249,7 @@ def test_a_batch_of_integers_does_not_block_the_loop(
     """Hostile batches are answered without stalling the other requests of the worker."""
     body = '{"batch":[' + ",".join(["1"] * 150_000) + "]}"
     assert len(body) < 500 * 1024
-    stalls: list[float] = []
+    probes: list[tuple[float, float]] = []
     done = threading.Event()
 
     def probe() -> None:
@@ -258,24 +257,32 @@ def test_a_batch_of_integers_does_not_block_the_loop(
             while not done.is_set():
                 started = time.perf_counter()
                 other.get("/health")
-                stalls.append(time.perf_counter() - started)
+                probes.append((started, time.perf_counter()))
 
     thread = threading.Thread(target=probe)
     thread.start()
-    took: list[float] = []
+    batches: list[tuple[float, float]] = []
     try:
         for _ in range(3):
             started = time.perf_counter()
             response = client.post("/v1/batch", content=body, auth=WEB)
-            took.append(time.perf_counter() - started)
+            batches.append((started, time.perf_counter()))
             assert response.status_code == 400, response.text
             assert response.json()["code"] == "no_valid_events"
     finally:
         done.set()
         thread.join()
-    # A loop blocked for the whole batch stalls a probe about as long as the batch takes (0.25 s
-    # idle); one that yields, far less. Relative to the batch's own time, so load cannot fail it.
-    assert max(stalls) < max(0.2, 0.5 * statistics.median(took)), (max(stalls), took)
+
+    # A worker that keeps the GIL while it checks a batch holds a probe for most of the batch's
+    # time (ratio 0.5-1.0 idle, 0.15-0.25 s); one that lets others run answers it in 2-3 ms
+    # (0.03-0.15). A probe is also held when the machine does not run the collector for a while
+    # (a loaded machine: up to 0.7 seen), which can happen during any one batch but hardly each:
+    # so the batch whose probes fared best is judged, against its own time.
+    def longest_wait(batch: tuple[float, float]) -> float:
+        return max(end - begin for begin, end in probes if begin < batch[1] and end > batch[0])
+
+    ratios = [longest_wait(batch) / (batch[1] - batch[0]) for batch in batches]
+    assert min(ratios) < 0.3, ratios
 
 
 def test_a_client_over_its_source_rate_limit_gets_429_and_nothing_is_appended(
