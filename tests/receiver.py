@@ -9,7 +9,9 @@ Paths choose the behaviour (``N`` counts the requests for one ``webhook-id``):
 * ``/flap``: 503 while :attr:`Receiver.down` is set, else 200;
 * ``/scripted``: 500 for the first :attr:`Receiver.failures` ``[id]`` requests of an id, then 200.
 
-Every request is kept (path, headers, body, time) in :attr:`Receiver.requests`.
+Every request is kept (path, headers, body, time) in :attr:`Receiver.requests`. The time is
+``time.monotonic()``: tests measure intervals between arrivals, which a step of the wall clock
+would bend (sorted by a stepped clock, arrivals a rate kept apart look bunched).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ class Receiver:
 
     async def _handle(self, request: web.Request) -> web.Response:
         body = await request.read()
-        kept = Received(request.path, dict(request.headers), body, time.time())
+        kept = Received(request.path, dict(request.headers), body, time.monotonic())
         self.requests.append(kept)  # kept on arrival, its status set once answered
         at = len(self.requests) - 1
         answer = await self._answer(request)

@@ -132,3 +132,31 @@ def test_rate_keeps_the_arrival_rate_and_does_not_slow_another_destination(
     free_times = [r.at for r in arrivals(receiver, "/flap")]
     assert len(free_times) == 300
     assert max(free_times) < times[count // 2]  # done before the limited one is half-way
+
+
+def test_rate_holds_when_a_slow_commit_releases_several_jobs_at_once(
+    db: JobDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Jobs are taken at the rate but leave once their ``executing`` step is durable. One slow
+    commit (a loaded disk's fsync) must not hold jobs taken meanwhile and release them together:
+    the scheduler pages through the same JobDB thread before it takes a job, so it waits too."""
+    per_second, count = 10.0, 20
+    record = db.record
+    calls = 0
+
+    def slow_fifth_commit(transitions: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 5:
+            time.sleep(0.8)
+        record(transitions)
+
+    monkeypatch.setattr(db, "record", slow_fifth_commit)
+    with Receiver() as receiver:
+        limited = destination("limited", f"{receiver.url}/ok", rate=per_second, max_in_flight=8)
+        enqueue(db, limited, [f"u{n}" for n in range(count)])
+        deliver(db, limited)
+    assert calls > 5
+    times = [r.at for r in arrivals(receiver, "/ok")]
+    assert len(times) == count
+    assert windows_over(times, per_second, 1) == []
