@@ -10,6 +10,7 @@ as text or a UTC time string and every measure added up, ready for the database'
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Iterator, Sequence
@@ -60,14 +61,23 @@ def event_schema(specs: Sequence[TableSpec] = ()) -> StructType:
 
     The time buckets read ``timestamp`` and ``receivedAt``, so those are always kept.
     """
+    from pyspark.sql.types import StructType
+
+    fields = _full_event_schema().fields
+    if not specs or any(spec.fields is None for spec in specs):
+        return StructType(list(fields))  # a copy: the parsed schema is shared
+    read = set(TIME_FIELDS).union(*(spec.fields or () for spec in specs))
+    return StructType([field for field in fields if field.name in read])
+
+
+@functools.cache
+def _full_event_schema() -> StructType:
+    """:data:`EVENT_SCHEMA` parsed once (by the JVM: a few ms, on every micro-batch before)."""
     from pyspark.sql.types import DataType, StructType
 
     full = DataType.fromDDL(EVENT_SCHEMA)
     assert isinstance(full, StructType)
-    if not specs or any(spec.fields is None for spec in specs):
-        return full
-    read = set(TIME_FIELDS).union(*(spec.fields or () for spec in specs))
-    return StructType([field for field in full.fields if field.name in read])
+    return full
 
 
 def fields_read(query: DataFrame) -> frozenset[str]:

@@ -137,11 +137,10 @@ def pack_ids(message_ids: Sequence[bytes]) -> list[bytes]:
     """
     import numpy as np
 
-    count = len(message_ids)
-    joined = b"".join(message_ids)
-    if len(joined) != 36 * count or any(len(message_id) != 36 for message_id in message_ids):
+    if set(map(len, message_ids)) != {36}:
         return [pack_id(message_id) for message_id in message_ids]
-    digits = np.frombuffer(joined, np.uint8).reshape(count, 36)
+    count = len(message_ids)
+    digits = np.frombuffer(b"".join(message_ids), np.uint8).reshape(count, 36)
     values = np.frombuffer(_HEX_VALUES, np.uint8)[digits[:, _UUID_DIGITS]]
     usable = (digits[:, _DASH_POSITIONS] == ord("-")).all(axis=1) & (values < 16).all(axis=1)
     packed = ((values[:, 0::2] << 4) | values[:, 1::2]).tobytes()
