@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from base64 import b64encode
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -343,3 +344,18 @@ def test_a_trickled_body_gets_408_at_the_body_deadline(tmp_path: Path) -> None:
         assert b"took more than 2 s" in answer
         assert 1.5 < took < 4, took
         assert len(running.records()) == before
+
+
+def test_an_answer_before_the_body_is_read_reaches_the_client(
+    collector: Collector, client: httpx.Client
+) -> None:
+    """404 and 405 are answered before the body is read: the collector drains it first, or the
+    client, still sending, gets a reset connection instead of the answer (1 in 30 did)."""
+    body = b'{"batch":[' + b'{"type":"track","event":"e","userId":"u"},' * 9_000 + b"{}]}"
+    statuses: Counter[int | str] = Counter()
+    for method, path in [("PUT", "/v1/screen"), ("POST", "/nope")] * 100:
+        try:
+            statuses[client.request(method, path, content=body, auth=WEB).status_code] += 1
+        except httpx.TransportError as error:
+            statuses[type(error).__name__] += 1
+    assert statuses == {405: 100, 404: 100}

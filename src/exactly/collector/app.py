@@ -35,7 +35,15 @@ import orjson
 
 from exactly.collector import cors, openapi, sdk_settings
 from exactly.collector.appender import Appender, QueueFull
-from exactly.collector.body import ClientGone, HTTPError, Receive, decode, read_body
+from exactly.collector.body import (
+    ClientGone,
+    HTTPError,
+    Receive,
+    TrackedBody,
+    decode,
+    drain,
+    read_body,
+)
 from exactly.collector.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from exactly.collector.metrics import Metrics
 from exactly.collector.ratelimit import RateLimiter
@@ -156,10 +164,13 @@ class CollectorApp:
         content_type = _JSON
         headers: tuple[tuple[bytes, bytes], ...] = ()
         origin = _header(scope, b"origin")
+        request = TrackedBody(receive)
         try:
-            status, body, content_type, headers = await self._route(scope, receive, path, origin)
+            status, body, content_type, headers = await self._route(scope, request, path, origin)
         except HTTPError as error:
             status, body, headers = error.status, error.body(), error.headers
+            if not request.started and not await drain(request):
+                headers = (*headers, (b"connection", b"close"))
         except ClientGone:
             # the client went away, or its chunked body was malformed (the server cannot tell
             # us which): answer anyway, nobody hears it in the first case
