@@ -52,18 +52,28 @@ from typing import Any, TypeVar
 
 from exactly.errors import LogError
 from exactly.log.base import AppendResult, Record
-from exactly.log.sqlite_format import connect, encode_headers, partition_range, partitions_of
+from exactly.log.sqlite_format import (
+    batched,
+    committed_end,
+    connect,
+    convert_rows,
+    has_rows_table,
+    insert_batch,
+    partition_range,
+    partitions_of,
+    unpack_records,
+)
 from exactly.log.watermark import Watermark
 
 MAX_GROUP = 256  # appends merged into one transaction at most
 
 
 class Transaction:
-    """What the grouped writes of one transaction share: next offsets and the rows to insert."""
+    """What the grouped writes of one transaction share: next offsets and the batches to insert."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
-        self.rows: list[tuple[int, int, bytes | None, bytes, bytes | None]] = []
+        self.batches: list[tuple[int, Sequence[Record], int]] = []  # first rowid, records, stamp
         self._next: dict[int, int] = {}
 
     def add(
@@ -72,16 +82,10 @@ class Transaction:
         """Queue ``records`` (those ``keep`` marks, if given) for insertion; return offsets."""
         chosen = records if keep is None else [r for r, k in zip(records, keep, strict=True) if k]
         first = self._take(partition, len(chosen))
-        self.rows += [
-            (
-                first + index,
-                stamp if r.timestamp is None else r.timestamp,
-                r.key,
-                r.value,
-                encode_headers(r.headers) if r.headers else None,
-            )
-            for index, r in enumerate(chosen)
-        ]
+        at = first
+        for batch in batched(chosen):
+            self.batches.append((at, batch, stamp))
+            at += len(batch)
         start = first - partition_range(partition)[0]
         if keep is None:
             return AppendResult(list(range(start, start + len(chosen))))
@@ -93,14 +97,10 @@ class Transaction:
 
     def _take(self, partition: int, count: int) -> int:
         """Reserve ``count`` offsets in ``partition``; returns the rowid of the first."""
-        low, high = partition_range(partition)
         first = self._next.get(partition)
         if first is None:
-            (top,) = self.conn.execute(
-                "SELECT max(id) FROM records WHERE id >= ? AND id < ?", (low, high)
-            ).fetchone()
-            first = low if top is None else top + 1
-        if first + count > high:
+            first = committed_end(self.conn, partition)
+        if first + count > partition_range(partition)[1]:
             raise LogError(f"partition {partition} is full")
         self._next[partition] = first + count
         return first
@@ -114,8 +114,8 @@ class Transaction:
         return {p: first - partition_range(p)[0] for p, first in self._next.items()}
 
     def insert(self) -> None:
-        if self.rows:
-            self.conn.executemany("INSERT INTO records VALUES (?, ?, ?, ?, ?)", self.rows)
+        for first, records, stamp in self.batches:
+            insert_batch(self.conn, first, records, stamp)
 
 
 @dataclass
@@ -293,15 +293,19 @@ def recover(path: Path, lock_fd: int, conn: sqlite3.Connection, watermark: Water
         partitions = partitions_of(conn)
         if partitions is None:
             return None
+        if has_rows_table(conn):  # written by an earlier version: one row per record
+            convert_rows(conn, partitions)
         ends: dict[int, int] = {}
         for partition in range(partitions):
-            low, high = partition_range(partition)
-            (top,) = conn.execute(
-                "SELECT max(id) FROM records WHERE id >= ? AND id < ?", (low, high)
-            ).fetchone()
-            if top is not None:
-                conn.execute("SELECT value FROM records WHERE id = ?", (top,)).fetchone()
-            ends[partition] = 0 if top is None else int(top) - low + 1
+            low = partition_range(partition)[0]
+            end = committed_end(conn, partition)
+            if end > low:  # a cheap check that the file reads back: the last batch decodes
+                (data,) = conn.execute(
+                    "SELECT data FROM batches WHERE id < ? ORDER BY id DESC LIMIT 1", (end,)
+                ).fetchone()
+                for _ in unpack_records(data):
+                    pass
+            ends[partition] = end - low
         # The WAL only: what left it for the database was synced by SQLite's checkpoint (WAL
         # before copying, database after), and the database file must not be opened here at all.
         with contextlib.suppress(FileNotFoundError):

@@ -27,8 +27,6 @@ import os
 import sqlite3
 import threading
 from collections.abc import Sequence
-from itertools import accumulate
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -46,30 +44,25 @@ from exactly.log.base import (
 )
 from exactly.log.group_commit import TopicWriter, Transaction, recover
 from exactly.log.sqlite_format import (
-    KEY_BUCKET_BITS,
-    SCHEMA,
     SUFFIX,
     WRITERS_TABLE,
+    committed_end,
     connect,
+    create_tables,
     decode_headers,
+    has_rows_table,
+    key_hash,
     partition_range,
+    unpack_records,
 )
 from exactly.log.watermark import Watermark
 
-_READ_WITH_HEADERS = (
-    "SELECT key, value, headers, timestamp FROM records"
-    " WHERE id >= ? AND id < ? ORDER BY id LIMIT ?"
+# the batch holding rowid ?1 and those after it, before rowid ?2
+_BATCHES_FROM = (
+    "SELECT id, data FROM batches WHERE id >= coalesce((SELECT max(id) FROM batches"
+    " WHERE id <= ?1 AND id >= ?3), ?3) AND id < ?2 ORDER BY id LIMIT ?4"
 )
-_READ_WITHOUT_HEADERS = _READ_WITH_HEADERS.replace("headers", "NULL", 1)
-
-
-def _fitting(rows: list[Any], max_bytes: int) -> int:
-    """How many of ``(key, value, ...)`` rows a batch of ``max_bytes`` takes (at least one)."""
-    keys, values = map(itemgetter(0), rows), map(itemgetter(1), rows)
-    if sum(map(len, values)) + sum(map(len, filter(None, keys))) < max_bytes:
-        return len(rows)
-    sizes = accumulate(len(key or b"") + len(value) for key, value, *_ in rows)
-    return next((n + 1 for n, size in enumerate(sizes) if size >= max_bytes), len(rows))
+_BATCHES_AT_ONCE = 8
 
 
 class SqliteLog(Log):
@@ -226,9 +219,7 @@ class SqliteLog(Log):
 
         def create(transaction: Transaction) -> tuple[int, bool]:
             conn = transaction.conn
-            for statement in SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
+            create_tables(conn)
             row = conn.execute("SELECT partitions FROM topic").fetchone()
             if row is not None:
                 return int(row[0]), False
@@ -272,6 +263,8 @@ class SqliteLog(Log):
             row = None
         if row is None:
             raise UnknownTopic(self._unknown(topic))
+        if has_rows_table(self._reader(topic)):
+            self._writer(topic)  # written by an earlier version: opening a writer converts it
         info = self._info[topic] = TopicInfo(row[0], int(row[1]))
         return info
 
@@ -348,70 +341,56 @@ class SqliteLog(Log):
         if offset >= end:
             return []
         low = partition_range(partition)[0]
-        rows = (
-            self._reader(topic)
-            .execute(
-                _READ_WITH_HEADERS if headers else _READ_WITHOUT_HEADERS,
-                (low + offset, low + end, max_records),
-            )
-            .fetchall()
-        )
-        rows = rows[: _fitting(rows, max_bytes)]
+        at, stop = low + offset, low + min(end, offset + max_records)
+        found: list[LogRecord] = []
         new = tuple.__new__  # skips LogRecord's Python-level __new__: reads build many records
-        # offsets are dense, so the n-th row is at offset + n
-        return [
-            new(LogRecord, (partition, at, key, value, decode_headers(h) if h else (), ts))
-            for at, (key, value, h, ts) in enumerate(rows, offset)
-        ]
+        size = 0
+        conn = self._reader(topic)
+        while at < stop:
+            rows = conn.execute(_BATCHES_FROM, (at, stop, low, _BATCHES_AT_ONCE)).fetchall()
+            if not rows:
+                break
+            for first, data in rows:
+                for key, value, blob, timestamp in unpack_records(data, skip=at - first):
+                    decoded = decode_headers(blob) if headers and blob else ()
+                    found.append(
+                        new(LogRecord, (partition, at - low, key, value, decoded, timestamp))
+                    )
+                    at += 1
+                    size += len(value) + (len(key) if key is not None else 0)
+                    if at >= stop or size >= max_bytes:
+                        return found
+        return found
 
     def _find(self, topic: str, partition: int, key: bytes) -> list[LogRecord] | None:
-        """By the index ``records_by_key``, one search per bucket of the partition (a scan on a
-        topic created before the index: see :mod:`exactly.log.sqlite_format`), never past the
-        synced watermark."""
+        """The records of ``key``: the partition's key hashes scanned (numpy), then the batches
+        that hold a match decoded; never past the synced watermark."""
+        import numpy as np
+
         low = partition_range(partition)[0]
         end = self._durable_end(topic, partition)
         if end == 0:
             return []
-        if not self.indexed(topic):
-            rows = (
-                self._reader(topic)
-                .execute(
-                    "SELECT id, key, value, headers, timestamp FROM records"
-                    " WHERE key = ? AND id >= ? AND id < ? ORDER BY id",
-                    (key, low, low + end),
-                )
-                .fetchall()
-            )
-            return [
-                LogRecord(partition, at - low, k, value, decode_headers(h), ts)
-                for at, k, value, h, ts in rows
-            ]
-        bits = KEY_BUCKET_BITS
-        rows = (
-            self._reader(topic)
-            .execute(
-                "WITH RECURSIVE bucket(b) AS (SELECT ? UNION ALL SELECT b + 1 FROM bucket"
-                " WHERE b < ?) SELECT r.id, r.key, r.value, r.headers, r.timestamp"
-                f" FROM bucket CROSS JOIN records r ON (r.id >> {bits}) = bucket.b"
-                " AND r.key = ? AND r.key IS NOT NULL WHERE +r.id < ? ORDER BY r.id",
-                (low >> bits, (low + end - 1) >> bits, key, low + end),
-            )
-            .fetchall()
-        )
-        return [
-            LogRecord(partition, at - low, k, value, decode_headers(h), ts)
-            for at, k, value, h, ts in rows
-        ]
-
-    def indexed(self, topic: str) -> bool:
-        """Whether ``topic``'s file has the index by key (topics created before it have not)."""
-        self._topic_info(topic)
-        row = (
-            self._reader(topic)
-            .execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'records_by_key'")
-            .fetchone()
-        )
-        return row is not None
+        conn = self._reader(topic)
+        rows = conn.execute(
+            "SELECT id, hashes FROM batch_keys WHERE id >= ? AND id < ? ORDER BY id",
+            (low, low + end),
+        ).fetchall()
+        if not rows:
+            return []
+        firsts = np.fromiter((row[0] for row in rows), np.int64, len(rows))
+        counts = np.fromiter((len(row[1]) // 4 for row in rows), np.int64, len(rows))
+        hashes = np.frombuffer(b"".join(row[1] for row in rows), "<u4")
+        matching = np.unique(np.repeat(firsts, counts)[hashes == key_hash(key)]).tolist()
+        found = []
+        for first in matching:
+            (data,) = conn.execute("SELECT data FROM batches WHERE id = ?", (first,)).fetchone()
+            for at, (k, value, blob, timestamp) in enumerate(unpack_records(data), first):
+                if k == key and at < low + end:
+                    found.append(
+                        LogRecord(partition, at - low, k, value, decode_headers(blob), timestamp)
+                    )
+        return found
 
     def _end_offsets(self, topic: str) -> dict[int, int]:
         durable = self._durable_ends(topic)
@@ -422,13 +401,7 @@ class SqliteLog(Log):
         return min(self._durable_end(topic, partition), self._committed_end(topic, partition))
 
     def _committed_end(self, topic: str, partition: int) -> int:
-        low, high = partition_range(partition)
-        (top,) = (
-            self._reader(topic)
-            .execute("SELECT max(id) FROM records WHERE id >= ? AND id < ?", (low, high))
-            .fetchone()
-        )
-        return 0 if top is None else int(top) - low + 1
+        return committed_end(self._reader(topic), partition) - partition_range(partition)[0]
 
     def _open_writer(self, topic: str, partition: int, writer_id: str) -> PartitionWriter:
         def bump(transaction: Transaction) -> int:
