@@ -1,9 +1,11 @@
 """The embedded log: one SQLite database per topic under a directory.
 
-Layout: ``DIR/<topic>.sqlite`` holds the topic's partition count, its records, the last sequence of
-each producer per partition and the consumer-group offsets. A record's rowid is
-``partition << 40 | offset``, so a partition is a contiguous rowid range: reads are range scans of
-the table itself and the next offset is one b-tree seek, with no secondary index to maintain.
+Layout: ``DIR/<topic>.sqlite`` holds the topic's partition count, its records in batches (one row
+per append to a partition, :mod:`exactly.log.sqlite_format`), the hashes of their keys, the last
+sequence of each producer per partition and the consumer-group offsets. A batch's rowid is
+``partition << 40 | offset of its first record``, so a partition is a contiguous rowid range: a
+read seeks the batch holding its offset and decodes forward, and the next offset is the last
+batch's rowid plus its count.
 One file per topic (not per partition) because an append that spans partitions, such as a
 collector request, then commits with one fsync; ``bench/log_layout.py`` measures the choice.
 Beside it, ``DIR/<topic>.lock`` (the write lock) and ``DIR/<topic>.synced`` (the synced watermark).
@@ -57,12 +59,11 @@ from exactly.log.sqlite_format import (
 )
 from exactly.log.watermark import Watermark
 
-# the batch holding rowid ?1 and those after it, before rowid ?2
+# the batch holding rowid ?1 (the partition starts at ?3) and those after it, before rowid ?2
 _BATCHES_FROM = (
     "SELECT id, data FROM batches WHERE id >= coalesce((SELECT max(id) FROM batches"
-    " WHERE id <= ?1 AND id >= ?3), ?3) AND id < ?2 ORDER BY id LIMIT ?4"
+    " WHERE id <= ?1 AND id >= ?3), ?3) AND id < ?2 ORDER BY id"
 )
-_BATCHES_AT_ONCE = 8
 
 
 class SqliteLog(Log):
@@ -345,21 +346,20 @@ class SqliteLog(Log):
         found: list[LogRecord] = []
         new = tuple.__new__  # skips LogRecord's Python-level __new__: reads build many records
         size = 0
-        conn = self._reader(topic)
-        while at < stop:
-            rows = conn.execute(_BATCHES_FROM, (at, stop, low, _BATCHES_AT_ONCE)).fetchall()
-            if not rows:
-                break
-            for first, data in rows:
+        # batches are stepped one at a time: a read of a few records decodes one batch
+        cursor = self._reader(topic).execute(_BATCHES_FROM, (at, stop, low))
+        try:
+            for first, data in cursor:
                 for key, value, blob, timestamp in unpack_records(data, skip=at - first):
                     decoded = decode_headers(blob) if headers and blob else ()
-                    found.append(
-                        new(LogRecord, (partition, at - low, key, value, decoded, timestamp))
-                    )
+                    row = (partition, at - low, key, value, decoded, timestamp)
+                    found.append(new(LogRecord, row))
                     at += 1
                     size += len(value) + (len(key) if key is not None else 0)
                     if at >= stop or size >= max_bytes:
                         return found
+        finally:
+            cursor.close()  # ends the read transaction at once, not when the cursor is collected
         return found
 
     def _find(self, topic: str, partition: int, key: bytes) -> list[LogRecord] | None:
