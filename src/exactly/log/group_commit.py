@@ -53,14 +53,16 @@ from typing import Any, TypeVar
 from exactly.errors import LogError
 from exactly.log.base import AppendResult, Record
 from exactly.log.sqlite_format import (
-    batched,
+    PackedBatch,
     committed_end,
     connect,
     convert_rows,
     has_rows_table,
-    insert_batch,
+    insert_batches,
+    pack,
     partition_range,
     partitions_of,
+    placed,
     unpack_records,
 )
 from exactly.log.watermark import Watermark
@@ -73,7 +75,7 @@ class Transaction:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
-        self.batches: list[tuple[int, Sequence[Record], int]] = []  # first rowid, records, stamp
+        self.batches: list[tuple[int, PackedBatch]] = []  # rowid of the first record, batch
         self._next: dict[int, int] = {}
 
     def add(
@@ -81,19 +83,22 @@ class Transaction:
     ) -> AppendResult:
         """Queue ``records`` (those ``keep`` marks, if given) for insertion; return offsets."""
         chosen = records if keep is None else [r for r, k in zip(records, keep, strict=True) if k]
-        first = self._take(partition, len(chosen))
-        at = first
-        for batch in batched(chosen):
-            self.batches.append((at, batch, stamp))
-            at += len(batch)
-        start = first - partition_range(partition)[0]
+        result = self.add_packed(partition, pack(chosen, stamp))
         if keep is None:
-            return AppendResult(list(range(start, start + len(chosen))))
+            return result
         offsets: list[int | None] = []
+        taken = iter(result.offsets)
         for fresh in keep:
-            offsets.append(start if fresh else None)
-            start += fresh
+            offsets.append(next(taken) if fresh else None)
         return AppendResult(offsets)
+
+    def add_packed(self, partition: int, batches: Sequence[PackedBatch]) -> AppendResult:
+        """Queue batches packed beforehand (:func:`~exactly.log.sqlite_format.pack`)."""
+        count = sum(batch.count for batch in batches)
+        first = self._take(partition, count)
+        self.batches += placed(first, batches)
+        start = first - partition_range(partition)[0]
+        return AppendResult(list(range(start, start + count)))
 
     def _take(self, partition: int, count: int) -> int:
         """Reserve ``count`` offsets in ``partition``; returns the rowid of the first."""
@@ -114,8 +119,8 @@ class Transaction:
         return {p: first - partition_range(p)[0] for p, first in self._next.items()}
 
     def insert(self) -> None:
-        for first, records, stamp in self.batches:
-            insert_batch(self.conn, first, records, stamp)
+        if self.batches:
+            insert_batches(self.conn, self.batches)
 
 
 @dataclass

@@ -54,6 +54,7 @@ from exactly.log.sqlite_format import (
     decode_headers,
     has_rows_table,
     key_hash,
+    pack,
     partition_range,
     unpack_records,
 )
@@ -294,19 +295,28 @@ class SqliteLog(Log):
         producer: str | None,
         sequences: Sequence[int] | None,
     ) -> AppendResult:
-        def append(transaction: Transaction) -> AppendResult:
-            keep: list[bool] | None = None
-            if producer is not None and sequences is not None:
+        if producer is None or sequences is None:
+            packed = pack(records, now_ms())  # before queueing for the lock
+
+            def append(transaction: Transaction) -> AppendResult:
+                return transaction.add_packed(partition, packed)
+
+        else:
+
+            def append(transaction: Transaction) -> AppendResult:
+                # which records are stored is known only under the lock: packed there
                 keep = self._check_sequences(transaction.conn, partition, producer, sequences)
-            return transaction.add(partition, records, keep, now_ms())
+                return transaction.add(partition, records, keep, now_ms())
 
         result: AppendResult = self._writer(topic).submit(append).result()
         return result
 
     def _append_many(self, topic: str, batches: dict[int, list[Record]]) -> dict[int, AppendResult]:
+        stamp = now_ms()
+        packed = {p: pack(records, stamp) for p, records in batches.items()}
+
         def append(transaction: Transaction) -> dict[int, AppendResult]:
-            stamp = now_ms()
-            return {p: transaction.add(p, records, None, stamp) for p, records in batches.items()}
+            return {p: transaction.add_packed(p, found) for p, found in packed.items()}
 
         results: dict[int, AppendResult] = self._writer(topic).submit(append).result()
         return results
@@ -481,6 +491,8 @@ class SqliteWriter(PartitionWriter):
         if not records:
             return
 
+        packed = pack(records, now_ms())  # before queueing for the lock
+
         def append(transaction: Transaction) -> AppendResult | None:
             row = transaction.conn.execute(
                 "SELECT epoch FROM writers WHERE writer = ? AND partition = ?",
@@ -488,7 +500,7 @@ class SqliteWriter(PartitionWriter):
             ).fetchone()
             if row is None or row[0] != self.epoch:
                 return None  # superseded; never raise here: other appends share the transaction
-            return transaction.add(self.partition, records, None, now_ms())
+            return transaction.add_packed(self.partition, packed)
 
         if self._log._writer(self.topic).submit(append).result() is None:
             raise fenced(self.topic, self.partition, self.writer_id)

@@ -24,6 +24,7 @@ import struct
 import time
 import zlib
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from exactly.backoff import backoff
@@ -110,6 +111,24 @@ def unpack_records(blob: bytes, skip: int = 0) -> Iterator[tuple[bytes | None, b
         headers = blob[at : at + headers_length]
         at += headers_length
         yield key, value, headers, timestamp
+
+
+@dataclass(frozen=True, slots=True)
+class PackedBatch:
+    """One row of ``batches`` to be: its records packed, and their keys' hashes."""
+
+    count: int
+    data: bytes
+    hashes: bytes | None
+
+
+def pack(records: Sequence[Record], stamp: int) -> list[PackedBatch]:
+    """``records`` packed as the batches they will be stored as (:func:`batched`).
+
+    Packing needs no offset, so appenders pack before they queue for the write lock, and two
+    processes writing one topic pack at once; the lock covers only the inserts.
+    """
+    return [PackedBatch(len(batch), *pack_records(batch, stamp)) for batch in batched(records)]
 
 
 def batched(records: Sequence[Record]) -> Iterator[Sequence[Record]]:
@@ -219,14 +238,23 @@ def committed_end(conn: sqlite3.Connection, partition: int) -> int:
     return low if row is None else int(row[0])
 
 
-def insert_batch(
-    conn: sqlite3.Connection, first: int, records: Sequence[Record], stamp: int
-) -> None:
-    """Store ``records`` as the batch whose first record has rowid ``first``."""
-    data, hashes = pack_records(records, stamp)
-    conn.execute("INSERT INTO batches VALUES (?, ?, ?)", (first, len(records), data))
-    if hashes is not None:
-        conn.execute("INSERT INTO batch_keys VALUES (?, ?)", (first, hashes))
+def placed(first: int, batches: Sequence[PackedBatch]) -> list[tuple[int, PackedBatch]]:
+    """``batches`` of consecutive records with the rowid of each one's first, from ``first``."""
+    found = []
+    for batch in batches:
+        found.append((first, batch))
+        first += batch.count
+    return found
+
+
+def insert_batches(conn: sqlite3.Connection, batches: Sequence[tuple[int, PackedBatch]]) -> None:
+    """Store each ``(rowid of its first record, packed batch)``."""
+    conn.executemany(
+        "INSERT INTO batches VALUES (?, ?, ?)", [(at, b.count, b.data) for at, b in batches]
+    )
+    keyed = [(at, b.hashes) for at, b in batches if b.hashes is not None]
+    if keyed:
+        conn.executemany("INSERT INTO batch_keys VALUES (?, ?)", keyed)
 
 
 def has_rows_table(conn: sqlite3.Connection) -> bool:
@@ -258,7 +286,7 @@ def convert_rows(conn: sqlite3.Connection, partitions: int) -> None:
                     Record(value, key, decode_headers(headers), timestamp)
                     for _, timestamp, key, value, headers in rows
                 ]
-                insert_batch(conn, rows[0][0], records, 0)
+                insert_batches(conn, placed(rows[0][0], pack(records, 0)))
                 at = rows[-1][0] + 1
         conn.execute("DROP TABLE records")
         conn.execute("COMMIT")
