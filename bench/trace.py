@@ -2,13 +2,12 @@
 
     .venv/bin/python bench/trace.py [--events 10000000] [--cost-events 1000000] [--cost-only]
 
-1. **Cost.** The same keyed records (a UUID messageId as key, a collector-like 330-byte JSON
-   value, groups of 1,000 records over 8 partitions per ``append_many``, as the collector's
-   appender makes them) appended to three topics through the log API: one as built (index
-   ``records_by_key``), a baseline whose index is dropped right after creation, and ``keyonly``
-   with the first form of the index (on the key alone). They are appended in chunks of 20,000
-   in turn, in the same run; reported: records/s of each (median of the chunks' rates) and
-   bytes on disk per record after a WAL checkpoint.
+1. **Cost.** The same records (a collector-like 330-byte JSON value, groups of 1,000 records
+   over 8 partitions per ``append_many``, as the collector's appender makes them) appended to
+   two topics through the log API: ``keyed`` with a UUID messageId as key (stored, and hashed
+   into ``batch_keys`` for the lookup), and ``unkeyed`` without. They are appended in chunks of
+   20,000 in turn, in the same run; reported: records/s of each (median of the chunks' rates)
+   and bytes on disk per record after a WAL checkpoint (the difference holds the 36-byte key).
 2. **Latency.** ``raw`` with ``--events`` records and ``events`` with one record per raw record
    (its source offset in a header, as the dedupe job writes), written directly through the log
    API (no HTTP); an aggregate database with 1,200 micro-batch markers over ``events`` and a
@@ -37,7 +36,6 @@ import orjson
 
 from exactly.events.partition import partition_for
 from exactly.log import Record, open_log
-from exactly.log.sqlite_format import partition_range
 
 PARTITIONS = 8
 GROUP = 1_000
@@ -86,24 +84,22 @@ def disk_bytes(directory: Path, topic: str) -> int:
 
 def cost(directory: Path, events: int) -> dict[str, float]:
     url = f"sqlite://{directory}"
-    rates: dict[str, list[float]] = {"indexed": [], "baseline": [], "keyonly": []}
+    rates: dict[str, list[float]] = {"keyed": [], "unkeyed": []}
     with open_log(url) as log:
         for topic in rates:
             log.create_topic(topic, PARTITIONS)
-        for topic in ("baseline", "keyonly"):
-            conn = sqlite3.connect(directory / f"{topic}.sqlite")
-            conn.execute("DROP INDEX records_by_key")
-            if topic == "keyonly":  # the first form of the index, for comparison
-                conn.execute("CREATE INDEX records_key ON records (key) WHERE key IS NOT NULL")
-            conn.close()
         chunk = 20 * GROUP
         for start in range(0, events, chunk):
             groups = [group(start + g, GROUP) for g in range(0, chunk, GROUP)]
+            unkeyed = [
+                {p: [Record(r.value) for r in records] for p, records in batches.items()}
+                for batches in groups
+            ]
             turn = (start // chunk) % len(rates)
             order = list(rates)[turn:] + list(rates)[:turn]  # each goes first in turn
             for topic in order:
                 began = time.perf_counter()
-                for batches in groups:
+                for batches in groups if topic == "keyed" else unkeyed:
                     log.append_many(topic, batches)
                 rates[topic].append(chunk / (time.perf_counter() - began))
     found = {f"{topic} records/s": statistics.median(r) for topic, r in rates.items()}
@@ -234,14 +230,14 @@ def main() -> None:
         found = cost(root / "cost", args.cost_events)
         print(f"| {args.cost_events:,} records | records/s | bytes on disk / record |")
         print("| --- | --- | --- |")
-        for topic in ("baseline", "indexed", "keyonly"):
+        for topic in ("unkeyed", "keyed"):
             print(
                 f"| {topic} | {found[f'{topic} records/s']:,.0f} | "
                 f"{found[f'{topic} bytes/record']:.1f} |"
             )
-        extra = found["indexed bytes/record"] - found["baseline bytes/record"]
-        change = found["indexed records/s"] / found["baseline records/s"] - 1
-        print(f"index: +{extra:.1f} bytes/record, append throughput {change:+.1%}")
+        extra = found["keyed bytes/record"] - found["unkeyed bytes/record"]
+        change = found["keyed records/s"] / found["unkeyed records/s"] - 1
+        print(f"keys: +{extra:.1f} bytes/record, append throughput {change:+.1%}")
     if args.cost_only:
         return
     data = root / "data"
@@ -251,17 +247,10 @@ def main() -> None:
         with open_log(f"sqlite://{log_dir}") as log:
             ends = log.end_offsets("events")
         build_stores(data, ends, sample(args.events)[0])
-    low, high = partition_range(0)
     conn = sqlite3.connect(log_dir / "raw.sqlite")
-    (count,) = conn.execute("SELECT count(*) FROM records").fetchone()
-    plan = conn.execute(
-        "EXPLAIN QUERY PLAN WITH RECURSIVE bucket(b) AS (SELECT ? UNION ALL SELECT b + 1 FROM"
-        " bucket WHERE b < ?) SELECT r.id FROM bucket CROSS JOIN records r ON (r.id >> 9) ="
-        " bucket.b AND r.key = ? AND r.key IS NOT NULL WHERE +r.id < ?",
-        (low >> 9, (high - 1) >> 9, b"x", high),
-    ).fetchall()
+    (count,) = conn.execute("SELECT sum(count) FROM batches").fetchone()
     conn.close()
-    print(f"raw holds {count:,} records; lookup plan: {plan[-1][-1]}")
+    print(f"raw holds {count:,} records")
     print(f"load average before the traces: {os.getloadavg()}")
     for name, figures in latency(data, count).items():
         print(

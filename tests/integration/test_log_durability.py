@@ -129,7 +129,7 @@ class HeldSync:
 def committed_rows(directory: Path, topic: str) -> int:
     """Records committed to the topic's database, synced or not (what a reader saw before)."""
     with sqlite3.connect(directory / f"{topic}.sqlite") as conn:
-        (count,) = conn.execute("SELECT count(*) FROM records").fetchone()
+        (count,) = conn.execute("SELECT coalesce(sum(count), 0) FROM batches").fetchone()
     return int(count)
 
 

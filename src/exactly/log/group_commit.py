@@ -52,18 +52,30 @@ from typing import Any, TypeVar
 
 from exactly.errors import LogError
 from exactly.log.base import AppendResult, Record
-from exactly.log.sqlite_format import connect, encode_headers, partition_range, partitions_of
+from exactly.log.sqlite_format import (
+    PackedBatch,
+    committed_end,
+    connect,
+    convert_rows,
+    has_rows_table,
+    insert_batches,
+    pack,
+    partition_range,
+    partitions_of,
+    placed,
+    unpack_records,
+)
 from exactly.log.watermark import Watermark
 
 MAX_GROUP = 256  # appends merged into one transaction at most
 
 
 class Transaction:
-    """What the grouped writes of one transaction share: next offsets and the rows to insert."""
+    """What the grouped writes of one transaction share: next offsets and the batches to insert."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
-        self.rows: list[tuple[int, int, bytes | None, bytes, bytes | None]] = []
+        self.batches: list[tuple[int, PackedBatch]] = []  # rowid of the first record, batch
         self._next: dict[int, int] = {}
 
     def add(
@@ -71,36 +83,29 @@ class Transaction:
     ) -> AppendResult:
         """Queue ``records`` (those ``keep`` marks, if given) for insertion; return offsets."""
         chosen = records if keep is None else [r for r, k in zip(records, keep, strict=True) if k]
-        first = self._take(partition, len(chosen))
-        self.rows += [
-            (
-                first + index,
-                stamp if r.timestamp is None else r.timestamp,
-                r.key,
-                r.value,
-                encode_headers(r.headers) if r.headers else None,
-            )
-            for index, r in enumerate(chosen)
-        ]
-        start = first - partition_range(partition)[0]
+        result = self.add_packed(partition, pack(chosen, stamp))
         if keep is None:
-            return AppendResult(list(range(start, start + len(chosen))))
+            return result
         offsets: list[int | None] = []
+        taken = iter(result.offsets)
         for fresh in keep:
-            offsets.append(start if fresh else None)
-            start += fresh
+            offsets.append(next(taken) if fresh else None)
         return AppendResult(offsets)
+
+    def add_packed(self, partition: int, batches: Sequence[PackedBatch]) -> AppendResult:
+        """Queue batches packed beforehand (:func:`~exactly.log.sqlite_format.pack`)."""
+        count = sum(batch.count for batch in batches)
+        first = self._take(partition, count)
+        self.batches += placed(first, batches)
+        start = first - partition_range(partition)[0]
+        return AppendResult(list(range(start, start + count)))
 
     def _take(self, partition: int, count: int) -> int:
         """Reserve ``count`` offsets in ``partition``; returns the rowid of the first."""
-        low, high = partition_range(partition)
         first = self._next.get(partition)
         if first is None:
-            (top,) = self.conn.execute(
-                "SELECT max(id) FROM records WHERE id >= ? AND id < ?", (low, high)
-            ).fetchone()
-            first = low if top is None else top + 1
-        if first + count > high:
+            first = committed_end(self.conn, partition)
+        if first + count > partition_range(partition)[1]:
             raise LogError(f"partition {partition} is full")
         self._next[partition] = first + count
         return first
@@ -114,8 +119,8 @@ class Transaction:
         return {p: first - partition_range(p)[0] for p, first in self._next.items()}
 
     def insert(self) -> None:
-        if self.rows:
-            self.conn.executemany("INSERT INTO records VALUES (?, ?, ?, ?, ?)", self.rows)
+        if self.batches:
+            insert_batches(self.conn, self.batches)
 
 
 @dataclass
@@ -293,15 +298,19 @@ def recover(path: Path, lock_fd: int, conn: sqlite3.Connection, watermark: Water
         partitions = partitions_of(conn)
         if partitions is None:
             return None
+        if has_rows_table(conn):  # written by an earlier version: one row per record
+            convert_rows(conn, partitions)
         ends: dict[int, int] = {}
         for partition in range(partitions):
-            low, high = partition_range(partition)
-            (top,) = conn.execute(
-                "SELECT max(id) FROM records WHERE id >= ? AND id < ?", (low, high)
-            ).fetchone()
-            if top is not None:
-                conn.execute("SELECT value FROM records WHERE id = ?", (top,)).fetchone()
-            ends[partition] = 0 if top is None else int(top) - low + 1
+            low = partition_range(partition)[0]
+            end = committed_end(conn, partition)
+            if end > low:  # a cheap check that the file reads back: the last batch decodes
+                (data,) = conn.execute(
+                    "SELECT data FROM batches WHERE id < ? ORDER BY id DESC LIMIT 1", (end,)
+                ).fetchone()
+                for _ in unpack_records(data):
+                    pass
+            ends[partition] = end - low
         # The WAL only: what left it for the database was synced by SQLite's checkpoint (WAL
         # before copying, database after), and the database file must not be opened here at all.
         with contextlib.suppress(FileNotFoundError):

@@ -1,9 +1,11 @@
 """The embedded log: one SQLite database per topic under a directory.
 
-Layout: ``DIR/<topic>.sqlite`` holds the topic's partition count, its records, the last sequence of
-each producer per partition and the consumer-group offsets. A record's rowid is
-``partition << 40 | offset``, so a partition is a contiguous rowid range: reads are range scans of
-the table itself and the next offset is one b-tree seek, with no secondary index to maintain.
+Layout: ``DIR/<topic>.sqlite`` holds the topic's partition count, its records in batches (one row
+per append to a partition, :mod:`exactly.log.sqlite_format`), the hashes of their keys, the last
+sequence of each producer per partition and the consumer-group offsets. A batch's rowid is
+``partition << 40 | offset of its first record``, so a partition is a contiguous rowid range: a
+read seeks the batch holding its offset and decodes forward, and the next offset is the last
+batch's rowid plus its count.
 One file per topic (not per partition) because an append that spans partitions, such as a
 collector request, then commits with one fsync; ``bench/log_layout.py`` measures the choice.
 Beside it, ``DIR/<topic>.lock`` (the write lock) and ``DIR/<topic>.synced`` (the synced watermark).
@@ -27,8 +29,6 @@ import os
 import sqlite3
 import threading
 from collections.abc import Sequence
-from itertools import accumulate
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -46,30 +46,25 @@ from exactly.log.base import (
 )
 from exactly.log.group_commit import TopicWriter, Transaction, recover
 from exactly.log.sqlite_format import (
-    KEY_BUCKET_BITS,
-    SCHEMA,
     SUFFIX,
     WRITERS_TABLE,
+    committed_end,
     connect,
+    create_tables,
     decode_headers,
+    has_rows_table,
+    key_hash,
+    pack,
     partition_range,
+    unpack_records,
 )
 from exactly.log.watermark import Watermark
 
-_READ_WITH_HEADERS = (
-    "SELECT key, value, headers, timestamp FROM records"
-    " WHERE id >= ? AND id < ? ORDER BY id LIMIT ?"
+# the batch holding rowid ?1 (the partition starts at ?3) and those after it, before rowid ?2
+_BATCHES_FROM = (
+    "SELECT id, data FROM batches WHERE id >= coalesce((SELECT max(id) FROM batches"
+    " WHERE id <= ?1 AND id >= ?3), ?3) AND id < ?2 ORDER BY id"
 )
-_READ_WITHOUT_HEADERS = _READ_WITH_HEADERS.replace("headers", "NULL", 1)
-
-
-def _fitting(rows: list[Any], max_bytes: int) -> int:
-    """How many of ``(key, value, ...)`` rows a batch of ``max_bytes`` takes (at least one)."""
-    keys, values = map(itemgetter(0), rows), map(itemgetter(1), rows)
-    if sum(map(len, values)) + sum(map(len, filter(None, keys))) < max_bytes:
-        return len(rows)
-    sizes = accumulate(len(key or b"") + len(value) for key, value, *_ in rows)
-    return next((n + 1 for n, size in enumerate(sizes) if size >= max_bytes), len(rows))
 
 
 class SqliteLog(Log):
@@ -226,9 +221,7 @@ class SqliteLog(Log):
 
         def create(transaction: Transaction) -> tuple[int, bool]:
             conn = transaction.conn
-            for statement in SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
+            create_tables(conn)
             row = conn.execute("SELECT partitions FROM topic").fetchone()
             if row is not None:
                 return int(row[0]), False
@@ -272,6 +265,8 @@ class SqliteLog(Log):
             row = None
         if row is None:
             raise UnknownTopic(self._unknown(topic))
+        if has_rows_table(self._reader(topic)):
+            self._writer(topic)  # written by an earlier version: opening a writer converts it
         info = self._info[topic] = TopicInfo(row[0], int(row[1]))
         return info
 
@@ -300,19 +295,28 @@ class SqliteLog(Log):
         producer: str | None,
         sequences: Sequence[int] | None,
     ) -> AppendResult:
-        def append(transaction: Transaction) -> AppendResult:
-            keep: list[bool] | None = None
-            if producer is not None and sequences is not None:
+        if producer is None or sequences is None:
+            packed = pack(records, now_ms())  # before queueing for the lock
+
+            def append(transaction: Transaction) -> AppendResult:
+                return transaction.add_packed(partition, packed)
+
+        else:
+
+            def append(transaction: Transaction) -> AppendResult:
+                # which records are stored is known only under the lock: packed there
                 keep = self._check_sequences(transaction.conn, partition, producer, sequences)
-            return transaction.add(partition, records, keep, now_ms())
+                return transaction.add(partition, records, keep, now_ms())
 
         result: AppendResult = self._writer(topic).submit(append).result()
         return result
 
     def _append_many(self, topic: str, batches: dict[int, list[Record]]) -> dict[int, AppendResult]:
+        stamp = now_ms()
+        packed = {p: pack(records, stamp) for p, records in batches.items()}
+
         def append(transaction: Transaction) -> dict[int, AppendResult]:
-            stamp = now_ms()
-            return {p: transaction.add(p, records, None, stamp) for p, records in batches.items()}
+            return {p: transaction.add_packed(p, found) for p, found in packed.items()}
 
         results: dict[int, AppendResult] = self._writer(topic).submit(append).result()
         return results
@@ -348,70 +352,55 @@ class SqliteLog(Log):
         if offset >= end:
             return []
         low = partition_range(partition)[0]
-        rows = (
-            self._reader(topic)
-            .execute(
-                _READ_WITH_HEADERS if headers else _READ_WITHOUT_HEADERS,
-                (low + offset, low + end, max_records),
-            )
-            .fetchall()
-        )
-        rows = rows[: _fitting(rows, max_bytes)]
+        at, stop = low + offset, low + min(end, offset + max_records)
+        found: list[LogRecord] = []
         new = tuple.__new__  # skips LogRecord's Python-level __new__: reads build many records
-        # offsets are dense, so the n-th row is at offset + n
-        return [
-            new(LogRecord, (partition, at, key, value, decode_headers(h) if h else (), ts))
-            for at, (key, value, h, ts) in enumerate(rows, offset)
-        ]
+        size = 0
+        # batches are stepped one at a time: a read of a few records decodes one batch
+        cursor = self._reader(topic).execute(_BATCHES_FROM, (at, stop, low))
+        try:
+            for first, data in cursor:
+                for key, value, blob, timestamp in unpack_records(data, skip=at - first):
+                    decoded = decode_headers(blob) if headers and blob else ()
+                    row = (partition, at - low, key, value, decoded, timestamp)
+                    found.append(new(LogRecord, row))
+                    at += 1
+                    size += len(value) + (len(key) if key is not None else 0)
+                    if at >= stop or size >= max_bytes:
+                        return found
+        finally:
+            cursor.close()  # ends the read transaction at once, not when the cursor is collected
+        return found
 
     def _find(self, topic: str, partition: int, key: bytes) -> list[LogRecord] | None:
-        """By the index ``records_by_key``, one search per bucket of the partition (a scan on a
-        topic created before the index: see :mod:`exactly.log.sqlite_format`), never past the
-        synced watermark."""
+        """The records of ``key``: the partition's key hashes scanned (numpy), then the batches
+        that hold a match decoded; never past the synced watermark."""
+        import numpy as np
+
         low = partition_range(partition)[0]
         end = self._durable_end(topic, partition)
         if end == 0:
             return []
-        if not self.indexed(topic):
-            rows = (
-                self._reader(topic)
-                .execute(
-                    "SELECT id, key, value, headers, timestamp FROM records"
-                    " WHERE key = ? AND id >= ? AND id < ? ORDER BY id",
-                    (key, low, low + end),
-                )
-                .fetchall()
-            )
-            return [
-                LogRecord(partition, at - low, k, value, decode_headers(h), ts)
-                for at, k, value, h, ts in rows
-            ]
-        bits = KEY_BUCKET_BITS
-        rows = (
-            self._reader(topic)
-            .execute(
-                "WITH RECURSIVE bucket(b) AS (SELECT ? UNION ALL SELECT b + 1 FROM bucket"
-                " WHERE b < ?) SELECT r.id, r.key, r.value, r.headers, r.timestamp"
-                f" FROM bucket CROSS JOIN records r ON (r.id >> {bits}) = bucket.b"
-                " AND r.key = ? AND r.key IS NOT NULL WHERE +r.id < ? ORDER BY r.id",
-                (low >> bits, (low + end - 1) >> bits, key, low + end),
-            )
-            .fetchall()
-        )
-        return [
-            LogRecord(partition, at - low, k, value, decode_headers(h), ts)
-            for at, k, value, h, ts in rows
-        ]
-
-    def indexed(self, topic: str) -> bool:
-        """Whether ``topic``'s file has the index by key (topics created before it have not)."""
-        self._topic_info(topic)
-        row = (
-            self._reader(topic)
-            .execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'records_by_key'")
-            .fetchone()
-        )
-        return row is not None
+        conn = self._reader(topic)
+        rows = conn.execute(
+            "SELECT id, hashes FROM batch_keys WHERE id >= ? AND id < ? ORDER BY id",
+            (low, low + end),
+        ).fetchall()
+        if not rows:
+            return []
+        firsts = np.fromiter((row[0] for row in rows), np.int64, len(rows))
+        counts = np.fromiter((len(row[1]) // 4 for row in rows), np.int64, len(rows))
+        hashes = np.frombuffer(b"".join(row[1] for row in rows), "<u4")
+        matching = np.unique(np.repeat(firsts, counts)[hashes == key_hash(key)]).tolist()
+        found = []
+        for first in matching:
+            (data,) = conn.execute("SELECT data FROM batches WHERE id = ?", (first,)).fetchone()
+            for at, (k, value, blob, timestamp) in enumerate(unpack_records(data), first):
+                if k == key and at < low + end:
+                    found.append(
+                        LogRecord(partition, at - low, k, value, decode_headers(blob), timestamp)
+                    )
+        return found
 
     def _end_offsets(self, topic: str) -> dict[int, int]:
         durable = self._durable_ends(topic)
@@ -422,13 +411,7 @@ class SqliteLog(Log):
         return min(self._durable_end(topic, partition), self._committed_end(topic, partition))
 
     def _committed_end(self, topic: str, partition: int) -> int:
-        low, high = partition_range(partition)
-        (top,) = (
-            self._reader(topic)
-            .execute("SELECT max(id) FROM records WHERE id >= ? AND id < ?", (low, high))
-            .fetchone()
-        )
-        return 0 if top is None else int(top) - low + 1
+        return committed_end(self._reader(topic), partition) - partition_range(partition)[0]
 
     def _open_writer(self, topic: str, partition: int, writer_id: str) -> PartitionWriter:
         def bump(transaction: Transaction) -> int:
@@ -508,6 +491,8 @@ class SqliteWriter(PartitionWriter):
         if not records:
             return
 
+        packed = pack(records, now_ms())  # before queueing for the lock
+
         def append(transaction: Transaction) -> AppendResult | None:
             row = transaction.conn.execute(
                 "SELECT epoch FROM writers WHERE writer = ? AND partition = ?",
@@ -515,7 +500,7 @@ class SqliteWriter(PartitionWriter):
             ).fetchone()
             if row is None or row[0] != self.epoch:
                 return None  # superseded; never raise here: other appends share the transaction
-            return transaction.add(self.partition, records, None, now_ms())
+            return transaction.add_packed(self.partition, packed)
 
         if self._log._writer(self.topic).submit(append).result() is None:
             raise fenced(self.topic, self.partition, self.writer_id)

@@ -1,17 +1,19 @@
-"""The sqlite log's files: the schema, rowids as positions, the headers' encoding, connections.
+"""The sqlite log's files: the schema, record batches, rowids as positions, connections.
 
-A record's rowid is ``partition << OFFSET_BITS | offset``: a partition is a contiguous rowid
-range (:func:`partition_range`). Headers are stored as one blob (:func:`encode_headers`).
-Keyed records are indexed by key (index ``records_by_key``): the key is the messageId on ``raw``,
-``events`` and ``raw.rejected``, so ``exactly trace`` finds a message without a scan. The index
-leads with the record's bucket of 512 offsets (``id >> KEY_BUCKET_BITS``), so an append touches
-only the few index pages of its partitions' newest buckets instead of one random page per record
-(messageIds are random): a lookup probes each bucket of the partition, one b-tree search each.
-A topic created before the index existed gets it the next time a writer creates the topic with
-``exist_ok`` (the collector and the dedupe job do at start), built once under the write lock;
-until then a lookup scans the partition (docs/design.md, "The trace index"). (``records_key``,
-on the key alone, was the first form: dropped, as its random inserts cost a third of the
-append throughput at a million records, twice what this one costs: docs/benchmarks.md.)
+Records are stored in batches, as Kafka stores them: one row of ``batches`` per append to a
+partition (split at :data:`BATCH_BYTES`), its records packed in one blob (:func:`pack_records`),
+its rowid ``partition << OFFSET_BITS | offset of its first record``, so a partition is a
+contiguous rowid range and the next offset is the last batch's rowid plus its ``count``. One row
+for a thousand records instead of a thousand: SQLite's per-row cost was most of an append
+(docs/benchmarks.md, "Record batches").
+
+Keys are found without an index entry per record: ``batch_keys`` holds, per batch with keyed
+records, the CRC-32 of each key (4 bytes a key). A lookup scans its partition's hashes and decodes
+only the batches holding a match (the key is the messageId on ``raw``, ``events`` and
+``raw.rejected``, so ``exactly trace`` finds a message without reading the records).
+
+A topic written by an earlier version (one row per record, table ``records``) is converted to
+batches, under the write lock, by the first process that opens it (:func:`convert_rows`).
 """
 
 from __future__ import annotations
@@ -20,14 +22,16 @@ import itertools
 import sqlite3
 import struct
 import time
-from collections.abc import Sequence
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from exactly.backoff import backoff
-from exactly.log.base import Header
+from exactly.log.base import Header, Record
 
 OFFSET_BITS = 40
-KEY_BUCKET_BITS = 9  # the index by key leads with id >> 9: see the module docstring
+BATCH_BYTES = 1 << 20  # an append's records are split into batches of about this size
 SUFFIX = ".sqlite"
 BUSY_TIMEOUT = 60  # seconds a connection waits for another's lock before failing
 
@@ -39,11 +43,9 @@ SCHEMA = (
     """
 CREATE TABLE IF NOT EXISTS topic (
     name TEXT PRIMARY KEY, partitions INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS records (
-    id INTEGER PRIMARY KEY, timestamp INTEGER NOT NULL, key BLOB, value BLOB NOT NULL,
-    headers BLOB);
-DROP INDEX IF EXISTS records_key;
-CREATE INDEX IF NOT EXISTS records_by_key ON records (id >> 9, key) WHERE key IS NOT NULL;
+CREATE TABLE IF NOT EXISTS batches (
+    id INTEGER PRIMARY KEY, count INTEGER NOT NULL, data BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS batch_keys (id INTEGER PRIMARY KEY, hashes BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS producers (
     producer TEXT NOT NULL, partition INTEGER NOT NULL, last_sequence INTEGER NOT NULL,
     PRIMARY KEY (producer, partition)) WITHOUT ROWID;
@@ -55,6 +57,90 @@ CREATE TABLE IF NOT EXISTS group_offsets (
 )
 
 _HEADER = struct.Struct(">HI")
+_ENTRY = struct.Struct(">qiIi")  # timestamp, key length (-1: no key), value, headers; then those
+_NO_KEY = -1
+
+
+def key_hash(key: bytes) -> int:
+    """What ``batch_keys`` holds of a key: its CRC-32 (a lookup decodes the batches that match)."""
+    return zlib.crc32(key)
+
+
+def pack_records(records: Sequence[Record], stamp: int) -> tuple[bytes, bytes | None]:
+    """A batch's blob, and its keys' hashes (None when no record has a key).
+
+    Each record: ``(i64 timestamp, i32 key length or -1, u32 value length, u32 headers length)``,
+    then the key, the value and the headers (:func:`encode_headers`). ``stamp`` is the timestamp
+    of records without one.
+    """
+    parts: list[bytes] = []
+    hashes: list[int] = []
+    entry = _ENTRY.pack
+    for record in records:
+        key, value = record.key, record.value
+        headers = (encode_headers(record.headers) or b"") if record.headers else b""
+        timestamp = stamp if record.timestamp is None else record.timestamp
+        if key is None:
+            parts += (entry(timestamp, _NO_KEY, len(value), len(headers)), value, headers)
+        else:
+            parts += (entry(timestamp, len(key), len(value), len(headers)), key, value, headers)
+            hashes.append(zlib.crc32(key))
+    packed_hashes = struct.pack(f"<{len(hashes)}I", *hashes) if hashes else None
+    return b"".join(parts), packed_hashes
+
+
+def unpack_records(blob: bytes, skip: int = 0) -> Iterator[tuple[bytes | None, bytes, bytes, int]]:
+    """``(key, value, encoded headers, timestamp)`` of a batch's records, the first ``skip``
+    stepped over."""
+    at, end, size = 0, len(blob), _ENTRY.size
+    unpack = _ENTRY.unpack_from
+    while at < end:
+        timestamp, key_length, value_length, headers_length = unpack(blob, at)
+        at += size
+        if skip:
+            skip -= 1
+            at += max(key_length, 0) + value_length + headers_length
+            continue
+        if key_length < 0:
+            key = None
+        else:
+            key = blob[at : at + key_length]
+            at += key_length
+        value = blob[at : at + value_length]
+        at += value_length
+        headers = blob[at : at + headers_length]
+        at += headers_length
+        yield key, value, headers, timestamp
+
+
+@dataclass(frozen=True, slots=True)
+class PackedBatch:
+    """One row of ``batches`` to be: its records packed, and their keys' hashes."""
+
+    count: int
+    data: bytes
+    hashes: bytes | None
+
+
+def pack(records: Sequence[Record], stamp: int) -> list[PackedBatch]:
+    """``records`` packed as the batches they will be stored as (:func:`batched`).
+
+    Packing needs no offset, so appenders pack before they queue for the write lock, and two
+    processes writing one topic pack at once; the lock covers only the inserts.
+    """
+    return [PackedBatch(len(batch), *pack_records(batch, stamp)) for batch in batched(records)]
+
+
+def batched(records: Sequence[Record]) -> Iterator[Sequence[Record]]:
+    """``records`` cut into runs of about :data:`BATCH_BYTES` (one batch row each)."""
+    start, size = 0, 0
+    for index, record in enumerate(records):
+        size += len(record.value) + (len(record.key) if record.key is not None else 0)
+        if size >= BATCH_BYTES:
+            yield records[start : index + 1]
+            start, size = index + 1, 0
+    if start < len(records):
+        yield records[start:] if start else records
 
 
 def encode_headers(headers: Sequence[Header]) -> bytes | None:
@@ -133,3 +219,78 @@ def partitions_of(conn: sqlite3.Connection) -> int | None:
             raise
         return None
     return None if row is None else int(row[0])
+
+
+def create_tables(conn: sqlite3.Connection) -> None:
+    """The schema's tables (those missing), inside the caller's transaction."""
+    for statement in SCHEMA.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+def committed_end(conn: sqlite3.Connection, partition: int) -> int:
+    """The rowid after the partition's last record: its last batch's rowid plus its count."""
+    low, high = partition_range(partition)
+    row = conn.execute(
+        "SELECT id + count FROM batches WHERE id >= ? AND id < ? ORDER BY id DESC LIMIT 1",
+        (low, high),
+    ).fetchone()
+    return low if row is None else int(row[0])
+
+
+def placed(first: int, batches: Sequence[PackedBatch]) -> list[tuple[int, PackedBatch]]:
+    """``batches`` of consecutive records with the rowid of each one's first, from ``first``."""
+    found = []
+    for batch in batches:
+        found.append((first, batch))
+        first += batch.count
+    return found
+
+
+def insert_batches(conn: sqlite3.Connection, batches: Sequence[tuple[int, PackedBatch]]) -> None:
+    """Store each ``(rowid of its first record, packed batch)``."""
+    conn.executemany(
+        "INSERT INTO batches VALUES (?, ?, ?)", [(at, b.count, b.data) for at, b in batches]
+    )
+    keyed = [(at, b.hashes) for at, b in batches if b.hashes is not None]
+    if keyed:
+        conn.executemany("INSERT INTO batch_keys VALUES (?, ?)", keyed)
+
+
+def has_rows_table(conn: sqlite3.Connection) -> bool:
+    """Whether the file still has an earlier version's table of one row per record."""
+    found = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'records'"
+    ).fetchone()
+    return found is not None
+
+
+def convert_rows(conn: sqlite3.Connection, partitions: int) -> None:
+    """Move an earlier version's records (one row each) into batches, in one transaction.
+
+    The caller holds the topic's write lock. Offsets, keys, values, headers and timestamps are
+    kept as they were; the old table goes in the same commit, so a crash leaves one or the other.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        create_tables(conn)
+        for partition in range(partitions):
+            low, high = partition_range(partition)
+            at = low
+            while rows := conn.execute(
+                "SELECT id, timestamp, key, value, headers FROM records"
+                " WHERE id >= ? AND id < ? ORDER BY id LIMIT 1000",
+                (at, high),
+            ).fetchall():
+                records = [
+                    Record(value, key, decode_headers(headers), timestamp)
+                    for _, timestamp, key, value, headers in rows
+                ]
+                insert_batches(conn, placed(rows[0][0], pack(records, 0)))
+                at = rows[-1][0] + 1
+        conn.execute("DROP TABLE records")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
