@@ -13,6 +13,7 @@ from exactly.log.sqlite_format import (
     BATCH_BYTES,
     batched,
     decode_headers,
+    decode_records,
     pack_records,
     unpack_records,
 )
@@ -53,3 +54,22 @@ def test_appends_are_cut_into_batches_of_about_batch_bytes_in_order(sizes: list[
     for batch in cut[:-1]:  # each full batch crossed the size with its last record, not before
         sizes_of = [len(r.value) + len(r.key or b"") for r in batch]
         assert sum(sizes_of) >= BATCH_BYTES > sum(sizes_of[:-1])
+
+
+@given(st.lists(records, max_size=30), st.data())
+def test_the_readers_decoder_agrees_with_unpacking(
+    batch: list[Record], data: st.DataObject
+) -> None:
+    blob, _ = pack_records(batch, 7)
+    skip = data.draw(st.integers(0, len(batch)))
+    count = data.draw(st.integers(0, len(batch) + 2))
+    with_headers = data.draw(st.booleans())
+    decoded, content = decode_records(blob, 3, 100 + skip, skip, count, with_headers)
+    unpacked = list(unpack_records(blob, skip=skip))[:count]
+    assert [(r.partition, r.offset) for r in decoded] == [
+        (3, 100 + skip + n) for n in range(len(unpacked))
+    ]
+    for record, (key, value, encoded, timestamp) in zip(decoded, unpacked, strict=True):
+        assert (record.key, record.value, record.timestamp) == (key, value, timestamp)
+        assert record.headers == (decode_headers(encoded) if with_headers else ())
+    assert content == sum(len(v) + len(k or b"") for k, v, _, _ in unpacked)

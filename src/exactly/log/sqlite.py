@@ -52,6 +52,7 @@ from exactly.log.sqlite_format import (
     connect,
     create_tables,
     decode_headers,
+    decode_records,
     has_rows_table,
     key_hash,
     pack,
@@ -354,20 +355,28 @@ class SqliteLog(Log):
         low = partition_range(partition)[0]
         at, stop = low + offset, low + min(end, offset + max_records)
         found: list[LogRecord] = []
-        new = tuple.__new__  # skips LogRecord's Python-level __new__: reads build many records
         size = 0
         # batches are stepped one at a time: a read of a few records decodes one batch
         cursor = self._reader(topic).execute(_BATCHES_FROM, (at, stop, low))
         try:
             for first, data in cursor:
-                for key, value, blob, timestamp in unpack_records(data, skip=at - first):
-                    decoded = decode_headers(blob) if headers and blob else ()
-                    row = (partition, at - low, key, value, decoded, timestamp)
-                    found.append(new(LogRecord, row))
-                    at += 1
-                    size += len(value) + (len(key) if key is not None else 0)
-                    if at >= stop or size >= max_bytes:
-                        return found
+                if size + len(data) < max_bytes:  # the whole batch fits: no check per record
+                    taken, content = decode_records(
+                        data, partition, at - low, at - first, stop - at, headers
+                    )
+                    found += taken
+                    at += len(taken)
+                    size += content
+                else:
+                    for key, value, blob, timestamp in unpack_records(data, skip=at - first):
+                        decoded = decode_headers(blob) if headers and blob else ()
+                        found.append(LogRecord(partition, at - low, key, value, decoded, timestamp))
+                        at += 1
+                        size += len(value) + (len(key) if key is not None else 0)
+                        if at >= stop or size >= max_bytes:
+                            return found
+                if at >= stop:
+                    break
         finally:
             cursor.close()  # ends the read transaction at once, not when the cursor is collected
         return found

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exactly.backoff import backoff
-from exactly.log.base import Header, Record
+from exactly.log.base import Header, LogRecord, Record
 
 OFFSET_BITS = 40
 BATCH_BYTES = 1 << 20  # an append's records are split into batches of about this size
@@ -129,6 +129,42 @@ def pack(records: Sequence[Record], stamp: int) -> list[PackedBatch]:
     processes writing one topic pack at once; the lock covers only the inserts.
     """
     return [PackedBatch(len(batch), *pack_records(batch, stamp)) for batch in batched(records)]
+
+
+def decode_records(
+    blob: bytes, partition: int, offset: int, skip: int, count: int, headers: bool
+) -> tuple[list[LogRecord], int]:
+    """Up to ``count`` records of a batch from its ``skip``-th on, as :class:`LogRecord` numbered
+    from ``offset``, and the bytes of their keys and values (the reader's hot loop)."""
+    at, end, size = 0, len(blob), _ENTRY.size
+    unpack = _ENTRY.unpack_from
+    for _ in range(skip):
+        _, key_length, value_length, headers_length = unpack(blob, at)
+        at += size + max(key_length, 0) + value_length + headers_length
+    new = tuple.__new__  # skips LogRecord's Python-level __new__
+    found: list[LogRecord] = []
+    append = found.append
+    content = 0
+    while at < end and count:
+        timestamp, key_length, value_length, headers_length = unpack(blob, at)
+        at += size
+        if key_length < 0:
+            key = None
+        else:
+            key = blob[at : at + key_length]
+            at += key_length
+        value = blob[at : at + value_length]
+        at += value_length
+        decoded: tuple[Header, ...] = ()
+        if headers_length:
+            if headers:
+                decoded = decode_headers(blob[at : at + headers_length])
+            at += headers_length
+        append(new(LogRecord, (partition, offset, key, value, decoded, timestamp)))
+        content += value_length + max(key_length, 0)
+        offset += 1
+        count -= 1
+    return found, content
 
 
 def batched(records: Sequence[Record]) -> Iterator[Sequence[Record]]:
