@@ -69,7 +69,7 @@ def key_hash(key: bytes) -> int:
 def pack_records(records: Sequence[Record], stamp: int) -> tuple[bytes, bytes | None]:
     """A batch's blob, and its keys' hashes (None when no record has a key).
 
-    Each record: ``(i64 timestamp, i32 key length or -1, u32 value length, u32 headers length)``,
+    Each record: ``(i64 timestamp, i32 key length or -1, u32 value length, i32 headers length)``,
     then the key, the value and the headers (:func:`encode_headers`). ``stamp`` is the timestamp
     of records without one.
     """
