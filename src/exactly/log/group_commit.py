@@ -57,13 +57,13 @@ from exactly.log.sqlite_format import (
     committed_end,
     connect,
     convert_rows,
+    decode_records,
     has_rows_table,
     insert_batches,
     pack,
     partition_range,
     partitions_of,
     placed,
-    unpack_records,
 )
 from exactly.log.watermark import Watermark
 
@@ -308,8 +308,7 @@ def recover(path: Path, lock_fd: int, conn: sqlite3.Connection, watermark: Water
                 (data,) = conn.execute(
                     "SELECT data FROM batches WHERE id < ? ORDER BY id DESC LIMIT 1", (end,)
                 ).fetchone()
-                for _ in unpack_records(data):
-                    pass
+                decode_records(data, partition, 0, 0, len(data), headers=True)
             ends[partition] = end - low
         # The WAL only: what left it for the database was synced by SQLite's checkpoint (WAL
         # before copying, database after), and the database file must not be opened here at all.

@@ -51,13 +51,11 @@ from exactly.log.sqlite_format import (
     committed_end,
     connect,
     create_tables,
-    decode_headers,
     decode_records,
     has_rows_table,
     key_hash,
     pack,
     partition_range,
-    unpack_records,
 )
 from exactly.log.watermark import Watermark
 
@@ -360,21 +358,17 @@ class SqliteLog(Log):
         cursor = self._reader(topic).execute(_BATCHES_FROM, (at, stop, low))
         try:
             for first, data in cursor:
-                if size + len(data) < max_bytes:  # the whole batch fits: no check per record
-                    taken, content = decode_records(
-                        data, partition, at - low, at - first, stop - at, headers
-                    )
-                    found += taken
-                    at += len(taken)
-                    size += content
-                else:
-                    for key, value, blob, timestamp in unpack_records(data, skip=at - first):
-                        decoded = decode_headers(blob) if headers and blob else ()
-                        found.append(LogRecord(partition, at - low, key, value, decoded, timestamp))
-                        at += 1
-                        size += len(value) + (len(key) if key is not None else 0)
-                        if at >= stop or size >= max_bytes:
-                            return found
+                taken, content = decode_records(
+                    data, partition, at - low, at - first, stop - at, headers
+                )
+                if size + content >= max_bytes:  # this batch reaches max_bytes: cut after it
+                    for count, record in enumerate(taken, 1):
+                        size += len(record.value) + len(record.key or b"")
+                        if size >= max_bytes:
+                            return found + taken[:count]
+                found += taken
+                at += len(taken)
+                size += content
                 if at >= stop:
                     break
         finally:
@@ -404,11 +398,8 @@ class SqliteLog(Log):
         found = []
         for first in matching:
             (data,) = conn.execute("SELECT data FROM batches WHERE id = ?", (first,)).fetchone()
-            for at, (k, value, blob, timestamp) in enumerate(unpack_records(data), first):
-                if k == key and at < low + end:
-                    found.append(
-                        LogRecord(partition, at - low, k, value, decode_headers(blob), timestamp)
-                    )
+            records, _ = decode_records(data, partition, first - low, 0, len(data), headers=True)
+            found += [r for r in records if r.key == key and r.offset < end]
         return found
 
     def _end_offsets(self, topic: str) -> dict[int, int]:

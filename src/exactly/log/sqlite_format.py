@@ -89,30 +89,6 @@ def pack_records(records: Sequence[Record], stamp: int) -> tuple[bytes, bytes | 
     return b"".join(parts), packed_hashes
 
 
-def unpack_records(blob: bytes, skip: int = 0) -> Iterator[tuple[bytes | None, bytes, bytes, int]]:
-    """``(key, value, encoded headers, timestamp)`` of a batch's records, the first ``skip``
-    stepped over."""
-    at, end, size = 0, len(blob), _ENTRY.size
-    unpack = _ENTRY.unpack_from
-    while at < end:
-        timestamp, key_length, value_length, headers_length = unpack(blob, at)
-        at += size
-        if skip:
-            skip -= 1
-            at += max(key_length, 0) + value_length + headers_length
-            continue
-        if key_length < 0:
-            key = None
-        else:
-            key = blob[at : at + key_length]
-            at += key_length
-        value = blob[at : at + value_length]
-        at += value_length
-        headers = blob[at : at + headers_length]
-        at += headers_length
-        yield key, value, headers, timestamp
-
-
 @dataclass(frozen=True, slots=True)
 class PackedBatch:
     """One row of ``batches`` to be: its records packed, and their keys' hashes."""
@@ -135,7 +111,8 @@ def decode_records(
     blob: bytes, partition: int, offset: int, skip: int, count: int, headers: bool
 ) -> tuple[list[LogRecord], int]:
     """Up to ``count`` records of a batch from its ``skip``-th on, as :class:`LogRecord` numbered
-    from ``offset``, and the bytes of their keys and values (the reader's hot loop)."""
+    from ``offset``, and the bytes of their keys and values (the reader's hot loop). Without
+    ``headers``, every record's headers come back empty, undecoded."""
     at, end, size = 0, len(blob), _ENTRY.size
     unpack = _ENTRY.unpack_from
     for _ in range(skip):
