@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import partial
 from itertools import repeat
-from operator import itemgetter
+from operator import itemgetter, methodcaller, ne
 from pathlib import Path
 from typing import ClassVar, NamedTuple
 
@@ -138,6 +138,11 @@ def fresh_counters(
     claimed (and counted) by an earlier attempt.
     """
     start = 0 if position is None else position
+    if not claims or owner_offset(min(map(itemgetter(1), claims))) >= start:
+        # every claim counts (the usual case): counted in C
+        new = owners.count(None)
+        duplicates = sum(map(ne, map(itemgetter(1), claims), owners)) - new  # None differs too
+        return Counters(len(claims), new, duplicates)
     claimed = new = duplicates = 0
     for claim, owner in zip(claims, owners, strict=True):
         if owner_offset(claim.owner) < start:
@@ -190,6 +195,13 @@ class StorePartition(ABC):
 
     def _check(self, claims: Sequence[Claim]) -> None:
         prefix = self._prefix
+        ids, owners = map(itemgetter(0), claims), map(itemgetter(1), claims)
+        if (
+            set(map(len, ids)) == {ID_BYTES}
+            and set(map(len, owners)) == {OWNER_BYTES}
+            and all(map(methodcaller("startswith", prefix), map(itemgetter(1), claims)))
+        ):
+            return  # all well formed (the usual case): checked in C
         for index, claim in enumerate(claims):
             if len(claim.id) != ID_BYTES or len(claim.owner) != OWNER_BYTES:
                 raise InvalidId(

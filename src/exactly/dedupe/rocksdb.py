@@ -47,6 +47,7 @@ import shutil
 import struct
 import time
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -344,9 +345,10 @@ class RocksPartition(StorePartition):
 
     def _claim(self, claims: list[Claim], *, restoring: bool) -> list[bytes | None]:
         meta = self._meta
-        offsets = [owner_offset(claim.owner) for claim in claims]
-        fresh = not restoring and (meta.position is None or min(offsets) >= meta.position)
-        newest = max(claim.time for claim in claims)
+        ids, owned = list(map(itemgetter(0), claims)), list(map(itemgetter(1), claims))
+        low, high = owner_offset(min(owned)), owner_offset(max(owned))  # one prefix: bytes order
+        fresh = not restoring and (meta.position is None or low >= meta.position)
+        newest = max(map(itemgetter(2), claims))
         size = _size(self.path) if self.bounds.max_bytes is not None else 0
         allowed = keys_allowed(self.bounds, meta.keys, size)
         # 1. plan age-out (and a new generation)
@@ -356,24 +358,27 @@ class RocksPartition(StorePartition):
             else Plan(meta.generations, (), meta.next_generation)
         )
         # 2. look up every id in the kept generations, newest first
-        stored = self._look_up([claim.id for claim in claims], plan.kept)
+        stored = self._look_up(ids, plan.kept)
         # 3. decide in order
-        prefix = self._prefix
-        owners: list[bytes | None] = []
-        claimed: dict[bytes, Claim] = {}
-        for claim, value in zip(claims, stored, strict=True):
-            first = claimed.get(claim.id)
-            owner = None if first is None else first.owner
-            if owner is None and value is not None:
-                owner = prefix + value  # the partition_prefix + its owner_offset_bytes
-            if owner is None:
-                claimed[claim.id] = claim
-            owners.append(owner)
+        owners: list[bytes | None]
+        claimed: dict[bytes, Claim] = dict(zip(ids, claims, strict=True))
+        if len(claimed) == len(claims) and stored.count(None) == len(stored):
+            owners = [None] * len(claims)  # all new and distinct, the usual case
+        else:
+            prefix, owners, claimed = self._prefix, [], {}
+            for claim, value in zip(claims, stored, strict=True):
+                first = claimed.get(claim.id)
+                owner = None if first is None else first.owner
+                if owner is None and value is not None:
+                    owner = prefix + value  # the partition_prefix + its owner_offset_bytes
+                if owner is None:
+                    claimed[claim.id] = claim
+                owners.append(owner)
         # 4. one atomic, synced write: the claims into the newest generations, and the meta
         batch = WriteBatch(raw_mode=True)
         generations, next_generation = self._fill(batch, plan, list(claimed.values()), allowed)
         dropped = sum(generation.keys for generation in plan.dropped)
-        end = max(offsets) + 1
+        end = high + 1
         meta = Meta(
             position=end if meta.position is None else max(meta.position, end),
             keys=meta.keys + len(claimed) - dropped,
@@ -435,14 +440,14 @@ class RocksPartition(StorePartition):
                 continue
             generation = generations[-1]
             handle = self._family(family(generation))[1]
+            put = batch.put
             for claim in part:
-                batch.put(claim.id, owner_offset_bytes(claim.owner), handle)
-            times = [claim.time for claim in part]
+                put(claim.id, owner_offset_bytes(claim.owner), handle)
             generations[-1] = replace(
                 generation,
                 keys=generation.keys + len(part),
-                earliest=min(generation.earliest, *times),
-                newest=max(generation.newest, *times),
+                earliest=min(generation.earliest, *map(itemgetter(2), part)),
+                newest=max(generation.newest, *map(itemgetter(2), part)),
             )
         return tuple(generations), following
 

@@ -48,9 +48,12 @@ MAX_PARTITIONS = 4096
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")  # fullmatch: "$" passes "raw\n"
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """A record to append. ``timestamp`` is milliseconds since the epoch; None means now."""
+class Record(NamedTuple):
+    """A record to append. ``timestamp`` is milliseconds since the epoch; None means now.
+
+    A named tuple rather than a frozen dataclass: the sink and the collector build hundreds of
+    thousands per second, and a named tuple is built in a quarter of the time.
+    """
 
     value: bytes
     key: bytes | None = None
@@ -362,15 +365,14 @@ class Log(ABC):
 
     def _check_records(self, records: Iterable[Record]) -> None:
         limit = self.max_record_bytes
-        for index, record in enumerate(records):
-            value, key = record.value, record.key
+        for index, (value, key, headers, _) in enumerate(records):
             if not isinstance(value, bytes):
                 raise InvalidRecord(f"record {index}: the value must be bytes")
             if key is not None and not isinstance(key, bytes):
                 raise InvalidRecord(f"record {index}: the key must be bytes or None")
             size = len(value) + (len(key) if key is not None else 0)
-            if record.headers:  # a plain loop: the sink marks every record with a header
-                for name, data in record.headers:
+            if headers:  # a plain loop: the sink marks every record with a header
+                for name, data in headers:
                     if name in RESERVED_HEADERS:
                         raise InvalidRecord(
                             f"record {index}: header names {sorted(RESERVED_HEADERS)} are reserved"
@@ -378,7 +380,7 @@ class Log(ABC):
                     size += len(name) + len(data)
             if size > limit:
                 raise RecordTooLarge(
-                    f"record {index} is {record.size} bytes; this log accepts at most "
+                    f"record {index} is {size} bytes; this log accepts at most "
                     f"{self.max_record_bytes} (set log.max_record_bytes to raise the limit)"
                 )
 

@@ -76,10 +76,10 @@ def pack_records(records: Sequence[Record], stamp: int) -> tuple[bytes, bytes | 
     parts: list[bytes] = []
     hashes: list[int] = []
     entry = _ENTRY.pack
-    for record in records:
-        key, value = record.key, record.value
-        headers = (encode_headers(record.headers) or b"") if record.headers else b""
-        timestamp = stamp if record.timestamp is None else record.timestamp
+    for value, key, own, timestamp in records:
+        headers = (encode_headers(own) or b"") if own else b""
+        if timestamp is None:
+            timestamp = stamp
         if key is None:
             parts += (entry(timestamp, _NO_KEY, len(value), len(headers)), value, headers)
         else:

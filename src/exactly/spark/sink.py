@@ -264,15 +264,18 @@ class PartitionOutput:
         self._pending: list[Record] = []
         self._prefix = mark.encode().rpartition(b" ")[0] + b" "  # all but the sequence
 
-    def add(self, found: Iterable[Row]) -> None:
+    def add(self, found: list[Row]) -> None:
         # 3. mark each record; append those not stored yet
-        prefix, pending = self._prefix, self._pending
-        for value, key, headers, timestamp in found:
-            if self.sequence >= self.skipped:
-                mark = (MARK, prefix + b"%d" % self.sequence)
-                pending.append(Record(value, key, (*headers, mark), timestamp))
-            self.sequence += 1
-        if len(pending) >= self.chunk:
+        prefix, new = self._prefix, tuple.__new__  # skips Record's Python-level __new__
+        stored = min(max(self.skipped - self.sequence, 0), len(found))
+        self._pending += [
+            new(Record, (value, key, (*headers, (MARK, prefix + b"%d" % sequence)), timestamp))
+            for sequence, (value, key, headers, timestamp) in enumerate(
+                found[stored:], self.sequence + stored
+            )
+        ]
+        self.sequence += len(found)
+        if len(self._pending) >= self.chunk:
             self._flush()
 
     def finish(self) -> None:
@@ -377,10 +380,12 @@ class LogStreamWriter(DataSourceStreamArrowWriter):
     ) -> SinkCommit:
         topic, chunk = self.options.topic, self.options.append_records
         partitions = log.topic_info(topic).partitions
+        new = tuple.__new__  # a row holds a Record's fields, in order
         for batch in iterator:
             for partition, found in _grouped(batch, self.columns, partitions).items():
                 for at in range(0, len(found), chunk):
-                    log.append(topic, partition, [Record(*row) for row in found[at : at + chunk]])
+                    records = [new(Record, row) for row in found[at : at + chunk]]
+                    log.append(topic, partition, records)
                 result.appended[partition] = result.appended.get(partition, 0) + len(found)
         return result
 
