@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/dedupe.py [--events 5000000] [--job-events 2000000] [--batch 10000]
     .venv/bin/python bench/dedupe.py --task 200000
+    .venv/bin/python bench/dedupe.py --worker 200000 [--repeat 5]
 
 (a) **Store layer**: claims/s on one core for the rocksdb store (one partition, batches of
 ``--batch`` claims, UUID messageIds, 1% duplicates of recent ids, received 100,000 a second, so
@@ -27,6 +28,12 @@ tables.
 in records per CPU second (CPU time, so that other load on the machine counts less), for each
 dedupe scope over N values of ~300 B in the collector's layout (``sourceId`` last, read from the
 tail) and in another (``sourceId`` first, with spaces: parsed). Runs interleaved, median of 3.
+
+(d) **Worker** (``--worker N``, instead of the others): the dedupe job's sink worker, whose
+Python work bounds the job: per record, in CPU µs of the whole process (every thread), the task
+as in (c) (collector's layout, scope ``source``), then the sink's rows (``_grouped``) and its
+marked appends into the sqlite log (``PartitionOutput``), each run into a fresh log and store;
+median of ``--repeat`` runs.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ import sys
 import tempfile
 import time
 import uuid
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -149,51 +157,61 @@ def fill_raw(log_url: str, events: int) -> None:
         log.append_many("raw", pending)
 
 
-def task_rates(count: int, repeat: int = 3) -> dict[tuple[str, str], list[float]]:
-    """(c): records per CPU second of the dedupe task, per (layout, scope)."""
+def task_batches(count: int, layout: str) -> list[Any]:
+    """Arrow batches of 10,000 records of raw partition 0, as the source gives the task.
+
+    ``layout``: ``collector`` (compact JSON, ``sourceId`` last: read from the tail) or ``parsed``
+    (``sourceId`` first, with spaces: parsed)."""
     import pyarrow as pa  # type: ignore[import-untyped]
 
-    from exactly.dedupe.task import TaskPlan, dedupe_partition
     from exactly.spark.source import ARROW_SCHEMA
 
-    root = Path(tempfile.mkdtemp(prefix="exactly-bench-task-"))
-    url = f"sqlite://{root / 'log'}"
-    with open_log(url) as log:
-        for topic in ("raw", "events", "raw.rejected"):
-            log.create_topic(topic, 1)
     ids = [m.encode() for m in message_ids(count, random.Random(3))]
     headers = ARROW_SCHEMA.field("headers").type
 
-    def value(message_id: bytes, n: int, layout: str) -> bytes:
+    def value(message_id: bytes, n: int) -> bytes:
         event = {"messageId": message_id.decode(), "type": "track", "n": n, "p": "x" * 200}
         if layout == "collector":
             return orjson.dumps({**event, "sourceId": "web"})
         return json.dumps({"sourceId": "web", **event}).encode()
 
-    def batches(layout: str) -> list[Any]:
-        out = []
-        for start in range(0, count, 10_000):
-            chunk = ids[start : start + 10_000]
-            n = len(chunk)
-            out.append(
-                pa.RecordBatch.from_arrays(
-                    [
-                        pa.array([0] * n, pa.int32()),
-                        pa.array(range(start, start + n), pa.int64()),
-                        pa.array(chunk, pa.binary()),
-                        pa.array([value(m, start + i, layout) for i, m in enumerate(chunk)]),
-                        pa.array(
-                            [1_700_000_000_000_000 + 1000 * (start + i) for i in range(n)],
-                            pa.timestamp("us", tz="UTC"),
-                        ),
-                        pa.array([[]] * n, headers),
-                    ],
-                    schema=ARROW_SCHEMA,
-                )
+    out = []
+    for start in range(0, count, 10_000):
+        chunk = ids[start : start + 10_000]
+        n = len(chunk)
+        out.append(
+            pa.RecordBatch.from_arrays(
+                [
+                    pa.array([0] * n, pa.int32()),
+                    pa.array(range(start, start + n), pa.int64()),
+                    pa.array(chunk, pa.binary()),
+                    pa.array([value(m, start + i) for i, m in enumerate(chunk)]),
+                    pa.array(
+                        [1_700_000_000_000_000 + 1000 * (start + i) for i in range(n)],
+                        pa.timestamp("us", tz="UTC"),
+                    ),
+                    pa.array([[]] * n, headers),
+                ],
+                schema=ARROW_SCHEMA,
             )
-        return out
+        )
+    return out
 
-    inputs = {layout: batches(layout) for layout in ("collector", "parsed")}
+
+def _task_topics(url: str) -> None:
+    with open_log(url) as log:
+        for topic in ("raw", "events", "raw.rejected"):
+            log.create_topic(topic, 1)
+
+
+def task_rates(count: int, repeat: int = 3) -> dict[tuple[str, str], list[float]]:
+    """(c): records per CPU second of the dedupe task, per (layout, scope)."""
+    from exactly.dedupe.task import TaskPlan, dedupe_partition
+
+    root = Path(tempfile.mkdtemp(prefix="exactly-bench-task-"))
+    url = f"sqlite://{root / 'log'}"
+    _task_topics(url)
+    inputs = {layout: task_batches(count, layout) for layout in ("collector", "parsed")}
     rates: dict[tuple[str, str], list[float]] = {}
     try:
         for run in range(repeat):
@@ -209,6 +227,47 @@ def task_rates(count: int, repeat: int = 3) -> dict[tuple[str, str], list[float]
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return rates
+
+
+def worker_costs(count: int, repeat: int = 3) -> dict[str, list[float]]:
+    """(d): CPU µs per record of the dedupe job's sink worker, part by part (module docstring).
+
+    Each run into a fresh log and store: the task (``dedupe_partition``), the sink's rows
+    (``_grouped``) and its marked appends (``PartitionOutput``, SQLite included), with the cyclic
+    collector paused as the sink pauses it. CPU time of the whole process, every thread.
+    """
+    from exactly.collection import collection_paused
+    from exactly.dedupe.task import TaskPlan, dedupe_partition
+    from exactly.spark.marks import Mark
+    from exactly.spark.sink import Columns, PartitionOutput, _grouped
+
+    root = Path(tempfile.mkdtemp(prefix="exactly-bench-worker-"))
+    found = task_batches(count, "collector")
+    columns = Columns(key=True, partition=True, headers=True, timestamp=True)
+    costs: dict[str, list[float]] = {}
+    try:
+        for run in range(repeat):
+            url = f"sqlite://{root / f'log-{run}'}"
+            _task_topics(url)
+            plan = TaskPlan(url, "raw", "events", "raw.rejected", RocksDBStore(root / f"s{run}"))
+            with open_log(url) as log, collection_paused():
+                times = [time.process_time()]
+                staged = list(dedupe_partition(plan, iter(found)))
+                times.append(time.process_time())
+                rows = [_grouped(batch, columns, 1)[0] for batch in staged]
+                times.append(time.process_time())
+                output = PartitionOutput(log, "events", 0, Mark(f"s{run}", 1, 0, 0), 0, 10_000)
+                for part in rows:
+                    output.add(part)
+                output.finish()
+                output.close()
+                times.append(time.process_time())
+            for name, (low, high) in zip(("task", "rows", "appends"), pairwise(times), strict=True):
+                costs.setdefault(name, []).append((high - low) / count * 1e6)
+            costs.setdefault("worker", []).append((times[-1] - times[0]) / count * 1e6)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return costs
 
 
 def job(
@@ -272,6 +331,8 @@ def main() -> None:
     parser.add_argument("--skip-job", action="store_true")
     parser.add_argument("--scope", default="source", help="the jobs' dedupe scope (b)")
     parser.add_argument("--task", type=int, metavar="N", help="only (c), over N records")
+    parser.add_argument("--repeat", type=int, default=5, help="runs of (d)")
+    parser.add_argument("--worker", type=int, metavar="N", help="only (d), over N records")
     parser.add_argument("--one-job", nargs=4, metavar=("LOG", "DIR", "STORE", "OUTPUT"))
     args = parser.parse_args()
     if args.one_job:  # a child: one job, its figures as JSON on the last line
@@ -289,6 +350,14 @@ def main() -> None:
             median = statistics.median(found)
             runs = ", ".join(f"{r:,.0f}" for r in found)
             print(f"| {layout} | {scope} | {runs} | {median:,.0f} | {1e6 / median:.2f} |")
+        return
+    if args.worker:
+        print(f"machine: {platform.platform()}, load {os.getloadavg()[0]:.1f}")
+        print("\n| part | CPU µs per record (runs) | median |")
+        print("| --- | --- | ---: |")
+        for name, found in worker_costs(args.worker, args.repeat).items():
+            runs = ", ".join(f"{r:.2f}" for r in found)
+            print(f"| {name} | {runs} | {statistics.median(found):.2f} |")
         return
     root = Path(tempfile.mkdtemp(prefix="exactly-bench-dedupe-"))
     os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:+UseParallelGC")

@@ -38,7 +38,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from exactly.dedupe import recovery
-from exactly.dedupe.base import Claim, DedupeStore, StorePartition
+from exactly.dedupe.base import DUPLICATE, Claim, DedupeStore, StorePartition
 from exactly.dedupe.recovery import SOURCE_HEADER
 from exactly.events.ids import DEFAULT_SCOPE, ids_packer, owner_packer, record_sources
 from exactly.events.normalise import InvalidEvent, message_id_of
@@ -201,9 +201,9 @@ def _process(
         for index, found in zip(claimed, packed, strict=True):
             ids[index] = found
     else:
-        owner_at = owner_packer(partition)
+        owner_at, new = owner_packer(partition), tuple.__new__  # skips Claim's Python __new__
         claims = [
-            Claim(found, owner_at(offsets[index]), times[index])
+            new(Claim, (found, owner_at(offsets[index]), times[index]))
             for index, found in zip(claimed, packed, strict=True)
         ]
     # 4. route what has no messageId
@@ -212,7 +212,8 @@ def _process(
     # 5. claim: durable when it returns
     if claims and part is not None:
         for index, verdict in zip(claimed, part.claim(claims), strict=True):
-            passes[index] = verdict.passes
+            if verdict.status is DUPLICATE:
+                passes[index] = False
     # 6. the passing records, keyed and marked with their source offset
     key_column = pa.array(keys, pa.binary()) if rekeyed else batch.column("key")
     kept = pa.array(passes, pa.bool_())

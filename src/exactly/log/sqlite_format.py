@@ -23,7 +23,7 @@ import sqlite3
 import struct
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,15 +160,30 @@ def encode_headers(headers: Sequence[Header]) -> bytes | None:
     """Headers as ``(u16 name length, u32 value length, name, value)*``; None when empty."""
     if not headers:
         return None
-    if len(headers) == 1:  # the common case (the sink's mark): no list to build
-        name, value = headers[0]
-        raw = name.encode()
-        return _HEADER.pack(len(raw), len(value)) + raw + bytes(value)
+    if len(headers) <= 2:  # the usual cases (the sink's mark, and the dedupe job's offset)
+        encoded = b""
+        for name, value in headers:
+            packing, length, raw = _NAME_PACKINGS.get(name) or _name_packing(name)
+            encoded += packing(length, len(value), raw) + value
+        return encoded
     parts: list[bytes] = []
     for name, value in headers:
-        raw = name.encode()
-        parts += [_HEADER.pack(len(raw), len(value)), raw, bytes(value)]
+        packing, length, raw = _NAME_PACKINGS.get(name) or _name_packing(name)
+        parts += (packing(length, len(value), raw), value)
     return b"".join(parts)
+
+
+_NAME_PACKINGS: dict[str, tuple[Callable[..., bytes], int, bytes]] = {}
+MAX_NAME_PACKINGS = 1024  # header names whose packing is kept (a name is usually a constant)
+
+
+def _name_packing(name: str) -> tuple[Callable[..., bytes], int, bytes]:
+    """How a header named ``name`` is packed: the struct of its lengths and name, in one call."""
+    raw = name.encode()
+    if len(_NAME_PACKINGS) >= MAX_NAME_PACKINGS:
+        _NAME_PACKINGS.clear()
+    found = _NAME_PACKINGS[name] = (struct.Struct(f">HI{len(raw)}s").pack, len(raw), raw)
+    return found
 
 
 def decode_headers(blob: bytes | None) -> tuple[Header, ...]:
