@@ -195,11 +195,11 @@ class StorePartition(ABC):
 
     def _check(self, claims: Sequence[Claim]) -> None:
         prefix = self._prefix
-        ids, owners = map(itemgetter(0), claims), map(itemgetter(1), claims)
+        owners = list(map(itemgetter(1), claims))
         if (
-            set(map(len, ids)) == {ID_BYTES}
+            set(map(len, map(itemgetter(0), claims))) == {ID_BYTES}
             and set(map(len, owners)) == {OWNER_BYTES}
-            and all(map(methodcaller("startswith", prefix), map(itemgetter(1), claims)))
+            and all(map(methodcaller("startswith", prefix), owners))
         ):
             return  # all well formed (the usual case): checked in C
         for index, claim in enumerate(claims):

@@ -360,12 +360,14 @@ class RocksPartition(StorePartition):
         # 2. look up every id in the kept generations, newest first
         stored = self._look_up(ids, plan.kept)
         # 3. decide in order
-        owners: list[bytes | None]
-        claimed: dict[bytes, Claim] = dict(zip(ids, claims, strict=True))
-        if len(claimed) == len(claims) and stored.count(None) == len(stored):
-            owners = [None] * len(claims)  # all new and distinct, the usual case
+        owners: list[bytes | None] = []
+        claimed: dict[bytes, Claim] = {}
+        if stored.count(None) == len(stored):
+            claimed = dict(zip(ids, claims, strict=True))
+        if len(claimed) == len(claims):
+            owners = [None] * len(claims)  # none stored and none repeated: all new
         else:
-            prefix, owners, claimed = self._prefix, [], {}
+            prefix, claimed = self._prefix, {}
             for claim, value in zip(claims, stored, strict=True):
                 first = claimed.get(claim.id)
                 owner = None if first is None else first.owner
