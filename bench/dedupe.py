@@ -3,6 +3,7 @@
     .venv/bin/python bench/dedupe.py [--events 5000000] [--job-events 2000000] [--batch 10000]
     .venv/bin/python bench/dedupe.py --task 200000
     .venv/bin/python bench/dedupe.py --worker 200000 [--repeat 5]
+    .venv/bin/python bench/dedupe.py --write 300000 [--repeat 5]
 
 (a) **Store layer**: claims/s on one core for the rocksdb store (one partition, batches of
 ``--batch`` claims, UUID messageIds, 1% duplicates of recent ids, received 100,000 a second, so
@@ -34,6 +35,10 @@ Python work bounds the job: per record, in CPU µs of the whole process (every t
 as in (c) (collector's layout, scope ``source``), then the sink's rows (``_grouped``) and its
 marked appends into the sqlite log (``PartitionOutput``), each run into a fresh log and store;
 median of ``--repeat`` runs.
+
+(e) **RocksDB's write** (``--write N``, instead of the others): µs a key of ``Rdict.write`` alone
+for batches of 10,000 new random ids with the store's options, synced (as the store writes),
+not synced, and without the WAL: what the store's claims cannot go below.
 """
 
 from __future__ import annotations
@@ -55,12 +60,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from rocksdict import BottommostLevelCompaction, CompactOptions, Rdict
+from rocksdict import BottommostLevelCompaction, CompactOptions, Rdict, WriteBatch, WriteOptions
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from exactly.dedupe.base import Claim
-from exactly.dedupe.rocksdb import RocksDBStore
+from exactly.dedupe.rocksdb import RocksDBStore, _options
 from exactly.dedupe.window import Bounds
 from exactly.events import partition_for
 from exactly.events.ids import pack_id, pack_owner
@@ -229,6 +234,38 @@ def task_rates(count: int, repeat: int = 3) -> dict[tuple[str, str], list[float]
     return rates
 
 
+def write_costs(count: int, repeat: int = 3) -> dict[str, list[float]]:
+    """(e): µs a key of RocksDB's own write of claim batches, the store's options, three ways.
+
+    ``count`` random 16-byte ids, each with a 6-byte owner offset as the store writes them, in
+    write batches of 10,000 into a fresh database; only ``Rdict.write`` is timed (wall clock).
+    """
+    root = Path(tempfile.mkdtemp(prefix="exactly-bench-write-"))
+    ways = {"synced (as the store writes)": (True, False), "not synced": (False, False)}
+    ways["without the WAL"] = (False, True)
+    costs: dict[str, list[float]] = {}
+    try:
+        for run in range(repeat):
+            for way, (name, (sync, no_wal)) in enumerate(ways.items()):
+                db = Rdict(str(root / f"{run}-{way}"), _options(True))
+                options = WriteOptions()
+                options.sync, options.disable_wal = sync, no_wal
+                ids = [os.urandom(16) for _ in range(count)]
+                spent = 0.0
+                for at in range(0, count, 10_000):
+                    batch = WriteBatch(raw_mode=True)
+                    for found in ids[at : at + 10_000]:
+                        batch.put(found, b"\0\0\0\0\0\1")
+                    began = time.perf_counter()
+                    db.write(batch, options)
+                    spent += time.perf_counter() - began
+                db.close()
+                costs.setdefault(name, []).append(spent / count * 1e6)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return costs
+
+
 def worker_costs(count: int, repeat: int = 3) -> dict[str, list[float]]:
     """(d): CPU µs per record of the dedupe job's sink worker, part by part (module docstring).
 
@@ -331,7 +368,8 @@ def main() -> None:
     parser.add_argument("--skip-job", action="store_true")
     parser.add_argument("--scope", default="source", help="the jobs' dedupe scope (b)")
     parser.add_argument("--task", type=int, metavar="N", help="only (c), over N records")
-    parser.add_argument("--repeat", type=int, default=5, help="runs of (d)")
+    parser.add_argument("--write", type=int, metavar="N", help="only (e), over N ids")
+    parser.add_argument("--repeat", type=int, default=5, help="runs of (d) or (e)")
     parser.add_argument("--worker", type=int, metavar="N", help="only (d), over N records")
     parser.add_argument("--one-job", nargs=4, metavar=("LOG", "DIR", "STORE", "OUTPUT"))
     args = parser.parse_args()
@@ -351,11 +389,15 @@ def main() -> None:
             runs = ", ".join(f"{r:,.0f}" for r in found)
             print(f"| {layout} | {scope} | {runs} | {median:,.0f} | {1e6 / median:.2f} |")
         return
-    if args.worker:
+    if args.worker or args.write:
         print(f"machine: {platform.platform()}, load {os.getloadavg()[0]:.1f}")
-        print("\n| part | CPU µs per record (runs) | median |")
+        if args.worker:
+            costs, heading = worker_costs(args.worker, args.repeat), "CPU µs per record"
+        else:
+            costs, heading = write_costs(args.write, args.repeat), "µs per key"
+        print(f"\n| part | {heading} (runs) | median |")
         print("| --- | --- | ---: |")
-        for name, found in worker_costs(args.worker, args.repeat).items():
+        for name, found in costs.items():
             runs = ", ".join(f"{r:.2f}" for r in found)
             print(f"| {name} | {runs} | {statistics.median(found):.2f} |")
         return
