@@ -21,11 +21,11 @@ from exactly.events.ids import (
     offset_bytes,
     owner_offset,
     owner_offset_bytes,
-    owner_packer,
     owner_text,
     pack_id,
     pack_ids,
     pack_owner,
+    pack_owners,
     pack_source_id,
     parsed_source,
     partition_prefix,
@@ -117,17 +117,20 @@ def test_owner_round_trip_and_order(partition: int, offset: int) -> None:
 @given(partitions, offsets)
 def test_an_owner_is_its_partition_prefix_and_offset_bytes(partition: int, offset: int) -> None:
     packed = pack_owner(partition, offset)
-    assert owner_packer(partition)(offset) == packed
+    assert pack_owners(partition, [offset, 0]) == [packed, pack_owner(partition, 0)]
     assert partition_prefix(partition) + offset_bytes(offset) == packed
     assert owner_offset_bytes(packed) == offset_bytes(offset)
     assert owner_offset(packed) == offset
 
 
-def test_the_owner_packer_checks_its_partition_once_and_each_offset() -> None:
+def test_owners_packed_together_check_their_partition_and_every_offset() -> None:
+    assert pack_owners(3, []) == []
     with pytest.raises(InvalidId):
-        owner_packer(MAX_PARTITION + 1)
-    with pytest.raises(InvalidId):
-        owner_packer(0)(MAX_OFFSET + 1)
+        pack_owners(MAX_PARTITION + 1, [0])
+    with pytest.raises(InvalidId, match=str(MAX_OFFSET + 1)):
+        pack_owners(0, [0, MAX_OFFSET + 1, 5])
+    with pytest.raises(InvalidId, match="-1"):
+        pack_owners(0, [4, -1])
 
 
 @given(partitions, offsets, offsets)

@@ -168,19 +168,37 @@ class StorePartition(ABC):
         Owners must be records of this partition. Raises :class:`~exactly.errors.InvalidId` for
         a malformed claim, before anything is stored.
         """
+        owners = self._owners(claims)
+        if owners.count(None) == len(owners):  # all new, the usual case: a loop in C
+            return list(map(_verdict, zip(repeat(NEW), map(itemgetter(1), claims))))
+        return [
+            _verdict((NEW, claim.owner))
+            if owner is None
+            else _verdict((OWN if owner == claim.owner else DUPLICATE, owner))
+            for claim, owner in zip(claims, owners, strict=True)
+        ]
+
+    def claim_duplicates(self, claims: Sequence[Claim]) -> list[int]:
+        """:meth:`claim`, answered by the positions of the duplicates only, in order.
+
+        What the dedupe task needs of the verdicts, without building one per claim.
+        """
+        owners = self._owners(claims)
+        if owners.count(None) == len(owners):
+            return []
+        return [
+            index
+            for index, owner in enumerate(owners)
+            if owner is not None and owner != claims[index][1]
+        ]
+
+    def _owners(self, claims: Sequence[Claim]) -> list[bytes | None]:
+        """Checked and claimed: each claim's owner stored before it (:meth:`_claim`)."""
         if not claims:
             return []
         self._check(claims)
         with collection_paused():
-            owners = self._claim(list(claims), restoring=False)
-            if owners.count(None) == len(owners):  # all new, the usual case: a loop in C
-                return list(map(_verdict, zip(repeat(NEW), map(itemgetter(1), claims))))
-            return [
-                _verdict((NEW, claim.owner))
-                if owner is None
-                else _verdict((OWN if owner == claim.owner else DUPLICATE, owner))
-                for claim, owner in zip(claims, owners, strict=True)
-            ]
+            return self._claim(list(claims), restoring=False)
 
     def restore(self, claims: Sequence[Claim]) -> None:
         """Record ownerships found in the output (a rebuild), as claims that are not counted.

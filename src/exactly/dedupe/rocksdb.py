@@ -46,8 +46,10 @@ import os
 import shutil
 import struct
 import time
+from collections import deque
 from dataclasses import dataclass, field, replace
-from operator import itemgetter
+from itertools import compress, repeat
+from operator import is_, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +84,7 @@ from exactly.dedupe.window import (
     time_cutoff,
 )
 from exactly.errors import StoreUnavailable
-from exactly.events.ids import ID_BYTES, owner_offset, owner_offset_bytes
+from exactly.events.ids import ID_BYTES, PARTITION_BYTES, owner_offset
 from exactly.units import format_duration
 
 META_KEY = b"exactly:meta"
@@ -95,6 +97,7 @@ _GENERATION = struct.Struct(">4q")
 _LEGACY_META = struct.Struct(">10q")
 _TIME = struct.Struct(">q")
 _VERSION = 2
+_OFFSET_PART = slice(PARTITION_BYTES, None)  # an owner's owner_offset_bytes
 
 
 def family(generation: Generation) -> str:
@@ -360,25 +363,10 @@ class RocksPartition(StorePartition):
         # 2. look up every id in the kept generations, newest first
         stored = self._look_up(ids, plan.kept)
         # 3. decide in order
-        owners: list[bytes | None] = []
-        claimed: dict[bytes, Claim] = {}
-        if stored.count(None) == len(stored):
-            claimed = dict(zip(ids, claims, strict=True))
-        if len(claimed) == len(claims):
-            owners = [None] * len(claims)  # none stored and none repeated: all new
-        else:
-            prefix, claimed = self._prefix, {}
-            for claim, value in zip(claims, stored, strict=True):
-                first = claimed.get(claim.id)
-                owner = None if first is None else first.owner
-                if owner is None and value is not None:
-                    owner = prefix + value  # the partition_prefix + its owner_offset_bytes
-                if owner is None:
-                    claimed[claim.id] = claim
-                owners.append(owner)
+        owners, claimed = self._decide(claims, ids, stored)
         # 4. one atomic, synced write: the claims into the newest generations, and the meta
         batch = WriteBatch(raw_mode=True)
-        generations, next_generation = self._fill(batch, plan, list(claimed.values()), allowed)
+        generations, next_generation = self._fill(batch, plan, claimed, allowed)
         dropped = sum(generation.keys for generation in plan.dropped)
         end = high + 1
         meta = Meta(
@@ -399,6 +387,32 @@ class RocksPartition(StorePartition):
         for generation in plan.dropped:
             self._drop(family(generation))
         return owners
+
+    def _decide(
+        self, claims: list[Claim], ids: list[bytes], stored: list[Any]
+    ) -> tuple[list[bytes | None], list[Claim]]:
+        """Step 3: each claim's owner before it (None: new), and the claims that take their id.
+
+        An absent id goes to its claim, and a repeat within the call sees the first claim.
+        """
+        prefix = self._prefix  # the partition_prefix of every stored owner_offset_bytes
+        if len(set(ids)) == len(ids):  # no repeats within the call (the usual case): in C
+            if stored.count(None) == len(stored):
+                return [None] * len(claims), claims  # and none stored: all new
+            absent = list(map(is_, stored, repeat(None)))
+            owners = [None if value is None else prefix + value for value in stored]
+            return owners, list(compress(claims, absent))
+        owners: list[bytes | None] = []
+        claimed: dict[bytes, Claim] = {}
+        for claim, value in zip(claims, stored, strict=True):
+            first = claimed.get(claim.id)
+            owner = None if first is None else first.owner
+            if owner is None and value is not None:
+                owner = prefix + value
+            if owner is None:
+                claimed[claim.id] = claim
+            owners.append(owner)
+        return owners, list(claimed.values())
 
     def _plan(self, allowed: int | None, incoming: int, newest: int) -> Plan:
         """Step 1: the generations to keep, a new one last if the call starts one, and to drop.
@@ -442,9 +456,9 @@ class RocksPartition(StorePartition):
                 continue
             generation = generations[-1]
             handle = self._family(family(generation))[1]
-            put = batch.put
-            for claim in part:
-                put(claim.id, owner_offset_bytes(claim.owner), handle)
+            ids = map(itemgetter(0), part)
+            offsets = map(itemgetter(_OFFSET_PART), map(itemgetter(1), part))  # owner_offset_bytes
+            deque(map(batch.put, ids, offsets, repeat(handle)), maxlen=0)  # the puts, in C
             generations[-1] = replace(
                 generation,
                 keys=generation.keys + len(part),
@@ -469,11 +483,16 @@ class RocksPartition(StorePartition):
             if generation.keys == 0:
                 continue
             view = self._family(family(generation))[0]
-            wanted: list[Any] = [ids[index] for index in missing]
+            every = len(missing) == len(ids)  # the first generation searched
+            wanted: list[Any] = ids if every else [ids[index] for index in missing]
             found: list[Any] = []
             for at in range(0, len(wanted), MULTI_GET):
                 chunk: Any = view[wanted[at : at + MULTI_GET]]
                 found += chunk
+            if every:
+                stored = found
+                missing = [index for index, value in enumerate(found) if value is None]
+                continue
             still = []
             for index, value in zip(missing, found, strict=True):
                 if value is None:

@@ -31,16 +31,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import chain, groupby, pairwise
+from itertools import chain, groupby, pairwise, repeat
+from typing import TypeVar, cast
 
 import orjson
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from exactly.dedupe import recovery
-from exactly.dedupe.base import DUPLICATE, Claim, DedupeStore, StorePartition
+from exactly.dedupe.base import Claim, DedupeStore, StorePartition
 from exactly.dedupe.recovery import SOURCE_HEADER
-from exactly.events.ids import DEFAULT_SCOPE, ids_packer, owner_packer, record_sources
+from exactly.events.ids import DEFAULT_SCOPE, ids_packer, pack_owners, record_sources
 from exactly.events.normalise import InvalidEvent, message_id_of
 from exactly.log import Log, Record
 from exactly.log.base import DEFAULT_MAX_RECORD_BYTES
@@ -48,6 +49,7 @@ from exactly.log.base import DEFAULT_MAX_RECORD_BYTES
 REJECTED_HEADER = "exactly.rejected"
 PRODUCER = "exactly.dedupe"
 MAX_REJECTED_KEY = 4096  # bytes of a too-long messageId kept as the rejected record's key
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -163,57 +165,35 @@ def _process(
     count = batch.num_rows
     offsets: list[int] = batch.column("offset").to_pylist()
     keys: list[bytes | None] = batch.column("key").to_pylist()
-    times: list[int] = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
     values = batch.column("value")
     partition = batch.column("partition")[0].as_py()
     passes = [True] * count
-    rekeyed = False
     rejected: list[tuple[int, str]] = []
-    claimed: list[int] = []  # the rows to claim, or to give an id column (no store)
-    claimed_keys: list[bytes] = []
     scoped = plan.scope == "source" and (part is not None or plan.adds_id)
     sources = record_sources(values) if scoped else [b""] * count
-    ids: list[bytes | None] = [None] * count
-    for index in range(count):
-        key = keys[index]
-        if not key:
-            key, reason = message_id(key, values[index].as_py())
-            if key is None:
-                rejected.append((index, reason or "rejected"))
-                passes[index] = False
-                continue
-            keys[index] = key
-            rekeyed = True
-        if part is None:
-            if plan.adds_id:
-                claimed.append(index)
-                claimed_keys.append(key)
-            continue
-        if last is not None and offsets[index] <= last:
-            passes[index] = offsets[index] in done  # 3. as the earlier attempt decided
-            continue
-        claimed.append(index)
-        claimed_keys.append(key)
-    # the rows' keys, packed in one pass (ids.pack_ids)
-    packed = ids_packer(plan.scope)([sources[index] for index in claimed], claimed_keys)
-    claims: list[Claim] = []
-    if part is None:
-        for index, found in zip(claimed, packed, strict=True):
-            ids[index] = found
+    claimed: list[int] | range  # the rows to claim, or to give an id column (no store)
+    rekeyed = False  # whether a key was taken from a value
+    if part is not None and _all_keyed(batch) and (last is None or offsets[0] > last):
+        claimed = range(count)  # every record keyed and new to the output: the usual case
     else:
-        owner_at, new = owner_packer(partition), tuple.__new__  # skips Claim's Python __new__
-        claims = [
-            new(Claim, (found, owner_at(offsets[index]), times[index]))
-            for index, found in zip(claimed, packed, strict=True)
-        ]
+        claimed, rekeyed = _rows_to_claim(plan, batch, part, last, done, keys, passes, rejected)
+    claimed_keys = cast("list[bytes]", keys if len(claimed) == count else _at(keys, claimed))
+    if len(claimed) < count:
+        sources = _at(sources, claimed)
+    packed = ids_packer(plan.scope)(sources, claimed_keys)
     # 4. route what has no messageId
     if rejected:
         _reject(plan, log, batch, partition, rejected)
     # 5. claim: durable when it returns
-    if claims and part is not None:
-        for index, verdict in zip(claimed, part.claim(claims), strict=True):
-            if verdict.status is DUPLICATE:
-                passes[index] = False
+    if part is not None and claimed:
+        times = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
+        if len(claimed) < count:
+            times, offsets = _at(times, claimed), _at(offsets, claimed)
+        owners = pack_owners(partition, offsets)
+        fields = zip(packed, owners, times, strict=True)
+        claims = list(map(tuple.__new__, repeat(Claim), fields))  # without Claim's Python __new__
+        for index in part.claim_duplicates(claims):
+            passes[claimed[index]] = False
     # 6. the passing records, keyed and marked with their source offset
     key_column = pa.array(keys, pa.binary()) if rekeyed else batch.column("key")
     kept = pa.array(passes, pa.bool_())
@@ -228,9 +208,62 @@ def _process(
     ]
     schema = batch.schema
     if plan.adds_id:
+        ids: list[bytes | None] = [None] * count
+        for index, found in zip(claimed, packed, strict=True):
+            ids[index] = found
         columns.append(pa.array(ids, pa.binary()))
         schema = schema.append(pa.field("id", pa.binary()))
     return pa.RecordBatch.from_arrays(columns, schema=schema).filter(kept)
+
+
+def _all_keyed(batch: pa.RecordBatch) -> bool:
+    """Whether every record of the batch has a non-empty key (its messageId)."""
+    key = batch.column("key")
+    return key.null_count == 0 and pc.min(pc.binary_length(key)).as_py() > 0
+
+
+def _rows_to_claim(
+    plan: TaskPlan,
+    batch: pa.RecordBatch,
+    part: StorePartition | None,
+    last: int | None,
+    done: set[int],
+    keys: list[bytes | None],
+    passes: list[bool],
+    rejected: list[tuple[int, str]],
+) -> tuple[list[int], bool]:
+    """Record by record: the rows to claim (or to give an id column), and whether a key was
+    taken from a value (into ``keys``).
+
+    A record without a usable messageId is added to ``rejected`` and does not pass; one the
+    output already holds from an earlier attempt (step 3) passes as that attempt decided.
+    """
+    offsets: list[int] = batch.column("offset").to_pylist()
+    values = batch.column("value")
+    claimed = []
+    rekeyed = False
+    for index, key in enumerate(keys):
+        if not key:
+            key, reason = message_id(key, values[index].as_py())
+            if key is None:
+                rejected.append((index, reason or "rejected"))
+                passes[index] = False
+                continue
+            keys[index] = key
+            rekeyed = True
+        if part is None:
+            if plan.adds_id:
+                claimed.append(index)
+            continue
+        if last is not None and offsets[index] <= last:
+            passes[index] = offsets[index] in done  # 3. as the earlier attempt decided
+            continue
+        claimed.append(index)
+    return claimed, rekeyed
+
+
+def _at(items: list[_T], indices: list[int] | range) -> list[_T]:
+    return [items[index] for index in indices]
 
 
 def _with_source(headers: pa.ListArray, offsets: pa.Array) -> pa.ListArray:

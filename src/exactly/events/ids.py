@@ -24,7 +24,7 @@ A dedupe store keeps ``messageId -> owner`` for millions of ids, so both sides a
   partition and a 6-byte offset, big-endian (Tapjoy's layout). 2**48 offsets per partition is
   beyond any log's life, so the offset never wraps in practice. A store of one partition may
   keep only the offset part (:func:`owner_offset_bytes`) and join it back to the partition's
-  :func:`partition_prefix`; :func:`owner_packer` packs many offsets of one partition.
+  :func:`partition_prefix`; :func:`pack_owners` packs many offsets of one partition.
 
 Everything here is pure and deterministic across processes and machines.
 """
@@ -157,10 +157,23 @@ def _scoped(source: bytes, packed: bytes) -> bytes:
     return state.digest()
 
 
+def _scoped_ids(sources: Sequence[bytes], packed: list[bytes]) -> list[bytes]:
+    """:func:`_scoped` of each packed messageId, the source's hash state copied per id."""
+    if len(set(sources)) != 1:
+        return list(map(_scoped, sources, packed))
+    state = _source_prefix(sources[0])  # one source, the usual case: looked up once
+    keys = []
+    for found in packed:
+        copy = state.copy()
+        copy.update(found)
+        keys.append(copy.digest())
+    return keys
+
+
 def ids_packer(scope: str) -> Callable[[Sequence[bytes], Sequence[bytes]], list[bytes]]:
     """:func:`id_packer` for a whole batch: ``(sources, messageIds) -> keys``, in order."""
     if scope == "source":
-        return lambda sources, message_ids: list(map(_scoped, sources, pack_ids(message_ids)))
+        return lambda sources, message_ids: _scoped_ids(sources, pack_ids(message_ids))
     if scope == "workspace":
         return lambda _sources, message_ids: pack_ids(message_ids)
     raise InvalidId(f"dedupe scope {scope!r}: use one of {', '.join(SCOPES)}")
@@ -196,7 +209,10 @@ def record_sources(values: pa.Array | Sequence[bytes]) -> list[bytes]:
     import pyarrow.compute as pc  # type: ignore[import-untyped]
 
     column = values if isinstance(values, pa.Array) else pa.array(values, pa.binary())
-    tails = pc.struct_field(pc.extract_regex(column, pattern=_SOURCE_TAIL), [0]).to_pylist()
+    found = pc.struct_field(pc.extract_regex(column, pattern=_SOURCE_TAIL), [0])
+    tails = found.to_pylist()
+    if found.null_count == 0:
+        return tails  # every value in the collector's layout (the usual case)
     return [
         tail if tail is not None else parsed_source(column[index].as_py() or b"")
         for index, tail in enumerate(tails)
@@ -212,16 +228,21 @@ def pack_owner(partition: int, offset: int) -> bytes:
     return ((partition << 48) | offset).to_bytes(OWNER_BYTES, "big")
 
 
-def owner_packer(partition: int) -> Callable[[int], bytes]:
-    """:func:`pack_owner` for many offsets of one ``partition``, checked once (a task's loop)."""
-    base = int.from_bytes(pack_owner(partition, 0), "big")
+def pack_owners(partition: int, offsets: Sequence[int]) -> list[bytes]:
+    """:func:`pack_owner` of many offsets of one ``partition``, packed together in numpy."""
+    import numpy as np
 
-    def pack(offset: int) -> bytes:
-        if not 0 <= offset <= MAX_OFFSET:
-            raise InvalidId(f"an owner's offset is 0 to 2**48 - 1, not {offset}")
-        return (base | offset).to_bytes(OWNER_BYTES, "big")
-
-    return pack
+    base = pack_owner(partition, 0)
+    numbers = np.asarray(offsets, np.int64)
+    if not numbers.size:
+        return []
+    low, high = int(numbers.min()), int(numbers.max())
+    if low < 0 or high > MAX_OFFSET:
+        wrong = low if low < 0 else high
+        raise InvalidId(f"an owner's offset is 0 to 2**48 - 1, not {wrong}")
+    owners = numbers.astype(np.uint64) | np.uint64(int.from_bytes(base, "big"))
+    packed = owners.astype(">u8").tobytes()
+    return [packed[at : at + OWNER_BYTES] for at in range(0, len(packed), OWNER_BYTES)]
 
 
 def partition_prefix(partition: int) -> bytes:
