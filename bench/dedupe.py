@@ -32,9 +32,11 @@ tail) and in another (``sourceId`` first, with spaces: parsed). Runs interleaved
 
 (d) **Worker** (``--worker N``, instead of the others): the dedupe job's sink worker, whose
 Python work bounds the job: per record, in CPU µs of the whole process (every thread), the task
-as in (c) (collector's layout, scope ``source``), then the sink's rows (``_grouped``) and its
-marked appends into the sqlite log (``PartitionOutput``), each run into a fresh log and store;
-median of ``--repeat`` runs.
+as in (c) (collector's layout, scope ``source``), then the sink's marked appends into the sqlite
+log both ways: as record columns (``_in_columns``, ``PartitionOutput.add_columns``: the sink's
+way for batches with a partition column) and as rows (``_grouped``, ``PartitionOutput.add``:
+its way for the others), each into its own topic; a fresh log and store per run, median of
+``--repeat`` runs.
 
 (e) **RocksDB's write** (``--write N``, instead of the others): µs a key of ``Rdict.write`` alone
 for batches of 10,000 new random ids with the store's options, synced (as the store writes),
@@ -55,7 +57,6 @@ import sys
 import tempfile
 import time
 import uuid
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -269,39 +270,57 @@ def write_costs(count: int, repeat: int = 3) -> dict[str, list[float]]:
 def worker_costs(count: int, repeat: int = 3) -> dict[str, list[float]]:
     """(d): CPU µs per record of the dedupe job's sink worker, part by part (module docstring).
 
-    Each run into a fresh log and store: the task (``dedupe_partition``), the sink's rows
-    (``_grouped``) and its marked appends (``PartitionOutput``, SQLite included), with the cyclic
-    collector paused as the sink pauses it. CPU time of the whole process, every thread.
+    Each run into a fresh log and store: the task (``dedupe_partition``), then the sink's two
+    ways to append its output, each into its own topic: as record columns (``_in_columns``, then
+    ``PartitionOutput.add_columns``: what the sink does) and as rows (``_grouped``, then
+    ``PartitionOutput.add``: the sink's way for batches the columns cannot take), with the
+    cyclic collector paused as the sink pauses it. CPU time of the whole process, every thread.
+    ``worker`` is the task and the columns' parts.
     """
     from exactly.collection import collection_paused
     from exactly.dedupe.task import TaskPlan, dedupe_partition
     from exactly.spark.marks import Mark
-    from exactly.spark.sink import Columns, PartitionOutput, _grouped
+    from exactly.spark.sink import Columns, PartitionOutput, _grouped, _in_columns
 
     root = Path(tempfile.mkdtemp(prefix="exactly-bench-worker-"))
     found = task_batches(count, "collector")
     columns = Columns(key=True, partition=True, headers=True, timestamp=True)
     costs: dict[str, list[float]] = {}
+
+    def spent(name: str, began: float) -> float:
+        costs.setdefault(name, []).append((time.process_time() - began) / count * 1e6)
+        return time.process_time()
+
     try:
         for run in range(repeat):
             url = f"sqlite://{root / f'log-{run}'}"
             _task_topics(url)
             plan = TaskPlan(url, "raw", "events", "raw.rejected", RocksDBStore(root / f"s{run}"))
             with open_log(url) as log, collection_paused():
-                times = [time.process_time()]
+                log.create_topic("events-rows", 1)
+                began = time.process_time()
                 staged = list(dedupe_partition(plan, iter(found)))
-                times.append(time.process_time())
-                rows = [_grouped(batch, columns, 1)[0] for batch in staged]
-                times.append(time.process_time())
+                began = spent("task", began)
+                parts = [_in_columns(batch, columns, 1)[0][1] for batch in staged]
+                began = spent("columns (`_in_columns`)", began)
                 output = PartitionOutput(log, "events", 0, Mark(f"s{run}", 1, 0, 0), 0, 10_000)
-                for part in rows:
-                    output.add(part)
+                for part in parts:
+                    output.add_columns(part)
                 output.finish()
                 output.close()
-                times.append(time.process_time())
-            for name, (low, high) in zip(("task", "rows", "appends"), pairwise(times), strict=True):
-                costs.setdefault(name, []).append((high - low) / count * 1e6)
-            costs.setdefault("worker", []).append((times[-1] - times[0]) / count * 1e6)
+                began = spent("appends of columns (`add_columns`)", began)
+                rows = [_grouped(batch, columns, 1)[0] for batch in staged]
+                began = spent("rows (`_grouped`)", began)
+                output = PartitionOutput(log, "events-rows", 0, Mark(f"s{run}", 1, 0, 0), 0, 10_000)
+                for found_rows in rows:
+                    output.add(found_rows)
+                output.finish()
+                output.close()
+                spent("appends of rows (`add`)", began)
+            worker = ("task", "columns (`_in_columns`)", "appends of columns (`add_columns`)")
+            costs.setdefault("worker (task, columns, their appends)", []).append(
+                sum(costs[name][-1] for name in worker)
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return costs

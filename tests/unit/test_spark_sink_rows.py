@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from exactly.errors import StreamError
 from exactly.events import partition_for
-from exactly.spark.marks import MARK
-from exactly.spark.sink import Columns, _grouped
+from exactly.log import Record, open_log
+from exactly.log.base import records_of
+from exactly.spark.marks import MARK, Mark
+from exactly.spark.sink import Columns, PartitionOutput, _grouped, _in_columns
 
 HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
 ALL = Columns(key=True, partition=True, headers=True, timestamp=True)
@@ -119,3 +125,79 @@ def test_columns_left_out_give_none_and_no_headers() -> None:
     plain = Columns(key=False, partition=False, headers=False, timestamp=False)
     found = _grouped(batch([b"a"]), plain, 1)
     assert found == {0: [(b"a", None, (), None)]}
+
+
+header_lists = st.lists(
+    st.tuples(st.sampled_from(["h", MARK, "x"]), st.binary(max_size=4)), max_size=3
+)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.binary(max_size=6),
+            st.none() | st.binary(max_size=4),
+            st.integers(0, 2),
+            st.none() | header_lists,
+        ),
+        min_size=1,
+        max_size=25,
+    ),
+    st.booleans(),
+    st.integers(0, 3),
+)
+def test_the_columns_hold_the_same_records_as_the_rows(
+    rows: list[tuple[bytes, bytes | None, int, list[tuple[str, bytes]] | None]],
+    text: bool,
+    start: int,
+) -> None:
+    found = batch(
+        [value.hex() if text else value for value, *_ in rows],
+        keys=[key for _, key, _, _ in rows],
+        partitions=[partition for _, _, partition, _ in rows],
+        headers=[headers for *_, headers in rows],
+        text=text,
+    ).slice(min(start, len(rows) - 1))
+    parts = _in_columns(found, ALL, 3)
+    assert parts is not None
+    merged: dict[int, list[Record]] = {}
+    for partition, columns in parts:
+        merged.setdefault(partition, []).extend(records_of(columns))
+    assert merged == _grouped(found, ALL, 3)
+
+
+def test_rows_the_columns_cannot_take_go_to_the_rows() -> None:
+    assert _in_columns(batch([b"a"], partitions=[None]), ALL, 1) is None  # the key's hash
+    plain = Columns(key=False, partition=False, headers=False, timestamp=False)
+    assert _in_columns(batch([b"a"]), plain, 1) is None
+    with pytest.raises(StreamError, match="partition column is 3"):
+        _in_columns(batch([b"a", b"b"], partitions=[3, 3]), ALL, 3)
+
+
+def test_a_partition_output_appends_columns_as_it_appends_rows(tmp_path: Path) -> None:
+    found = batch(
+        [b"v%d" % n for n in range(30)],
+        keys=[b"k%d" % n for n in range(30)],
+        headers=[[("h", b"%d" % n), (MARK, b"old")] for n in range(30)],
+    )
+    written = {}
+    with open_log(f"sqlite://{tmp_path / 'log'}") as log:
+        for way in ("rows", "columns"):
+            log.create_topic(way, 1)
+            for skipped in (0, 7):  # the second attempt resumes after 7 stored records
+                output = PartitionOutput(log, way, 0, Mark("s", skipped, 0, 0), 0, 4)
+                output.skipped = skipped
+                for at in range(0, 30, 11):
+                    part = found.slice(at, 11)
+                    if way == "rows":
+                        output.add(_grouped(part, ALL, 1)[0])
+                    else:
+                        output.add_columns(_in_columns(part, ALL, 1)[0][1])
+                output.finish()
+                output.close()
+            written[way] = [
+                (r.key, r.value, r.headers, r.timestamp)
+                for r in log.read(way, 0, 0, max_records=100)
+            ]
+    assert written["rows"] == written["columns"]
+    assert len(written["rows"]) == 30 + 23

@@ -30,7 +30,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from exactly.errors import (
     Fenced,
@@ -39,6 +39,9 @@ from exactly.errors import (
     PartitionOutOfRange,
     RecordTooLarge,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
 
 Header = tuple[str, bytes]
 
@@ -141,6 +144,13 @@ class PartitionWriter(ABC):
     def append(self, records: Sequence[Record]) -> None:
         """Append ``records`` (validated like :meth:`Log.append`) after the previous ones."""
 
+    def append_columns(self, columns: pa.RecordBatch) -> None:
+        """:meth:`append` of records in Arrow columns (``exactly.log.columns``).
+
+        By default as :class:`Record` objects; a backend that can pack columns overrides this.
+        """
+        self.append(records_of(columns))
+
     @abstractmethod
     def commit(self) -> None:
         """Make every record appended so far durable and visible; raises Fenced if superseded."""
@@ -154,6 +164,19 @@ class PartitionWriter(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def records_of(columns: pa.RecordBatch) -> list[Record]:
+    """Records in Arrow columns (``exactly.log.columns``) as :class:`Record` objects, in order."""
+    values = columns.column("value").to_pylist()
+    keys = columns.column("key").to_pylist()
+    stamps = columns.column("timestamp").to_pylist()
+    headers = [
+        tuple((entry["key"], entry["value"] or b"") for entry in found) if found else ()
+        for found in columns.column("headers").to_pylist()
+    ]
+    new = tuple.__new__  # skips Record's Python-level __new__
+    return [new(Record, row) for row in zip(values, keys, headers, stamps, strict=True)]
 
 
 def fenced(topic: str, partition: int, writer_id: str) -> Fenced:
@@ -233,6 +256,14 @@ class Log(ABC):
         if not records:
             return AppendResult([])
         return self._append(topic, partition, records, producer, sequences)
+
+    def append_columns(self, topic: str, partition: int, columns: pa.RecordBatch) -> AppendResult:
+        """:meth:`append` of records in Arrow columns (``exactly.log.columns``), without producer
+        sequences; durable when this returns.
+
+        By default as :class:`Record` objects; a backend that can pack columns overrides this.
+        """
+        return self.append(topic, partition, records_of(columns))
 
     def append_many(
         self, topic: str, batches: Mapping[int, Sequence[Record]]

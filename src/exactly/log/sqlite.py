@@ -30,7 +30,7 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from exactly.errors import InvalidLogURL, LogError, TopicExists, UnknownTopic
 from exactly.log.base import (
@@ -48,6 +48,7 @@ from exactly.log.group_commit import TopicWriter, Transaction, recover
 from exactly.log.sqlite_format import (
     SUFFIX,
     WRITERS_TABLE,
+    PackedBatch,
     committed_end,
     connect,
     create_tables,
@@ -55,9 +56,13 @@ from exactly.log.sqlite_format import (
     has_rows_table,
     key_hash,
     pack,
+    pack_columns,
     partition_range,
 )
 from exactly.log.watermark import Watermark
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
 
 # the batch holding rowid ?1 (the partition starts at ?3) and those after it, before rowid ?2
 _BATCHES_FROM = (
@@ -310,6 +315,23 @@ class SqliteLog(Log):
         result: AppendResult = self._writer(topic).submit(append).result()
         return result
 
+    def append_columns(self, topic: str, partition: int, columns: pa.RecordBatch) -> AppendResult:
+        """Packed in Arrow's kernels (``sqlite_format.pack_columns``), checked as
+        :meth:`append` checks records."""
+        from exactly.log.columns import check
+
+        self._check_partition(topic, partition)
+        check(columns, self.max_record_bytes)
+        if not columns.num_rows:
+            return AppendResult([])
+        packed = pack_columns(columns, now_ms())  # before queueing for the lock
+
+        def append(transaction: Transaction) -> AppendResult:
+            return transaction.add_packed(partition, packed)
+
+        result: AppendResult = self._writer(topic).submit(append).result()
+        return result
+
     def _append_many(self, topic: str, batches: dict[int, list[Record]]) -> dict[int, AppendResult]:
         stamp = now_ms()
         packed = {p: pack(records, stamp) for p, records in batches.items()}
@@ -488,11 +510,17 @@ class SqliteWriter(PartitionWriter):
 
     def append(self, records: Sequence[Record]) -> None:
         self._log._check_records(records)
-        if not records:
-            return
+        if records:
+            self._append_packed(pack(records, now_ms()))  # packed before queueing for the lock
 
-        packed = pack(records, now_ms())  # before queueing for the lock
+    def append_columns(self, columns: pa.RecordBatch) -> None:
+        from exactly.log.columns import check
 
+        check(columns, self._log.max_record_bytes)
+        if columns.num_rows:
+            self._append_packed(pack_columns(columns, now_ms()))
+
+    def _append_packed(self, packed: list[PackedBatch]) -> None:
         def append(transaction: Transaction) -> AppendResult | None:
             row = transaction.conn.execute(
                 "SELECT epoch FROM writers WHERE writer = ? AND partition = ?",

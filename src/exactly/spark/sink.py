@@ -44,8 +44,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import TYPE_CHECKING, cast
 
+import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 from pyspark import TaskContext
@@ -65,6 +67,7 @@ from exactly.errors import StreamError
 from exactly.events import partition_for
 from exactly.log import Log, LogRecord, Record
 from exactly.log.base import Header, PartitionWriter
+from exactly.log.columns import HEADERS, record_columns, with_header, without_header
 from exactly.spark import lease
 from exactly.spark.marks import MARK, Mark, find_mark, resume_at, without_mark
 from exactly.spark.options import AT_LEAST_ONCE, SORTED, SinkOptions, shared_log
@@ -162,6 +165,51 @@ def _grouped(batch: pa.RecordBatch, columns: Columns, partitions: int) -> dict[i
             partition = _checked(target, partitions)
         grouped.setdefault(partition, []).append(row)
     return grouped
+
+
+def _in_columns(
+    batch: pa.RecordBatch, columns: Columns, partitions: int
+) -> list[tuple[int, pa.RecordBatch]] | None:
+    """The batch as record columns (``exactly.log.columns``) per run of one output partition,
+    in batch order, marks dropped; None when only :func:`_grouped` can take it (no partition
+    column or a null in it, a header with no name).
+
+    The columnar path of the usual batches (a copy, the dedupe job): the sink then appends
+    without a Python object per record.
+    """
+    names = {name.lower(): name for name in batch.schema.names}
+    count = batch.num_rows
+    chosen = batch.column(names["partition"]) if columns.partition else None
+    if chosen is None or chosen.null_count or not count:
+        return None
+    value = batch.column(names["value"])
+    if value.null_count:
+        raise StreamError("the exactly sink got a row whose value is null; values are bytes")
+    key = (
+        batch.column(names["key"]).cast(pa.binary())
+        if columns.key
+        else pa.nulls(count, pa.binary())
+    )
+    stamps = pa.nulls(count, pa.int64())
+    if columns.timestamp:
+        stamps = pc.divide(batch.column(names["timestamp"]).cast(pa.int64()), 1000)
+    headers = pa.nulls(count, HEADERS)
+    if columns.headers:
+        headers = batch.column(names["headers"]).cast(HEADERS)
+        entries = headers.flatten()
+        if entries.null_count or entries.field("key").null_count:
+            return None
+        headers = without_header(headers, MARK)
+    found = record_columns(value.cast(pa.binary()), key, headers, stamps)
+    edges = [0, count]
+    bounds = pc.min_max(chosen)
+    if bounds["min"] != bounds["max"]:
+        changes = pc.indices_nonzero(pc.not_equal(chosen.slice(1), chosen.slice(0, count - 1)))
+        edges = [0, *(index + 1 for index in changes.to_pylist()), count]
+    return [
+        (_checked(chosen[low].as_py(), partitions), found.slice(low, high - low))
+        for low, high in pairwise(edges)
+    ]
 
 
 def _checked(partition: int, partitions: int) -> int:
@@ -262,10 +310,13 @@ class PartitionOutput:
         self.sequence = 0
         self.appended = 0
         self._pending: list[Record] = []
+        self._pending_columns: list[pa.RecordBatch] = []
         self._prefix = mark.encode().rpartition(b" ")[0] + b" "  # all but the sequence
 
     def add(self, found: list[Row]) -> None:
         # 3. mark each record; append those not stored yet
+        if self._pending_columns:
+            self._flush()  # in order
         prefix, new = self._prefix, tuple.__new__  # skips Record's Python-level __new__
         stored = min(max(self.skipped - self.sequence, 0), len(found))
         self._pending += [
@@ -276,6 +327,24 @@ class PartitionOutput:
         ]
         self.sequence += len(found)
         if len(self._pending) >= self.chunk:
+            self._flush()
+
+    def add_columns(self, found: pa.RecordBatch) -> None:
+        """:meth:`add` of rows in record columns (:func:`_in_columns`), marked in Arrow."""
+        if self._pending:
+            self._flush()  # in order
+        count = found.num_rows
+        stored = min(max(self.skipped - self.sequence, 0), count)
+        fresh = found.slice(stored)
+        if fresh.num_rows:
+            numbers = pa.array(np.arange(self.sequence + stored, self.sequence + count))
+            prefix = pa.scalar(self._prefix, pa.binary())
+            digits = numbers.cast(pa.string()).cast(pa.binary())
+            marks = pc.binary_join_element_wise(prefix, digits, b"")
+            headers = with_header(fresh.column("headers"), MARK, marks)
+            self._pending_columns.append(fresh.set_column(2, "headers", headers))
+        self.sequence += count
+        if sum(part.num_rows for part in self._pending_columns) >= self.chunk:
             self._flush()
 
     def finish(self) -> None:
@@ -291,6 +360,12 @@ class PartitionOutput:
         for at in range(0, len(pending), self.chunk):
             self._writer.append(pending[at : at + self.chunk])
         self.appended += len(pending)
+        if self._pending_columns:
+            found = pa.concat_batches(self._pending_columns)
+            self._pending_columns = []
+            for at in range(0, found.num_rows, self.chunk):
+                self._writer.append_columns(found.slice(at, self.chunk))
+            self.appended += found.num_rows
 
 
 @dataclass
@@ -346,22 +421,33 @@ class LogStreamWriter(DataSourceStreamArrowWriter):
             return self._append_plainly(log, iterator, SinkCommit(sink, int(batch_id), task))
         held = lease.take_once(log, topic, sink, self.options.checkpoint)
         start = Mark(sink, int(batch_id), task, 0)
-        groups: Iterator[dict[int, list[Row]]]
-        groups = (_grouped(batch, self.columns, partitions) for batch in iterator)
+        groups: Iterator[dict[int, list[Row]] | list[tuple[int, pa.RecordBatch]]]
         if self.options.order == SORTED:
-            groups = iter([_sorted(groups)])
+            groups = iter(
+                [_sorted(_grouped(batch, self.columns, partitions) for batch in iterator)]
+            )
+        else:
+            groups = (self._parts(batch, partitions) for batch in iterator)
         outputs: dict[int, PartitionOutput] = {}
+
+        def output_of(partition: int) -> PartitionOutput:
+            output = outputs.get(partition)
+            if output is None:
+                since = held.starts.get(partition, 0)
+                chunk = self.options.append_records
+                output = outputs[partition] = PartitionOutput(
+                    log, topic, partition, start, since, chunk
+                )
+            return output
+
         try:
             for grouped in groups:
-                for partition, records in grouped.items():
-                    output = outputs.get(partition)
-                    if output is None:
-                        since = held.starts.get(partition, 0)
-                        output = PartitionOutput(
-                            log, topic, partition, start, since, self.options.append_records
-                        )
-                        outputs[partition] = output
-                    output.add(records)
+                if isinstance(grouped, dict):
+                    for partition, rows in grouped.items():
+                        output_of(partition).add(rows)
+                    continue
+                for partition, found in grouped:
+                    output_of(partition).add_columns(found)
             for output in outputs.values():
                 output.finish()
         finally:
@@ -375,6 +461,14 @@ class LogStreamWriter(DataSourceStreamArrowWriter):
             {p: output.skipped for p, output in outputs.items()},
         )
 
+    def _parts(
+        self, batch: pa.RecordBatch, partitions: int
+    ) -> dict[int, list[Row]] | list[tuple[int, pa.RecordBatch]]:
+        """The batch per output partition, as record columns when it can be (:func:`_in_columns`),
+        else as rows."""
+        found = _in_columns(batch, self.columns, partitions)
+        return _grouped(batch, self.columns, partitions) if found is None else found
+
     def _append_plainly(
         self, log: Log, iterator: Iterator[pa.RecordBatch], result: SinkCommit
     ) -> SinkCommit:
@@ -382,6 +476,13 @@ class LogStreamWriter(DataSourceStreamArrowWriter):
         partitions = log.topic_info(topic).partitions
         new = tuple.__new__  # a row holds a Record's fields, in order
         for batch in iterator:
+            parts = _in_columns(batch, self.columns, partitions)
+            for partition, columns in parts or ():
+                for at in range(0, columns.num_rows, chunk):
+                    log.append_columns(topic, partition, columns.slice(at, chunk))
+                result.appended[partition] = result.appended.get(partition, 0) + columns.num_rows
+            if parts is not None:
+                continue
             for partition, found in _grouped(batch, self.columns, partitions).items():
                 for at in range(0, len(found), chunk):
                     records = [new(Record, row) for row in found[at : at + chunk]]

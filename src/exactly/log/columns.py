@@ -1,0 +1,123 @@
+"""Records as Arrow columns: what the Spark sink appends without a Python object per record.
+
+A batch of records in columns is a ``pyarrow.RecordBatch`` of :data:`SCHEMA`: ``value``
+(binary, never null), ``key`` (binary; null: no key), ``headers`` (a list of ``(key: string,
+value: binary)`` structs per record; null: none) and ``timestamp`` (int64 ms; null: the append's
+time). They are the same records as the :class:`~exactly.log.Record` objects
+``exactly.log.base.records_of`` returns, and every backend appends either form
+(``Log.append_columns``, ``PartitionWriter.append_columns``). The sqlite log packs columns with
+Arrow's kernels (``sqlite_format.pack_columns``), byte for byte as it packs Records; a backend
+without a columnar path appends them as Records (Kafka's producer takes records one by one).
+
+Everything here is pure; :func:`check` refuses what ``Log.append`` refuses, with the same
+messages.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
+
+from exactly.errors import InvalidRecord, RecordTooLarge
+from exactly.log.base import RESERVED_HEADERS
+
+HEADER = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+HEADERS = pa.list_(HEADER)
+SCHEMA = pa.schema(
+    [
+        pa.field("value", pa.binary(), nullable=False),
+        pa.field("key", pa.binary()),
+        pa.field("headers", HEADERS),
+        pa.field("timestamp", pa.int64()),
+    ]
+)
+
+
+def record_columns(
+    value: pa.Array, key: pa.Array, headers: pa.ListArray, timestamp: pa.Array
+) -> pa.RecordBatch:
+    """Columns of one length as a batch of :data:`SCHEMA`."""
+    return pa.RecordBatch.from_arrays([value, key, headers, timestamp], schema=SCHEMA)
+
+
+def check(batch: pa.RecordBatch, max_record_bytes: int) -> None:
+    """Refuse the batch as ``Log.append`` refuses its records: a reserved header name, or a
+    record over ``max_record_bytes`` (value, key, and each header's name and value)."""
+    if batch.column("value").null_count:
+        raise InvalidRecord(
+            f"record {_first(batch.column('value').is_null())}: the value must be bytes"
+        )
+    entries, counts = _entries(batch.column("headers"))
+    names = entries.field("key")
+    reserved = pc.is_in(names, pa.array(sorted(RESERVED_HEADERS), pa.string()))
+    if pc.any(reserved).as_py():
+        owner = _owners(counts)[_first(reserved)]
+        raise InvalidRecord(f"record {owner}: header names {sorted(RESERVED_HEADERS)} are reserved")
+    sizes = _lengths(batch.column("value")) + _lengths(batch.column("key"))
+    if len(entries):
+        header_sizes = _lengths(names) + _lengths(entries.field("value"))
+        sizes += np.bincount(_owners(counts), header_sizes, minlength=len(sizes)).astype(np.int64)
+    if len(sizes) and int(sizes.max()) > max_record_bytes:
+        index = int(np.argmax(sizes > max_record_bytes))
+        raise RecordTooLarge(
+            f"record {index} is {int(sizes[index])} bytes; this log accepts at most "
+            f"{max_record_bytes} (set log.max_record_bytes to raise the limit)"
+        )
+
+
+def with_header(headers: pa.ListArray, name: str, values: pa.Array) -> pa.ListArray:
+    """Each record's headers less any named ``name`` (:func:`without_header`), then
+    ``(name, value)`` last: how the sink marks records, a copied record's old mark giving way."""
+    headers = without_header(headers, name)
+    entries, counts = _entries(headers)
+    count = len(values)
+    added = pa.StructArray.from_arrays(
+        [pa.array([name] * count, pa.string()), values.cast(pa.binary())], fields=list(HEADER)
+    )
+    ends = np.cumsum(counts + 1)  # each record's end among the merged entries
+    if len(entries):
+        mine = np.zeros(len(entries) + count, bool)
+        mine[ends - 1] = True  # the added entry closes each record's list
+        order = np.empty(len(mine), np.int64)
+        order[~mine] = np.arange(len(entries))
+        order[mine] = np.arange(len(entries), len(mine))
+        added = pa.concat_arrays([entries, added]).take(pa.array(order))
+    offsets = pa.array(np.concatenate([[0], ends]).astype(np.int32))
+    return pa.ListArray.from_arrays(offsets, added, type=HEADERS)
+
+
+def without_header(headers: pa.ListArray, name: str) -> pa.ListArray:
+    """Each record's headers less those named ``name`` (null lists become empty ones)."""
+    entries, counts = _entries(headers)
+    if not len(entries):
+        return headers
+    kept = pc.not_equal(entries.field("key"), name)
+    if pc.all(kept).as_py():
+        return headers
+    dropped = ~kept.to_numpy(zero_copy_only=False)
+    counts = counts - np.bincount(_owners(counts), dropped, len(counts)).astype(np.int64)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
+    return pa.ListArray.from_arrays(offsets, entries.filter(kept), type=HEADERS)
+
+
+def _entries(headers: pa.ListArray) -> tuple[pa.StructArray, np.ndarray]:
+    """The headers' entries in order (null lists hold none), and how many each record has."""
+    counts = pc.fill_null(pc.list_value_length(headers), 0).to_numpy().astype(np.int64)
+    entries = headers.flatten()  # minds the slice's offset and skips null lists
+    return entries.cast(HEADER), counts
+
+
+def _owners(counts: np.ndarray) -> np.ndarray:
+    """The record each entry belongs to."""
+    return np.repeat(np.arange(len(counts)), counts)
+
+
+def _lengths(column: pa.Array) -> np.ndarray:
+    """Each item's length in bytes (0 where null)."""
+    return pc.fill_null(pc.binary_length(column), 0).to_numpy().astype(np.int64)
+
+
+def _first(flags: pa.Array) -> int:
+    """The position of the first true flag."""
+    return int(np.argmax(pc.fill_null(flags, False).to_numpy(zero_copy_only=False)))
