@@ -4,6 +4,7 @@
     .venv/bin/python bench/dedupe.py --task 200000
     .venv/bin/python bench/dedupe.py --worker 200000 [--repeat 5]
     .venv/bin/python bench/dedupe.py --write 300000 [--repeat 5]
+    .venv/bin/python bench/dedupe.py --open 8
 
 (a) **Store layer**: claims/s on one core for the rocksdb store (one partition, batches of
 ``--batch`` claims, UUID messageIds, 1% duplicates of recent ids, received 100,000 a second, so
@@ -41,6 +42,10 @@ its way for the others), each into its own topic; a fresh log and store per run,
 (e) **RocksDB's write** (``--write N``, instead of the others): µs a key of ``Rdict.write`` alone
 for batches of 10,000 new random ids with the store's options, synced (as the store writes),
 not synced, and without the WAL: what the store's claims cannot go below.
+
+(f) **Open and close** (``--open N``, instead of the others): ms to open a rocksdb partition and
+to close it, N times in turn, each after one call of 3 x ``--batch`` new claims (as a task of
+the job opens and closes each raw partition it dedupes; the close flushes the memtable).
 """
 
 from __future__ import annotations
@@ -267,6 +272,30 @@ def write_costs(count: int, repeat: int = 3) -> dict[str, list[float]]:
     return costs
 
 
+def open_costs(calls: int, claims: int) -> dict[str, list[float]]:
+    """(f): ms to open and to close a rocksdb partition, as the job does once per task and raw
+    partition, each time after one call of ``claims`` new claims (``close`` flushes them)."""
+    from exactly.events.ids import pack_owners
+
+    root = Path(tempfile.mkdtemp(prefix="exactly-bench-open-"))
+    store, costs, offset = RocksDBStore(root), {}, 0
+    try:
+        for _ in range(calls):
+            owners = pack_owners(0, range(offset, offset + claims))
+            found = [Claim(os.urandom(16), owner, 1_700_000_000_000) for owner in owners]
+            offset += claims
+            began = time.perf_counter()
+            part = store.open(0)
+            costs.setdefault("open", []).append((time.perf_counter() - began) * 1e3)
+            part.claim(found)
+            began = time.perf_counter()
+            part.close()
+            costs.setdefault("close", []).append((time.perf_counter() - began) * 1e3)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return costs
+
+
 def worker_costs(count: int, repeat: int = 3) -> dict[str, list[float]]:
     """(d): CPU µs per record of the dedupe job's sink worker, part by part (module docstring).
 
@@ -390,6 +419,7 @@ def main() -> None:
     parser.add_argument("--write", type=int, metavar="N", help="only (e), over N ids")
     parser.add_argument("--repeat", type=int, default=5, help="runs of (d) or (e)")
     parser.add_argument("--worker", type=int, metavar="N", help="only (d), over N records")
+    parser.add_argument("--open", type=int, metavar="N", help="only (f), N opens and closes")
     parser.add_argument("--one-job", nargs=4, metavar=("LOG", "DIR", "STORE", "OUTPUT"))
     args = parser.parse_args()
     if args.one_job:  # a child: one job, its figures as JSON on the last line
@@ -408,10 +438,12 @@ def main() -> None:
             runs = ", ".join(f"{r:,.0f}" for r in found)
             print(f"| {layout} | {scope} | {runs} | {median:,.0f} | {1e6 / median:.2f} |")
         return
-    if args.worker or args.write:
+    if args.worker or args.write or args.open:
         print(f"machine: {platform.platform()}, load {os.getloadavg()[0]:.1f}")
         if args.worker:
             costs, heading = worker_costs(args.worker, args.repeat), "CPU µs per record"
+        elif args.open:
+            costs, heading = open_costs(args.open, args.batch * 3), "ms"
         else:
             costs, heading = write_costs(args.write, args.repeat), "µs per key"
         print(f"\n| part | {heading} (runs) | median |")
