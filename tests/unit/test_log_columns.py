@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import re
+from types import SimpleNamespace
+
 import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from exactly.errors import InvalidRecord, RecordTooLarge
-from exactly.log import Record
+from exactly.log import Log, Record
 from exactly.log.base import records_of
 from exactly.log.columns import HEADERS, check, record_columns, with_header, without_header
 from exactly.log.sqlite_format import BATCH_BYTES, pack, pack_columns
 
-names = st.sampled_from(["a", "b", "", "é\x00"])
+names = st.sampled_from(["a", "b", "", "é\x00", "exactly.seq"])
 headers = st.lists(st.tuples(names, st.binary(max_size=8)), max_size=3).map(tuple)
 records = st.builds(
     Record,
@@ -93,3 +96,15 @@ def test_check_refuses_what_an_append_refuses_naming_the_record() -> None:
     )
     with pytest.raises(InvalidRecord, match="record 1: the value must be bytes"):
         check(nulls, 100)
+
+
+@given(st.lists(records, min_size=1, max_size=10), st.integers(0, 120))
+def test_check_refuses_exactly_what_an_append_refuses(found: list[Record], limit: int) -> None:
+    log = SimpleNamespace(max_record_bytes=limit)
+    try:
+        Log._check_records(log, found)  # type: ignore[arg-type]
+    except (InvalidRecord, RecordTooLarge) as error:
+        with pytest.raises(type(error), match=re.escape(str(error))):
+            check(in_columns(found), limit)
+    else:
+        check(in_columns(found), limit)

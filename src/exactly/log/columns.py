@@ -42,28 +42,38 @@ def record_columns(
 
 
 def check(batch: pa.RecordBatch, max_record_bytes: int) -> None:
-    """Refuse the batch as ``Log.append`` refuses its records: a reserved header name, or a
-    record over ``max_record_bytes`` (value, key, and each header's name and value)."""
-    if batch.column("value").null_count:
-        raise InvalidRecord(
-            f"record {_first(batch.column('value').is_null())}: the value must be bytes"
-        )
+    """Refuse the batch as ``Log.append`` refuses its records, naming the same record with the
+    same message: a null value, a reserved header name, or a record over ``max_record_bytes``
+    (value, key, and each header's name in characters and value in bytes)."""
+    values = batch.column("value")
     entries, counts = _entries(batch.column("headers"))
     names = entries.field("key")
-    reserved = pc.is_in(names, pa.array(sorted(RESERVED_HEADERS), pa.string()))
-    if pc.any(reserved).as_py():
-        owner = _owners(counts)[_first(reserved)]
-        raise InvalidRecord(f"record {owner}: header names {sorted(RESERVED_HEADERS)} are reserved")
-    sizes = _lengths(batch.column("value")) + _lengths(batch.column("key"))
+    sizes = _lengths(values) + _lengths(batch.column("key"))
+    reserved = np.zeros(0, np.int64)
     if len(entries):
-        header_sizes = _lengths(names) + _lengths(entries.field("value"))
-        sizes += np.bincount(_owners(counts), header_sizes, minlength=len(sizes)).astype(np.int64)
-    if len(sizes) and int(sizes.max()) > max_record_bytes:
-        index = int(np.argmax(sizes > max_record_bytes))
-        raise RecordTooLarge(
-            f"record {index} is {int(sizes[index])} bytes; this log accepts at most "
-            f"{max_record_bytes} (set log.max_record_bytes to raise the limit)"
-        )
+        owners = _owners(counts)
+        taken = pc.is_in(names, pa.array(sorted(RESERVED_HEADERS), pa.string()))
+        reserved = owners[pc.fill_null(taken, False).to_numpy(zero_copy_only=False)]
+        characters = pc.fill_null(pc.utf8_length(names), 0).to_numpy().astype(np.int64)
+        header_sizes = characters + _lengths(entries.field("value"))
+        sizes += np.bincount(owners, header_sizes, minlength=len(sizes)).astype(np.int64)
+    nulls = np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))
+    large = np.flatnonzero(sizes > max_record_bytes)
+    # the first record at fault, for its first fault in the order Log.append checks them
+    faults = [
+        (int(found[0]), rank) for rank, found in enumerate((nulls, reserved, large)) if len(found)
+    ]
+    if not faults:
+        return
+    index, fault = min(faults)
+    if fault == 0:
+        raise InvalidRecord(f"record {index}: the value must be bytes")
+    if fault == 1:
+        raise InvalidRecord(f"record {index}: header names {sorted(RESERVED_HEADERS)} are reserved")
+    raise RecordTooLarge(
+        f"record {index} is {int(sizes[index])} bytes; this log accepts at most "
+        f"{max_record_bytes} (set log.max_record_bytes to raise the limit)"
+    )
 
 
 def with_header(headers: pa.ListArray, name: str, values: pa.Array) -> pa.ListArray:
@@ -116,8 +126,3 @@ def _owners(counts: np.ndarray) -> np.ndarray:
 def _lengths(column: pa.Array) -> np.ndarray:
     """Each item's length in bytes (0 where null)."""
     return pc.fill_null(pc.binary_length(column), 0).to_numpy().astype(np.int64)
-
-
-def _first(flags: pa.Array) -> int:
-    """The position of the first true flag."""
-    return int(np.argmax(pc.fill_null(flags, False).to_numpy(zero_copy_only=False)))
