@@ -400,8 +400,8 @@ class RocksPartition(StorePartition):
             if stored.count(None) == len(stored):
                 return [None] * len(claims), claims  # and none stored: all new
             absent = list(map(is_, stored, repeat(None)))
-            owners = [None if value is None else prefix + value for value in stored]
-            return owners, list(compress(claims, absent))
+            found = [None if value is None else prefix + value for value in stored]
+            return found, list(compress(claims, absent))
         owners: list[bytes | None] = []
         claimed: dict[bytes, Claim] = {}
         for claim, value in zip(claims, stored, strict=True):

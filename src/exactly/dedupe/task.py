@@ -219,7 +219,7 @@ def _process(
 def _all_keyed(batch: pa.RecordBatch) -> bool:
     """Whether every record of the batch has a non-empty key (its messageId)."""
     key = batch.column("key")
-    return key.null_count == 0 and pc.min(pc.binary_length(key)).as_py() > 0
+    return bool(key.null_count == 0 and pc.min(pc.binary_length(key)).as_py() > 0)
 
 
 def _rows_to_claim(

@@ -210,7 +210,7 @@ def record_sources(values: pa.Array | Sequence[bytes]) -> list[bytes]:
 
     column = values if isinstance(values, pa.Array) else pa.array(values, pa.binary())
     found = pc.struct_field(pc.extract_regex(column, pattern=_SOURCE_TAIL), [0])
-    tails = found.to_pylist()
+    tails: list[bytes] = found.to_pylist()
     if found.null_count == 0:
         return tails  # every value in the collector's layout (the usual case)
     return [

@@ -125,4 +125,5 @@ def _owners(counts: np.ndarray) -> np.ndarray:
 
 def _lengths(column: pa.Array) -> np.ndarray:
     """Each item's length in bytes (0 where null)."""
-    return pc.fill_null(pc.binary_length(column), 0).to_numpy().astype(np.int64)
+    lengths: np.ndarray = pc.fill_null(pc.binary_length(column), 0).to_numpy().astype(np.int64)
+    return lengths

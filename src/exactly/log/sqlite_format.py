@@ -136,7 +136,7 @@ def pack_columns(columns: pa.RecordBatch, stamp: int) -> list[PackedBatch]:
 def _pack_part(columns: pa.RecordBatch, stamp: int) -> tuple[bytes, bytes | None]:
     """:func:`pack_records` of records in columns (one batch's)."""
     import numpy as np
-    import pyarrow.compute as pc
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
 
     count = columns.num_rows
     values, keys = columns.column("value"), columns.column("key")
@@ -194,7 +194,8 @@ def _lengths(column: pa.Array) -> np.ndarray:
     """Each item's length in bytes, 0 where null."""
     import pyarrow.compute as pc
 
-    return pc.fill_null(pc.binary_length(column), 0).to_numpy()
+    lengths: np.ndarray = pc.fill_null(pc.binary_length(column), 0).to_numpy()
+    return lengths
 
 
 def decode_records(
