@@ -176,7 +176,9 @@ def _process(
     if part is not None and _all_keyed(batch) and (last is None or offsets[0] > last):
         claimed = range(count)  # every record keyed and new to the output: the usual case
     else:
-        claimed, rekeyed = _rows_to_claim(plan, batch, part, last, done, keys, passes, rejected)
+        claimed, rekeyed = _rows_to_claim(
+            plan, values, offsets, part, last, done, keys, passes, rejected
+        )
     claimed_keys = cast("list[bytes]", keys if len(claimed) == count else _at(keys, claimed))
     if len(claimed) < count:
         sources = _at(sources, claimed)
@@ -224,7 +226,8 @@ def _all_keyed(batch: pa.RecordBatch) -> bool:
 
 def _rows_to_claim(
     plan: TaskPlan,
-    batch: pa.RecordBatch,
+    values: pa.Array,
+    offsets: list[int],
     part: StorePartition | None,
     last: int | None,
     done: set[int],
@@ -238,8 +241,6 @@ def _rows_to_claim(
     A record without a usable messageId is added to ``rejected`` and does not pass; one the
     output already holds from an earlier attempt (step 3) passes as that attempt decided.
     """
-    offsets: list[int] = batch.column("offset").to_pylist()
-    values = batch.column("value")
     claimed = []
     rekeyed = False
     for index, key in enumerate(keys):

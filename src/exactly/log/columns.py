@@ -46,16 +46,16 @@ def check(batch: pa.RecordBatch, max_record_bytes: int) -> None:
     same message: a null value, a reserved header name, or a record over ``max_record_bytes``
     (value, key, and each header's name in characters and value in bytes)."""
     values = batch.column("value")
-    entries, counts = _entries(batch.column("headers"))
+    entries, counts = header_entries(batch.column("headers"))
     names = entries.field("key")
-    sizes = _lengths(values) + _lengths(batch.column("key"))
+    sizes = lengths(values) + lengths(batch.column("key"))
     reserved = np.zeros(0, np.int64)
     if len(entries):
         owners = _owners(counts)
         taken = pc.is_in(names, pa.array(sorted(RESERVED_HEADERS), pa.string()))
         reserved = owners[pc.fill_null(taken, False).to_numpy(zero_copy_only=False)]
         characters = pc.fill_null(pc.utf8_length(names), 0).to_numpy().astype(np.int64)
-        header_sizes = characters + _lengths(entries.field("value"))
+        header_sizes = characters + lengths(entries.field("value"))
         sizes += np.bincount(owners, header_sizes, minlength=len(sizes)).astype(np.int64)
     nulls = np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))
     large = np.flatnonzero(sizes > max_record_bytes)
@@ -80,7 +80,7 @@ def with_header(headers: pa.ListArray, name: str, values: pa.Array) -> pa.ListAr
     """Each record's headers less any named ``name`` (:func:`without_header`), then
     ``(name, value)`` last: how the sink marks records, a copied record's old mark giving way."""
     headers = without_header(headers, name)
-    entries, counts = _entries(headers)
+    entries, counts = header_entries(headers)
     count = len(values)
     added = pa.StructArray.from_arrays(
         [pa.array([name] * count, pa.string()), values.cast(pa.binary())], fields=list(HEADER)
@@ -93,13 +93,12 @@ def with_header(headers: pa.ListArray, name: str, values: pa.Array) -> pa.ListAr
         order[~mine] = np.arange(len(entries))
         order[mine] = np.arange(len(entries), len(mine))
         added = pa.concat_arrays([entries, added]).take(pa.array(order))
-    offsets = pa.array(np.concatenate([[0], ends]).astype(np.int32))
-    return pa.ListArray.from_arrays(offsets, added, type=HEADERS)
+    return pa.ListArray.from_arrays(list_offsets(counts + 1), added, type=HEADERS)
 
 
 def without_header(headers: pa.ListArray, name: str) -> pa.ListArray:
     """Each record's headers less those named ``name`` (null lists become empty ones)."""
-    entries, counts = _entries(headers)
+    entries, counts = header_entries(headers)
     if not len(entries):
         return headers
     kept = pc.not_equal(entries.field("key"), name)
@@ -107,15 +106,19 @@ def without_header(headers: pa.ListArray, name: str) -> pa.ListArray:
         return headers
     dropped = ~kept.to_numpy(zero_copy_only=False)
     counts = counts - np.bincount(_owners(counts), dropped, len(counts)).astype(np.int64)
-    offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
-    return pa.ListArray.from_arrays(offsets, entries.filter(kept), type=HEADERS)
+    return pa.ListArray.from_arrays(list_offsets(counts), entries.filter(kept), type=HEADERS)
 
 
-def _entries(headers: pa.ListArray) -> tuple[pa.StructArray, np.ndarray]:
+def header_entries(headers: pa.ListArray) -> tuple[pa.StructArray, np.ndarray]:
     """The headers' entries in order (null lists hold none), and how many each record has."""
     counts = pc.fill_null(pc.list_value_length(headers), 0).to_numpy().astype(np.int64)
     entries = headers.flatten()  # minds the slice's offset and skips null lists
     return entries.cast(HEADER), counts
+
+
+def list_offsets(counts: np.ndarray) -> pa.Array:
+    """The offsets of lists of ``counts`` items each, for ``ListArray.from_arrays``."""
+    return pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
 
 
 def _owners(counts: np.ndarray) -> np.ndarray:
@@ -123,7 +126,7 @@ def _owners(counts: np.ndarray) -> np.ndarray:
     return np.repeat(np.arange(len(counts)), counts)
 
 
-def _lengths(column: pa.Array) -> np.ndarray:
+def lengths(column: pa.Array) -> np.ndarray:
     """Each item's length in bytes (0 where null)."""
     lengths: np.ndarray = pc.fill_null(pc.binary_length(column), 0).to_numpy().astype(np.int64)
     return lengths

@@ -122,7 +122,9 @@ def pack_columns(columns: pa.RecordBatch, stamp: int) -> list[PackedBatch]:
     """
     import numpy as np
 
-    sizes = np.cumsum(_lengths(columns.column("value")) + _lengths(columns.column("key")))
+    from exactly.log.columns import lengths
+
+    sizes = np.cumsum(lengths(columns.column("value")) + lengths(columns.column("key")))
     found, start, count = [], 0, columns.num_rows
     while start < count:  # cut as batched() cuts: after the record that reaches BATCH_BYTES
         base = int(sizes[start - 1]) if start else 0
@@ -138,6 +140,8 @@ def _pack_part(columns: pa.RecordBatch, stamp: int) -> tuple[bytes, bytes | None
     import numpy as np
     import pyarrow.compute as pc  # type: ignore[import-untyped]
 
+    from exactly.log.columns import lengths
+
     count = columns.num_rows
     values, keys = columns.column("value"), columns.column("key")
     headers = _encoded_headers(columns.column("headers"))
@@ -146,11 +150,11 @@ def _pack_part(columns: pa.RecordBatch, stamp: int) -> tuple[bytes, bytes | None
     )
     entry["timestamp"] = pc.fill_null(columns.column("timestamp"), stamp).to_numpy()
     entry["key"] = pc.fill_null(pc.binary_length(keys), _NO_KEY).to_numpy()
-    entry["value"] = _lengths(values)
+    entry["value"] = lengths(values)
+    if headers is not None:
+        entry["headers"] = lengths(headers)
     parts = [_fixed(entry), pc.fill_null(keys, b""), values]
     if headers is not None:
-        entry["headers"] = _lengths(headers)
-        parts[0] = _fixed(entry)
         parts.append(headers)
     joined = pc.binary_join_element_wise(*parts, b"")
     offsets = np.frombuffer(joined.buffers()[1], np.int32, count + 1, joined.offset * 4)
@@ -168,17 +172,17 @@ def _encoded_headers(headers: pa.ListArray) -> pa.Array | None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    entries = headers.flatten()  # minds the slice's offset and skips null lists
+    from exactly.log.columns import header_entries, lengths, list_offsets
+
+    entries, counts = header_entries(headers)
     if not len(entries):
         return None
     names = entries.field("key").cast(pa.binary())
-    data = pc.fill_null(entries.field("value").cast(pa.binary()), b"")
+    data = pc.fill_null(entries.field("value"), b"")
     fixed = np.zeros(len(entries), [("name", ">u2"), ("value", ">u4")])
-    fixed["name"], fixed["value"] = _lengths(names), _lengths(data)
+    fixed["name"], fixed["value"] = lengths(names), lengths(data)
     encoded = pc.binary_join_element_wise(_fixed(fixed), names, data, b"")
-    counts = pc.fill_null(pc.list_value_length(headers), 0).to_numpy()
-    offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
-    return pc.binary_join(pa.ListArray.from_arrays(offsets, encoded), b"")
+    return pc.binary_join(pa.ListArray.from_arrays(list_offsets(counts), encoded), b"")
 
 
 def _fixed(rows: np.ndarray) -> pa.Array:
@@ -188,14 +192,6 @@ def _fixed(rows: np.ndarray) -> pa.Array:
     raw = pa.py_buffer(rows.tobytes())
     fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(rows.itemsize), len(rows), [None, raw])
     return fixed.cast(pa.binary())
-
-
-def _lengths(column: pa.Array) -> np.ndarray:
-    """Each item's length in bytes, 0 where null."""
-    import pyarrow.compute as pc
-
-    lengths: np.ndarray = pc.fill_null(pc.binary_length(column), 0).to_numpy()
-    return lengths
 
 
 def decode_records(
