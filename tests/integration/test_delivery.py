@@ -18,6 +18,7 @@ from exactly.delivery.base import (
     EXECUTING,
     EXPIRED,
     SUCCEEDED,
+    Job,
     JobDB,
     NewJob,
     Transition,
@@ -279,3 +280,26 @@ def test_a_jobdb_that_refuses_writes_stops_the_director(tmp_path: Path, receiver
     with open_jobdb(f"sqlite://{tmp_path / 'jobdb'}") as again:  # nothing lost: resumed later
         run(again, target)
         assert final_states(again, "full") == {SUCCEEDED: 50}
+
+
+def test_jobs_are_paged_in_runs_not_per_answer(tmp_path: Path, receiver: Receiver) -> None:
+    """A bucket pages more in once it has room for a run of jobs: paging whenever an answer freed
+    room made a JobDB query per answer or two, and the outcomes' commits waited behind them."""
+    from exactly.delivery.sqlite import SqliteJobDB
+
+    pages: list[int] = []
+
+    class Counting(SqliteJobDB):
+        def pending(self, bucket: str, *, after: int = 0, limit: int = 10_000) -> list[Job]:
+            found = super().pending(bucket, after=after, limit=limit)
+            pages.append(len(found))
+            return found
+
+    target = destination("paged", f"{receiver.url}/ok", max_in_flight=8)
+    with Counting(f"sqlite://{tmp_path / 'jobdb'}") as db:
+        enqueue(db, target, 2_000)
+        director = Director(db, [target], page_size=200, poll_seconds=0.05, report=lambda _: None)
+        director.run(until_drained=True)
+        assert final_states(db, "paged") == {SUCCEEDED: 2_000}
+    assert sum(pages) == 2_000
+    assert len(pages) <= 40, pages  # 10 full pages, then the drained checks

@@ -60,6 +60,7 @@ from exactly.errors import ExactlyError
 from exactly.gcra import Rate, shape
 
 T = TypeVar("T")
+REFILL = 1_000  # jobs: a bucket pages more in once it has room for this many
 
 
 def say(message: str) -> None:
@@ -142,13 +143,14 @@ class _Bucket:
     tat: float = 0.0
     users_in_flight: set[str] = field(default_factory=set)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
-    sending: asyncio.Semaphore = field(default_factory=asyncio.Semaphore)
+    outbox: deque[Job] = field(default_factory=deque)  # recorded executing, not yet sent
+    senders: int = 0
 
     @property
     def reserve(self) -> int:
         """Jobs taken at once: twice ``max_in_flight`` unless rate-limited or ordered, so the next
         jobs' ``executing`` commit while the current requests are out (a job recorded but not
-        yet sent cannot be a duplicate); ``sending`` bounds the requests to ``max_in_flight``."""
+        yet sent cannot be a duplicate); at most ``max_in_flight`` senders bound the requests."""
         destination = self.destination
         if destination.rate is not None or destination.ordered:
             return destination.max_in_flight
@@ -420,13 +422,18 @@ class Director:
         }
 
     async def _finish_sends(self) -> None:
-        if not self._sends:
-            return
+        """Let the jobs recorded ``executing`` go out (a batch being recorded starts senders
+        when its commit returns), for at most the longest timeout and a second."""
+        loop = asyncio.get_running_loop()
         longest = max(destination.timeout for destination in self.destinations.values())
-        _, late = await asyncio.wait(self._sends, timeout=longest + 1)
-        for task in late:  # left executing: resent on the next start
-            task.cancel()
-        await asyncio.gather(*late, return_exceptions=True)
+        deadline = loop.time() + longest + 1
+        while self._sends:
+            _, late = await asyncio.wait(set(self._sends), timeout=deadline - loop.time())
+            if late and loop.time() >= deadline:
+                for task in late:  # left executing: resent on the next start
+                    task.cancel()
+                await asyncio.gather(*late, return_exceptions=True)
+                return
 
     async def _drained(self) -> bool:
         if not all(bucket.idle for bucket in self._buckets.values()):
@@ -456,7 +463,6 @@ class Director:
             )
             self._sessions[destination.name] = session
         bucket = _Bucket(name, destination, session)
-        bucket.sending = asyncio.Semaphore(destination.max_in_flight)
         self._buckets[name] = bucket
         return bucket
 
@@ -467,7 +473,11 @@ class Director:
         while not self._stop.is_set():
             now = time.time()
             room = self.page_size - bucket.held
-            if room > 0 and (not bucket.caught_up or now - bucket.paged_at >= self.poll_seconds):
+            # page in runs of at least REFILL jobs (or when nothing is ready): a page per
+            # answered job would keep the JobDB's thread busy with small queries, and the
+            # outcomes' commits, which free the slots, would wait behind them
+            refill = room >= min(self.page_size, REFILL) or (room > 0 and not bucket.ready)
+            if refill and (not bucket.caught_up or now - bucket.paged_at >= self.poll_seconds):
                 await self._page(bucket, room, now)
             while bucket.retries and bucket.retries[0][0] <= now:
                 bucket.ready.append(heapq.heappop(bucket.retries)[2])
@@ -574,14 +584,26 @@ class Director:
         tally.expired += len(gone)
         bucket.in_flight -= len(gone)
         bucket.users_in_flight.difference_update(job.user_id or "" for job in gone)
-        await asyncio.gather(*(self._send(bucket, job) for job in live))
+        bucket.outbox.extend(live)
+        for _ in range(min(len(bucket.outbox), bucket.destination.max_in_flight - bucket.senders)):
+            bucket.senders += 1
+            sender = asyncio.create_task(self._sender(bucket))
+            self._sends.add(sender)
+            sender.add_done_callback(self._sent)
 
-    async def _send(self, bucket: _Bucket, job: Job) -> None:
-        """Steps 2 and 3 for one job, holding one of the bucket's ``max_in_flight`` slots until
-        its outcome is durable, so the jobs sent but not yet recorded (the duplicate window)
-        never exceed ``max_in_flight``."""
-        async with bucket.sending:
-            await self._send_now(bucket, job)
+    async def _sender(self, bucket: _Bucket) -> None:
+        """Steps 2 and 3 for the bucket's recorded jobs, one at a time, while there are any.
+
+        A sender holds its job until the outcome is durable, and a bucket has at most
+        ``max_in_flight`` senders, so the jobs sent but not yet recorded (the duplicate window)
+        never exceed ``max_in_flight``. Under load a sender goes from job to job without a task
+        of its own for each.
+        """
+        try:
+            while bucket.outbox:
+                await self._send_now(bucket, bucket.outbox.popleft())
+        finally:
+            bucket.senders -= 1
 
     async def _send_now(self, bucket: _Bucket, job: Job) -> None:
         assert self._writer is not None
