@@ -596,8 +596,8 @@ class Director:
 
         A sender holds its job until the outcome is durable, and a bucket has at most
         ``max_in_flight`` senders, so the jobs sent but not yet recorded (the duplicate window)
-        never exceed ``max_in_flight``. Under load a sender goes from job to job without a task
-        of its own for each.
+        never exceed ``max_in_flight``. A sender ends when the outbox is empty; one is started
+        for each job only when the outbox keeps running dry.
         """
         try:
             while bucket.outbox:
