@@ -85,15 +85,15 @@ def with_header(headers: pa.ListArray, name: str, values: pa.Array) -> pa.ListAr
     added = pa.StructArray.from_arrays(
         [pa.array([name] * count, pa.string()), values.cast(pa.binary())], fields=list(HEADER)
     )
-    ends = np.cumsum(counts + 1)  # each record's end among the merged entries
+    offsets = list_offsets(counts + 1)  # each record's entries, the added one last
     if len(entries):
         mine = np.zeros(len(entries) + count, bool)
-        mine[ends - 1] = True  # the added entry closes each record's list
+        mine[offsets.to_numpy()[1:] - 1] = True  # the added entry closes each record's list
         order = np.empty(len(mine), np.int64)
         order[~mine] = np.arange(len(entries))
         order[mine] = np.arange(len(entries), len(mine))
         added = pa.concat_arrays([entries, added]).take(pa.array(order))
-    return pa.ListArray.from_arrays(list_offsets(counts + 1), added, type=HEADERS)
+    return pa.ListArray.from_arrays(offsets, added, type=HEADERS)
 
 
 def without_header(headers: pa.ListArray, name: str) -> pa.ListArray:
