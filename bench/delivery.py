@@ -25,6 +25,11 @@ peak RSS (``VmHWM`` of ``/proc/PID/status``).
 (d) **Memory with jobs queued** (``--queued``, 0 skips): that many jobs added the same way; a
 director process delivers for ``--memory-seconds`` and is stopped (SIGTERM); its peak RSS.
 
+(e) **What a drain does** (``--count N``, instead of the others): N jobs drained by a director
+in this process, with its JobDB's ``pending`` queries, the jobs they found, their seconds, the
+commits of transitions, and the senders started counted, to see how a drain spends the JobDB's
+thread.
+
 Prints the machine, the load average before and after, and markdown tables of the medians.
 """
 
@@ -239,6 +244,46 @@ def _direct(db_url: str, url: str, concurrency: int, answer: Any) -> None:
         answer.put((time.perf_counter() - started, director.tallies["bench"].succeeded))
 
 
+def counted_drain(url: str, count: int, concurrency: int) -> dict[str, float]:
+    """(e): deliveries/s of a drain of ``count`` jobs, and what its JobDB and senders did."""
+    from exactly.delivery.base import Job
+    from exactly.delivery.sqlite import SqliteJobDB
+
+    figures = dict.fromkeys(("queries", "found", "query_s", "commits", "steps", "senders"), 0.0)
+
+    class Counting(SqliteJobDB):
+        def pending(self, bucket: str, *, after: int = 0, limit: int = 10_000) -> list[Job]:
+            started = time.perf_counter()
+            jobs = super().pending(bucket, after=after, limit=limit)
+            figures["query_s"] += time.perf_counter() - started
+            figures["queries"] += 1
+            figures["found"] += len(jobs)
+            return jobs
+
+        def record(self, transitions: Any) -> None:
+            figures["commits"] += 1
+            figures["steps"] += len(transitions)
+            super().record(transitions)
+
+    class CountingDirector(Director):
+        async def _sender(self, bucket: Any) -> None:
+            figures["senders"] += 1
+            await super()._sender(bucket)
+
+    target = DestinationSettings(
+        name="bench",
+        url=url,
+        secret="whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",  # type: ignore[arg-type]
+        max_in_flight=concurrency,
+    )
+    with empty_jobdb("sqlite") as db_url:
+        _fill(db_url, url, count)
+        with Counting(db_url) as db:
+            director = CountingDirector(db, [target], poll_seconds=0.05, report=lambda _: None)
+            figures["deliveries_per_s"] = count / timed(lambda: director.run(until_drained=True))
+    return figures
+
+
 def peak_rss_mb(pid: int) -> float:
     """``VmHWM`` of a live process, in MB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -282,8 +327,16 @@ def main() -> None:
     parser.add_argument("--backlog", type=int, default=500_000)
     parser.add_argument("--queued", type=int, default=1_000_000)
     parser.add_argument("--memory-seconds", type=float, default=30.0)
+    parser.add_argument("--count", type=int, metavar="N", help="only (e), over N jobs")
     args = parser.parse_args()
     loads = [os.getloadavg()]
+    if args.count:
+        with receiver() as url:
+            figures = counted_drain(url, args.count, args.concurrency)
+        print("| measure | figure |\n|---|---:|")
+        for name, value in figures.items():
+            print(f"| {name} | {value:,.2f} |")
+        return
     backends = [name for name in args.jobdb.split(",") if name]
     clients = args.clients.split(",")
     rates: dict[str, list[float]] = {}
