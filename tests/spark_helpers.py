@@ -55,4 +55,4 @@ def assert_copied(log: Log, source: str, destination: str) -> None:
                 f"partition {partition}: {len(got)} records copied of {len(original)}, "
                 f"{doubled} doubled, {missing} missing"
             )
-        assert all(find_mark(r.headers) is not None for r in copied)
+        assert not copied or find_mark(copied[-1].headers) is not None  # the last append's last

@@ -19,9 +19,10 @@ from pyspark.sql.streaming.query import StreamingQuery
 from exactly.errors import Fenced, StreamError, TopicOwned
 from exactly.events import partition_for
 from exactly.log import Log, Record, open_log
+from exactly.log.columns import HEADERS, record_columns
 from exactly.spark import lease
 from exactly.spark.datasource import register_staged
-from exactly.spark.marks import MARK, Mark
+from exactly.spark.marks import MARK, Mark, find_mark, without_mark
 from exactly.spark.sink import PROGRESS_GROUP, Columns, PartitionOutput, cluster_by_partition
 from exactly.spark.streaming import from_spark
 from tests.spark_helpers import assert_copied, content, fill, read_partition
@@ -240,6 +241,37 @@ def test_a_zombie_writer_is_fenced(log_url: str, log: Log, topic: str) -> None:
             zombie.finish()
         zombie.close()
     assert [r.value for r in read_partition(log, topic, 0)] == [row[0] for row in rows]
+
+
+def test_the_last_record_of_each_append_is_marked(log_url: str, log: Log, topic: str) -> None:
+    """On sqlite, where an append is stored whole, only its last record carries the mark, and a
+    successor counts what is stored from it; on Kafka (Tansu shows aborted transactions) every
+    record does. Rows and record columns alike."""
+    log.create_topic(topic, 1)
+    sink = "sparse-sink"
+    rows = [(b"r%d" % n, None, (("h", b"%d" % n),), None) for n in range(8)]
+    first = PartitionOutput(log, topic, 0, Mark(sink, 0, 0, 0), since=0, chunk=3)
+    first.add(rows[:4])  # appends of 3 and 1
+    first.add_columns(
+        record_columns(
+            pa.array([row[0] for row in rows[4:]], pa.binary()),
+            pa.nulls(4, pa.binary()),
+            pa.array([[("h", b"%d" % n)] for n in range(4, 8)], HEADERS),
+            pa.nulls(4, pa.int64()),
+        )
+    )  # appends of 3 and 1
+    first.finish()
+    first.close()
+    stored = read_partition(log, topic, 0)
+    assert [r.value for r in stored] == [row[0] for row in rows]
+    assert [without_mark(r.headers) for r in stored] == [(("h", b"%d" % n),) for n in range(8)]
+    marks = {n: find_mark(r.headers) for n, r in enumerate(stored)}
+    marked = [n for n, mark in marks.items() if mark is not None]
+    assert marked == ([2, 3, 6, 7] if log_url.startswith("sqlite") else list(range(8)))
+    assert all(marks[n] == Mark(sink, 0, 0, n) for n in marked)
+    successor = PartitionOutput(log, topic, 0, Mark(sink, 0, 0, 0), since=0, chunk=3)
+    assert successor.skipped == 8
+    successor.close()
 
 
 def test_a_second_query_is_refused_until_the_topic_is_released(

@@ -139,6 +139,10 @@ class PartitionWriter(ABC):
     topic: str
     partition: int
     writer_id: str
+    whole_appends: bool = False
+    """Whether a writer that dies leaves whole appends only, each stored entirely or not at all
+    (sqlite). False where readers may see part of one (Kafka on Tansu, which does not hide an
+    aborted transaction): the exactly-once sink then marks every record, not each append's last."""
 
     @abstractmethod
     def append(self, records: Sequence[Record]) -> None:

@@ -503,6 +503,8 @@ class SqliteWriter(PartitionWriter):
     Each append is durable (and visible) when it returns, so :meth:`commit` has nothing to add.
     """
 
+    whole_appends = True  # an append is one transaction
+
     def __init__(self, log: SqliteLog, topic: str, partition: int, writer_id: str, epoch: int):
         self._log = log
         self.topic, self.partition, self.writer_id = topic, partition, writer_id

@@ -1,9 +1,12 @@
-"""The mark the sink puts on each record, and how a task decides where to resume: pure functions.
+"""The mark the sink puts on the last record of each append, and how a task decides where to
+resume: pure functions.
 
 A mark is one header, ``exactly.sink``, whose value is ``<sink id> <batch id> <task> <sequence>``
 in ASCII: which sink wrote the record, in which micro-batch, from which Spark partition, and the
-record's position among that task's records for that output partition in that batch. Readers that
-want only keys and values never see it; it costs about 50 bytes a record.
+record's position among that task's records for that output partition in that batch. An append
+is stored whole or not at all, so the newest mark tells how many of a task's records are stored;
+the records before it in its append carry none. Readers that want only keys and values never see
+it; it costs about 50 bytes an append (it cost as much a record when every record had one).
 """
 
 from __future__ import annotations

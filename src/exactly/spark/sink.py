@@ -13,10 +13,13 @@ replays a batch. The commit protocol, per task and output partition (steps marke
    earlier writer of this sink on this partition (a failed attempt, a zombie, a crashed run) can
    append nothing from now on (sqlite: epoch checked in the append's transaction; Kafka: the
    transactional id's producer epoch).
-2. **Resume.** Read the partition's tail back to this sink's newest record. Each record carries a
-   mark (sink id, batch id, Spark partition, sequence; ``marks.py``): if the newest is of this
+2. **Resume.** Read the partition's tail back to this sink's newest mark. The last record of each
+   append carries one (sink id, batch id, Spark partition, sequence; ``marks.py``), and an append
+   is stored whole or not at all (sqlite; see step 3 for Kafka): if the newest mark is of this
    batch, the records up to its sequence are already stored.
-3. **Append** the task's rows for the partition, each marked, skipping the stored ones.
+3. **Append** the task's rows for the partition, skipping the stored ones, in appends of
+   ``appendRecords``, each one's last record marked (every record on a log that may keep part
+   of an append: Kafka on Tansu, which shows aborted transactions).
 4. **Commit** the writer (Kafka: the transaction) before the task reports success.
 5. **Driver.** Spark calls :meth:`LogStreamWriter.commit` once every task succeeded; it checks
    that no output partition was written by two tasks and records the sink's progress (group
@@ -309,41 +312,30 @@ class PartitionOutput:
             raise
         self.sequence = 0
         self.appended = 0
-        self._pending: list[Record] = []
+        self._pending: list[Row] = []
         self._pending_columns: list[pa.RecordBatch] = []
         self._prefix = mark.encode().rpartition(b" ")[0] + b" "  # all but the sequence
+        # a log that may keep part of an append (Kafka on Tansu) needs a mark on every record
+        self._mark_every = not self._writer.whole_appends
 
     def add(self, found: list[Row]) -> None:
-        # 3. mark each record; append those not stored yet
+        # 3. append the rows not stored yet, marked (_flush)
         if self._pending_columns:
             self._flush()  # in order
-        prefix, new = self._prefix, tuple.__new__  # skips Record's Python-level __new__
         stored = min(max(self.skipped - self.sequence, 0), len(found))
-        self._pending += [
-            new(Record, (value, key, (*headers, (MARK, prefix + b"%d" % sequence)), timestamp))
-            for sequence, (value, key, headers, timestamp) in enumerate(
-                found[stored:], self.sequence + stored
-            )
-        ]
+        self._pending += found[stored:] if stored else found
         self.sequence += len(found)
         if len(self._pending) >= self.chunk:
             self._flush()
 
     def add_columns(self, found: pa.RecordBatch) -> None:
-        """:meth:`add` of rows in record columns (:func:`_in_columns`), marked in Arrow."""
+        """:meth:`add` of rows in record columns (:func:`_in_columns`, no marks in them)."""
         if self._pending:
             self._flush()  # in order
-        count = found.num_rows
-        stored = min(max(self.skipped - self.sequence, 0), count)
-        fresh = found.slice(stored)
-        if fresh.num_rows:
-            numbers = pa.array(np.arange(self.sequence + stored, self.sequence + count))
-            prefix = pa.scalar(self._prefix, pa.binary())
-            digits = numbers.cast(pa.string()).cast(pa.binary())
-            marks = pc.binary_join_element_wise(prefix, digits, b"")
-            headers = with_header(fresh.column("headers"), MARK, marks)
-            self._pending_columns.append(fresh.set_column(2, "headers", headers))
-        self.sequence += count
+        stored = min(max(self.skipped - self.sequence, 0), found.num_rows)
+        if stored < found.num_rows:
+            self._pending_columns.append(found.slice(stored))
+        self.sequence += found.num_rows
         if sum(part.num_rows for part in self._pending_columns) >= self.chunk:
             self._flush()
 
@@ -356,16 +348,48 @@ class PartitionOutput:
         self._writer.close()
 
     def _flush(self) -> None:
+        """Append what is pending in appends of ``chunk`` records, marked."""
         pending, self._pending = self._pending, []
+        first = self.sequence - len(pending)  # the pending records' sequences follow on
         for at in range(0, len(pending), self.chunk):
-            self._writer.append(pending[at : at + self.chunk])
+            self._writer.append(self._marked(pending[at : at + self.chunk], first + at))
         self.appended += len(pending)
         if self._pending_columns:
             found = pa.concat_batches(self._pending_columns)
             self._pending_columns = []
+            first = self.sequence - found.num_rows
             for at in range(0, found.num_rows, self.chunk):
-                self._writer.append_columns(found.slice(at, self.chunk))
+                part = found.slice(at, self.chunk)
+                self._writer.append_columns(self._marked_columns(part, first + at))
             self.appended += found.num_rows
+
+    def _marked(self, rows: list[Row], first: int) -> list[Record]:
+        """One append's rows, of sequences ``first`` on, as records: the last one marked (an
+        append is stored whole), or each one where the log may keep part of an append."""
+        prefix, new = self._prefix, tuple.__new__  # skips Record's Python-level __new__
+        if self._mark_every:
+            return [
+                new(Record, (value, key, (*headers, (MARK, prefix + b"%d" % sequence)), stamp))
+                for sequence, (value, key, headers, stamp) in enumerate(rows, first)
+            ]
+        records = [new(Record, row) for row in rows]
+        value, key, headers, stamp = rows[-1]
+        mark = (MARK, prefix + b"%d" % (first + len(rows) - 1))
+        records[-1] = new(Record, (value, key, (*headers, mark), stamp))
+        return records
+
+    def _marked_columns(self, part: pa.RecordBatch, first: int) -> pa.RecordBatch:
+        """:meth:`_marked` of record columns, the marks added in Arrow."""
+        count, headers = part.num_rows, part.column("headers")
+        if self._mark_every:
+            numbers = pa.array(np.arange(first, first + count)).cast(pa.string())
+            prefix = pa.scalar(self._prefix, pa.binary())
+            marks = pc.binary_join_element_wise(prefix, numbers.cast(pa.binary()), b"")
+            return part.set_column(2, "headers", with_header(headers, MARK, marks))
+        mark = pa.array([self._prefix + b"%d" % (first + count - 1)], pa.binary())
+        last = with_header(headers.slice(count - 1), MARK, mark)
+        marked = pa.concat_arrays([headers.slice(0, count - 1), last])
+        return part.set_column(2, "headers", marked)
 
 
 @dataclass
