@@ -29,6 +29,14 @@ def copy(
     ] = "earliest",
     max_records_per_trigger: MaxRecordsPerTrigger = None,
     trigger_seconds: TriggerSeconds = 1.0,
+    append_records: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Records per append of the sink: each append is stored whole, and a crash "
+            "between two appends of a task leaves the first stored.",
+        ),
+    ] = 5000,
     master: Master = None,
 ) -> None:
     """Copy SOURCE to DESTINATION partition by partition, each record exactly once.
@@ -56,6 +64,7 @@ def copy(
         max_records_per_trigger=max_records_per_trigger,
         trigger_seconds=trigger_seconds,
         starting_offsets=starting_offsets,
+        append_records=append_records,
     )
     with found.open_log() as log:
         prepare(log, plan)

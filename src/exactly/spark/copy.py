@@ -34,6 +34,7 @@ class CopyPlan:
     max_records_per_trigger: int | None = None
     trigger_seconds: float = 1.0
     starting_offsets: str = "earliest"
+    append_records: int = 5000  # records per append of the sink (option appendRecords)
 
 
 @dataclass
@@ -96,6 +97,7 @@ def run_copy(
         .option("log", plan.log_url)
         .option("topic", plan.destination)
         .option("checkpointLocation", str(plan.checkpoint))
+        .option("appendRecords", str(plan.append_records))
         .queryName(f"copy {plan.source} to {plan.destination}")
     )
     progress = CopyProgress()
