@@ -4,8 +4,8 @@ Each run is a real ``exactly copy`` process (driver, JVM, Python workers) in its
 group, killed as a whole, as a machine crash would. Most kills come at a random moment after the
 run copied something, so they land in every phase of a micro-batch (reading, appending, the
 sink's commit, Spark's checkpoint writes); a quarter come during start-up. Three runs in four
-write appends of 7 records (``--append-records``), so that a kill often lands between two appends
-of one task, leaving part of its output stored for the next run to find. After the last kill, a
+write appends of 7 records (``--append-records``), so that a kill can land between two appends of
+one task, leaving part of its output stored for the next run to find. After the last kill, a
 run with ``--until-caught-up`` finishes the copy, and the destination must equal the source: per
 partition, in order, no record lost and none twice.
 
@@ -101,8 +101,6 @@ def crash_and_resume(backend: str, log_url: str, work: Path, seed: int, jvm: str
         *("copy", source, destination, "--checkpoint", str(work / "checkpoint")),
     ]
     streaming = [*command, "--trigger-seconds", "0.1", "--max-records-per-trigger", "300"]
-    # appends of 7 records in most runs: a kill then often lands between two appends of a task,
-    # which leaves part of its output stored (on sqlite, whole appends: docs/spark.md)
     env = {**os.environ, "JDK_JAVA_OPTIONS": jvm, "EXACTLY_SPARK__MASTER": "local[2]"}
     report = Report(backend)
     work.mkdir(parents=True, exist_ok=True)
