@@ -233,6 +233,23 @@ def test_only_the_event_fields_the_tables_read_are_parsed(spark: SparkSession) -
         "properties",
     ]
     assert frame.event_schema([counts, pages]).fieldNames() == frame.event_schema().fieldNames()
+    # the source reads the event counts' fields itself (the event's context it leaves to Spark)
+    assert counts.lookups == {("properties", "revenue")}
+    read = frame.source_fields([counts])
+    assert read is not None and read.ddl == (
+        "`type` string, `event` string, `sourceId` string, `timestamp` timestamp, "
+        "`receivedAt` timestamp, `properties` map<string, string>"
+    )
+    assert read.fields[-1].keys == ("revenue",)
+    assert frame.source_fields([counts, pages]) is None
+    (plans,) = frame.check(spark, [PLANS])
+    both = frame.source_fields([counts, plans])
+    assert both is not None and both.fields[-1].keys == ("plan", "revenue", "seats")
+    whole = parse_table("w", {"n": "cast(size(properties) AS STRING)"}, {"c": "count(*)"})
+    by_column = parse_table("k", {"v": "properties[type]"}, {"c": "count(*)"})
+    for spec in frame.check(spark, [whole, by_column]):
+        assert spec.lookups is None
+        assert frame.source_fields([counts, spec]) is None
     values = [
         b'{"type":"track","event":"A","sourceId":"s","timestamp":"2024-01-01T00:00:30Z",'
         b'"userId":{"not":"text"},"context":{"screen":{"width":"wide"}},"properties":{"revenue":2}}',

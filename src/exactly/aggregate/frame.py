@@ -1,11 +1,14 @@
 """The events as Spark columns, and each table's aggregate of a micro-batch.
 
-``events_frame`` parses a record value once (``from_json`` in the JVM), into the event fields the
-tables read and no others: Spark does not prune a ``from_json`` whose struct several columns
-read, and parsing every field (the context's dozens) cost 5-7% more time. Spark parses with
-partial results, so a field of the wrong type is null by itself and leaving fields out changes no
-other field's value. ``aggregate`` turns a frame into one row per group of a table, with every key
-as text or a UTC time string and every measure added up, ready for the database's upsert.
+``events_frame`` parses a record value once, into the event fields the tables read and no others:
+Spark does not prune a ``from_json`` whose struct several columns read, and parsing every field
+(the context's dozens) cost 5-7% more time. When those fields are all text and times
+(:func:`source_fields`; the event counts' are), the source reads them in Arrow (its ``fields``
+column) and ``from_json`` in the JVM reads only the values Arrow left to it (``source.py``).
+Spark parses with partial results, so a field of the wrong type is null by itself and leaving
+fields out changes no other field's value. ``aggregate`` turns a frame into one row per group of
+a table, with every key as text or a UTC time string and every measure added up, ready for the
+database's upsert.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from exactly.aggregate.spec import EVENT_SCHEMA, GroupKey, Measure, TableSpec
 from exactly.errors import ConfigError
+from exactly.events.fields import Field, Fields
 from exactly.spark.source import SCHEMA as RECORD_SCHEMA
 
 if TYPE_CHECKING:
@@ -30,6 +34,7 @@ TIME_FORMAT = "yyyy-MM-dd HH:mm:ss"
 TIME_FIELDS = ("timestamp", "receivedAt")  # what the time buckets are computed from
 EPOCH = "TIMESTAMP '1970-01-01 00:00:00'"
 DECIMAL = "DECIMAL(38,6)"
+MAPS = ("properties", "traits")  # the event's maps, of JSON text
 
 
 def events_frame(records: DataFrame, specs: Sequence[TableSpec] = ()) -> DataFrame:
@@ -39,8 +44,11 @@ def events_frame(records: DataFrame, specs: Sequence[TableSpec] = ()) -> DataFra
     """
     from pyspark.sql import functions as F
 
+    event = F.from_json(F.col("value").cast("string"), event_schema(specs))
+    if "fields" in records.columns:  # read by the source where it could (``source_fields``)
+        event = F.coalesce(F.col("fields"), event)
     parsed = records.select(
-        F.from_json(F.col("value").cast("string"), event_schema(specs)).alias("e"),
+        event.alias("e"),
         "partition",
         "offset",
         F.col("timestamp").alias("logged_at"),
@@ -68,6 +76,62 @@ def event_schema(specs: Sequence[TableSpec] = ()) -> StructType:
         return StructType(list(fields))  # a copy: the parsed schema is shared
     read = set(TIME_FIELDS).union(*(spec.fields or () for spec in specs))
     return StructType([field for field in fields if field.name in read])
+
+
+def source_fields(specs: Sequence[TableSpec]) -> Fields | None:
+    """The fields the source can read for checked ``specs`` (its option ``fields``): all of
+    :func:`event_schema`'s, when each is text, a time, or a map the tables only look keys up in
+    (only those keys are read); None otherwise."""
+    from pyspark.sql.types import MapType, StringType, TimestampType
+
+    found: list[Field] = []
+    for field in event_schema(specs).fields:
+        if isinstance(field.dataType, StringType):
+            found.append(Field(field.name, "string"))
+        elif isinstance(field.dataType, TimestampType):
+            found.append(Field(field.name, "timestamp"))
+        elif isinstance(field.dataType, MapType) and field.name in MAPS:
+            readers = [spec for spec in specs if spec.fields and field.name in spec.fields]
+            if any(spec.lookups is None for spec in readers):
+                return None
+            keys = {
+                key for spec in readers for name, key in spec.lookups or () if name == field.name
+            }
+            found.append(Field(field.name, "map", tuple(sorted(keys))))
+        else:
+            return None
+    return Fields(tuple(found)) if specs else None
+
+
+def lookups(query: DataFrame) -> frozenset[tuple[str, str]] | None:
+    """The keys ``query``, an aggregate over a full :func:`events_frame`, looks up in the
+    :data:`MAPS` (``properties.revenue``: ("properties", "revenue")); None when it reads one of
+    them in any other way (whole, or by a key that is not a constant)."""
+    found: set[tuple[str, str]] = set()
+    pending = list(_sequence(query._jdf.queryExecution().analyzed().expressions()))
+    while pending:
+        node = pending.pop()
+        kind = node.nodeName()
+        if kind == "GetMapValue":
+            child, key = node.child(), node.key()
+            if (
+                child.nodeName() == "AttributeReference"
+                and child.name() in MAPS
+                and key.nodeName() == "Literal"
+                and key.dataType().typeName() == "string"
+                and key.value() is not None
+            ):
+                found.add((child.name(), key.value().toString()))
+                continue
+        elif kind == "AttributeReference" and node.name() in MAPS:
+            return None
+        pending.extend(_sequence(node.children()))
+    return frozenset(found)
+
+
+def _sequence(seq: Any) -> list[Any]:
+    """A Scala ``Seq`` from py4j as a list."""
+    return [seq.apply(i) for i in range(seq.size())]
 
 
 @functools.cache
@@ -179,5 +243,5 @@ def check(spark: SparkSession, specs: Sequence[TableSpec]) -> list[TableSpec]:
                 query.schema  # noqa: B018 (analysis only)
             except PySparkException as error:
                 raise ConfigError(f"aggregate table {spec.name!r}: {_first_line(error)}") from None
-            typed.append(replace(resolved, fields=fields_read(query)))
+            typed.append(replace(resolved, fields=fields_read(query), lookups=lookups(query)))
     return typed

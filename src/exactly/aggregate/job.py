@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from exactly.aggregate.base import AggregateDB, Batch
-from exactly.aggregate.frame import aggregate, events_frame
+from exactly.aggregate.frame import aggregate, events_frame, source_fields
 from exactly.aggregate.spec import EVENT_COUNTS, TableSpec
 from exactly.errors import AggregateError
 from exactly.log import Log
@@ -162,8 +162,22 @@ def run(
             on_batch(batch_id, events, counted)
 
     counter = BatchCounter(db, plan, specs, note)
-    columns = ("partition", "offset", "value", "timestamp")
-    run_batches(spark, "aggregate", plan, counter, columns, start=start, failed=AggregateError)
+    columns = ["partition", "offset", "value", "timestamp"]
+    options: dict[str, str] = {}
+    fields = source_fields(specs)
+    if fields is not None:  # the source reads them in Arrow where it can (``frame.py``)
+        columns.append("fields")
+        options["fields"] = fields.option
+    run_batches(
+        spark,
+        "aggregate",
+        plan,
+        counter,
+        columns,
+        start=start,
+        failed=AggregateError,
+        options=options,
+    )
     return progress
 
 

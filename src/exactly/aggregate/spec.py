@@ -86,12 +86,15 @@ class Measure:
 @dataclass(frozen=True)
 class TableSpec:
     """A table: its group-by keys and measures; once checked (``frame.check``), also the event
-    fields its expressions read (``fields``; None before: every field is parsed)."""
+    fields its expressions read (``fields``; None before: every field is parsed) and the keys
+    they look up in ``properties`` and ``traits`` (``lookups``: (field, key) pairs; None before,
+    or when an expression reads one of those maps in another way)."""
 
     name: str
     keys: tuple[GroupKey, ...]
     measures: tuple[Measure, ...]
     fields: frozenset[str] | None = None
+    lookups: frozenset[tuple[str, str]] | None = None
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -117,7 +120,7 @@ class TableSpec:
             Measure(m.name, m.function, m.argument, _sum_kind(m, kinds[m.name]))
             for m in self.measures
         )
-        return TableSpec(self.name, keys, measures, self.fields)
+        return TableSpec(self.name, keys, measures, self.fields, self.lookups)
 
 
 def _sum_kind(measure: Measure, kind: str) -> Sum:

@@ -13,7 +13,7 @@ What they share, kept once:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -85,8 +85,11 @@ def run_batches(
     *,
     start: str,
     failed: type[ExactlyError],
+    options: Mapping[str, str] | None = None,
 ) -> None:
     """Run query ``name`` over ``plan.topic`` (``columns`` of each record) into ``function``.
+
+    ``options``: more options of the source (``fields``).
 
     ``start``: the starting offsets, which Spark uses only while the checkpoint is new. A failed
     micro-batch raises what ``function`` raised; ``failed`` with its text when that is not an
@@ -105,6 +108,7 @@ def run_batches(
     )
     if plan.max_records_per_trigger is not None:
         reader = reader.option("maxRecordsPerTrigger", str(plan.max_records_per_trigger))
+    reader = reader.options(**(options or {}))
     writer = (
         reader.load()
         .select(*columns)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, ClassVar
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
+from exactly.events.fields import Fields
 from exactly.spark import checkpoint, lease
 from exactly.spark.options import EXACTLY_ONCE, SinkOptions, SourceOptions, shared_log
 from exactly.spark.sink import Columns, LogStreamWriter, Stage
@@ -42,7 +43,11 @@ class LogDataSource(DataSource):
         return NAME
 
     def schema(self) -> str:
-        return source_schema(self.options.get("headers", "true").lower() != "false")
+        fields = self.options.get("fields")
+        return source_schema(
+            self.options.get("headers", "true").lower() != "false",
+            None if fields is None else Fields.parse(fields),
+        )
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return LogBatchReader(SourceOptions.parse(self.options))

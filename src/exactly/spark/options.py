@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from exactly.errors import ConfigError
+from exactly.events.fields import Fields
 from exactly.log import Log, open_log
 from exactly.log.base import DEFAULT_MAX_RECORD_BYTES, check_topic_name
 from exactly.spark import offsets
@@ -33,6 +34,7 @@ class SourceOptions:
     read_records: int = 5000  # records per log read, and per Arrow batch
     read_tasks: int | None = None  # at most this many read tasks (None: one per partition)
     headers: bool = True  # False: no headers column (its decoding costs as much as the rest)
+    fields: Fields | None = None  # JSON fields read from each value in Arrow (``source.py``)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -44,16 +46,21 @@ class SourceOptions:
         limit = options.get("maxRecordsPerTrigger")
         per_trigger = None if limit is None else _positive(limit, "maxRecordsPerTrigger")
         tasks = options.get("readTasks")
+        arrow = _flag(options.get("arrow", "true"), "arrow")
+        fields = options.get("fields")
+        if fields is not None and not arrow:
+            raise ConfigError("option fields needs option arrow=true: the fields are read in Arrow")
         return cls(
             log=log,
             topic=topic,
             starting=starting,
             ending=ending,
             max_records_per_trigger=per_trigger,
-            arrow=_flag(options.get("arrow", "true"), "arrow"),
+            arrow=arrow,
             read_records=_positive(options.get("readRecords", "5000"), "readRecords"),
             read_tasks=None if tasks is None else _positive(tasks, "readTasks"),
             headers=_flag(options.get("headers", "true"), "headers"),
+            fields=None if fields is None else Fields.parse(fields),
         )
 
 

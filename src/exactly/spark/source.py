@@ -5,6 +5,14 @@ timestamp, ``headers`` array<struct<key: string, value: binary>> (as Spark's Kaf
 option ``headers=false`` leaves the last out, for queries that never read it: decoding headers
 costs as much as the rest of a read.
 
+Option ``fields`` (``"type string, timestamp timestamp"``: top-level fields of JSON values, each
+``string`` or ``timestamp``) adds a column ``fields``: the struct of those fields, read in the
+Python worker by Arrow's JSON reader where it reads a value exactly as Spark's ``from_json``
+would (``exactly.events.fields``), and null where it cannot be sure; the ``value`` of a record
+whose fields were read is null, so that only the others cross to the JVM. Each record has one of
+the two, and ``coalesce(fields, from_json(CAST(value AS STRING), <the same fields>))`` is what
+``from_json`` alone gives, at a fraction of its cost (the aggregate job reads events this way).
+
 Guarantees of the streaming source: a micro-batch is the offset range ``[start, end)`` of every
 partition, recorded by Spark in the checkpoint before it runs, and reading a range again yields the
 same records in the same order, so a replayed batch is the same batch. Each partition's range is
@@ -38,6 +46,8 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from exactly.collection import collection_paused
+from exactly.events.fields import Fields
+from exactly.events.fields import parse as parse_fields
 from exactly.log import LogRecord
 from exactly.spark import offsets
 from exactly.spark.options import SourceOptions, shared_log
@@ -61,9 +71,11 @@ ARROW_SCHEMA_WITHOUT_HEADERS = ARROW_SCHEMA.remove(ARROW_SCHEMA.get_field_index(
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def schema(headers: bool) -> str:
-    """The source's columns: all of them, or all but ``headers`` (option ``headers=false``)."""
-    return SCHEMA if headers else SCHEMA_WITHOUT_HEADERS
+def schema(headers: bool, fields: Fields | None = None) -> str:
+    """The source's columns: all of them, or all but ``headers`` (option ``headers=false``), then
+    ``fields`` when asked (option ``fields``)."""
+    columns = SCHEMA if headers else SCHEMA_WITHOUT_HEADERS
+    return columns if fields is None else f"{columns}, fields struct<{fields.ddl}>"
 
 
 @dataclass(frozen=True)
@@ -138,28 +150,39 @@ def read_range(options: SourceOptions, task: OffsetRange) -> Iterator[Any]:
                 if not batch:
                     return
             offset = batch[-1].offset + 1
-            arrow = to_arrow(batch, options.headers) if options.arrow else None
+            arrow = to_arrow(batch, options.headers, options.fields) if options.arrow else None
         if arrow is not None:
             yield arrow
         else:
             yield from to_rows(batch, options.headers)
 
 
-def to_arrow(records: Sequence[LogRecord], headers: bool = True) -> pa.RecordBatch:
+def to_arrow(
+    records: Sequence[LogRecord], headers: bool = True, fields: Fields | None = None
+) -> pa.RecordBatch:
     """Log records as one Arrow record batch of :data:`ARROW_SCHEMA` (without ``headers``:
-    :data:`ARROW_SCHEMA_WITHOUT_HEADERS`)."""
+    :data:`ARROW_SCHEMA_WITHOUT_HEADERS`), then the ``fields`` column when asked."""
     partitions, positions, keys, values, found, stamps = zip(*records, strict=True)
     millis = pa.array(stamps, pa.int64())
+    value_column = pa.array(values, pa.binary())
+    read = None if fields is None else parse_fields(values, fields)
+    if read is not None:  # a value whose fields were read does not cross to the JVM
+        value_column = pc.if_else(pc.is_null(read), value_column, pa.scalar(None, pa.binary()))
     columns = [
         pa.array(partitions, pa.int32()),
         pa.array(positions, pa.int64()),
         pa.array(keys, pa.binary()),
-        pa.array(values, pa.binary()),
+        value_column,
         pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC")),
     ]
-    if not headers:
-        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA_WITHOUT_HEADERS)
-    return pa.RecordBatch.from_arrays([*columns, header_column(found)], schema=ARROW_SCHEMA)
+    schema = ARROW_SCHEMA_WITHOUT_HEADERS
+    if headers:
+        columns.append(header_column(found))
+        schema = ARROW_SCHEMA
+    if read is not None:
+        columns.append(read)
+        schema = schema.append(pa.field("fields", read.type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def header_column(found: Sequence[Sequence[tuple[str, bytes]]]) -> pa.ListArray:

@@ -1,0 +1,259 @@
+"""Event fields read from JSON values in Arrow, for the values Spark's ``from_json`` would read
+the same way, and only those.
+
+The aggregate job counts by a few top-level fields of each event (``type``, ``event``,
+``sourceId``, ``timestamp``, ``receivedAt`` for the event counts). Spark's ``from_json`` reads
+them in the JVM at about 6 µs of CPU an event, most of the job's cost; Arrow's JSON reader
+(RapidJSON) reads them in under 1 µs in the source's Python worker, which already holds the
+values. But the two parsers do not agree on everything (JSON Spark accepts and RapidJSON refuses,
+a number where a string belongs, time formats, limits), and a count must not depend on which one
+read an event. So :func:`parse` is strict, and a value it is not sure of is left for
+``from_json``:
+
+1. **Shape.** A value must start with ``{`` (no byte-order mark, no blank) and stay within the
+   limits of Spark's parser (Jackson's): under :data:`MAX_VALUE_BYTES`, and when over
+   :data:`LIMIT` bytes, fewer than :data:`LIMIT` opening brackets and no run of :data:`LIMIT`
+   characters a number could be made of.
+2. **RapidJSON parses it** to exactly one object, with every wanted field absent, null or of its
+   kind: a string for a ``string`` field (Spark would give a number's or an object's JSON text,
+   RapidJSON refuses them), a string for a ``timestamp``. A batch that fails is split in halves
+   until the values at fault are found alone.
+3. **Times in one form.** A ``timestamp`` is read only from RFC 3339 text with its zone
+   (``2026-11-26T06:00:00.123Z``, ``+02:00``), a year from 1900 to 2999 and at most six digits of
+   fraction (:data:`TIMESTAMP`), and only when Arrow's cast to UTC microseconds takes it (a 30
+   February does not pass): a naive time would depend on Spark's session time zone.
+
+Every value left over is null in the result, and the caller hands it to ``from_json``:
+``tests/integration/test_event_fields.py`` runs both parsers through Spark over valid, odd and
+broken events and holds them to the same fields.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from itertools import compress
+
+import numpy as np
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
+import pyarrow.json as pa_json  # type: ignore[import-untyped]
+
+from exactly.errors import ConfigError
+
+KINDS = {"string": pa.string(), "timestamp": pa.timestamp("us", tz="UTC")}
+MAX_VALUE_BYTES = 50_000  # Spark's parser refuses a field name of more than 50,000 characters
+LIMIT = 1000  # nor a number of 1,000 characters or 1,000 levels of nesting
+_NUMBER = np.zeros(256, np.bool_)
+_NUMBER[list(b"-+.0123456789eE")] = True
+_OPENER = np.zeros(256, np.bool_)
+_OPENER[list(b"[{")] = True
+TIMESTAMP = (
+    r"^(19|2[0-9])[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+    r"T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?"
+    r"(Z|[+-](0[0-9]|1[0-7]):[0-5][0-9])$"
+)
+
+
+@dataclass(frozen=True)
+class Field:
+    """A top-level field: ``string``, ``timestamp``, or ``map`` (Spark's ``map<string, string>``,
+    of which only ``keys`` are read, each only where its value is a JSON string)."""
+
+    name: str
+    kind: str
+    keys: tuple[str, ...] = ()
+
+    @property
+    def ddl(self) -> str:
+        return f"`{self.name}` {'map<string, string>' if self.kind == 'map' else self.kind}"
+
+    @property
+    def arrow_type(self) -> pa.DataType:
+        return pa.map_(pa.string(), pa.string()) if self.kind == "map" else KINDS[self.kind]
+
+    @property
+    def as_read(self) -> pa.DataType:
+        """What RapidJSON reads: a map's keys as a struct, a time as its text (step 3)."""
+        if self.kind == "map":
+            return pa.struct([(key, pa.string()) for key in self.keys])
+        return pa.string()
+
+
+@dataclass(frozen=True)
+class Fields:
+    """The fields read from each value, in order."""
+
+    fields: tuple[Field, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> Fields:
+        """Fields from their option text (:attr:`option`)."""
+        problem = "write a JSON list of [name, kind] or [name, 'map', [key, ...]]"
+        try:
+            fields = tuple(
+                Field(str(name), str(kind), tuple(map(str, keys[0])) if keys else ())
+                for name, kind, *keys in json.loads(text)
+            )
+        except (ValueError, TypeError):
+            raise ConfigError(f"option fields is {text!r}: {problem}") from None
+        names = [f.name for f in fields]
+        for field in fields:
+            if field.kind not in (*KINDS, "map") or (field.kind == "map") != bool(field.keys):
+                raise ConfigError(f"option fields: {field.name} is {field.kind}; {problem}")
+        if not fields or len(set(names)) < len(names):
+            raise ConfigError(f"option fields is {text!r}: name each field once")
+        return cls(fields)
+
+    @property
+    def option(self) -> str:
+        return json.dumps(
+            [[f.name, f.kind, *([list(f.keys)] if f.keys else [])] for f in self.fields]
+        )
+
+    @property
+    def ddl(self) -> str:
+        """The fields as Spark's DDL (the source's column, ``from_json``'s schema)."""
+        return ", ".join(field.ddl for field in self.fields)
+
+    @property
+    def arrow_type(self) -> pa.StructType:
+        return pa.struct([(f.name, f.arrow_type) for f in self.fields])
+
+    @property
+    def as_read(self) -> pa.Schema:
+        return pa.schema([(f.name, f.as_read) for f in self.fields])
+
+
+def parse(values: Sequence[bytes], fields: Fields) -> pa.StructArray:
+    """Each value's ``fields``, or null where ``from_json`` has to read it (module docstring)."""
+    array = pa.array(values, pa.binary())
+    # 1. the shape
+    shaped = pc.and_kleene(
+        pc.starts_with(array, pattern="{"), pc.less(pc.binary_length(array), MAX_VALUE_BYTES)
+    )
+    taken = pc.fill_null(shaped, False).to_numpy(zero_copy_only=False)
+    long = np.flatnonzero(taken & (pc.binary_length(array).to_numpy(zero_copy_only=False) >= LIMIT))
+    if len(long):
+        taken[long] = _within_limits([values[n] for n in long.tolist()])
+    chosen = list(compress(values, taken))
+    # 2. RapidJSON
+    read, good = _read_all(chosen, fields.as_read)
+    columns = []
+    for field in fields.fields:
+        column = read.column(field.name).combine_chunks()
+        if field.kind == "timestamp":
+            # 3. times in one form
+            column, formed = _timestamps(column)
+            good &= formed
+        elif field.kind == "map":
+            column = _map(column, field.keys)
+        columns.append(column)
+    # each row's place among the chosen values, or -1: null (left for from_json)
+    places = np.full(len(values), -1, np.int64)
+    at = np.flatnonzero(taken)
+    places[at] = np.where(good, np.arange(len(chosen)), -1)
+    missing = places < 0
+    indices = pa.array(places, pa.int64(), mask=missing)
+    return pa.StructArray.from_arrays(
+        [pc.take(column, indices) for column in columns],
+        fields=list(fields.arrow_type),
+        mask=pa.array(missing, pa.bool_()),
+    )
+
+
+def _within_limits(values: Sequence[bytes]) -> np.ndarray:
+    """Whether each value (non-empty) has fewer than :data:`LIMIT` opening brackets and no run of
+    :data:`LIMIT` number characters, counted over all the values' bytes at once."""
+    lengths = np.fromiter(map(len, values), np.int64, len(values))
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    data = np.frombuffer(b"".join(values), np.uint8)
+    ok = np.add.reduceat(_OPENER[data].astype(np.int64), starts) < LIMIT
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], _NUMBER[data], [0]]).astype(np.int8)))
+    run_starts, run_ends = edges[::2], edges[1::2]
+    long_runs = run_starts[run_ends - run_starts >= LIMIT]
+    ok[np.searchsorted(starts, long_runs, side="right") - 1] = False
+    return ok
+
+
+def _read_all(values: Sequence[bytes], schema: pa.Schema) -> tuple[pa.Table, np.ndarray]:
+    """``values`` read by RapidJSON, one row each (null where it failed), and which rows are
+    good (step 2)."""
+    tables, good = [schema.empty_table()], [np.zeros(0, np.bool_)]
+    for table, size in _read(values, 0, len(values), schema):
+        good.append(np.full(size, table is not None, np.bool_))
+        if table is None:
+            table = pa.Table.from_arrays([pa.nulls(size, f.type) for f in schema], schema=schema)
+        tables.append(table)
+    return pa.concat_tables(tables), np.concatenate(good)
+
+
+def _read(
+    values: Sequence[bytes], start: int, end: int, schema: pa.Schema
+) -> Iterator[tuple[pa.Table | None, int]]:
+    """The rows of ``values[start:end]`` in order, as tables of the rows RapidJSON read and
+    ``None`` for a value it could not read alone; a range that fails is split in halves."""
+    if start == end:
+        return
+    block = b"\n".join(values[start:end])
+    try:
+        block.decode()  # RapidJSON leaves invalid UTF-8 in strings; Spark would replace it
+        table = pa_json.read_json(
+            pa.py_buffer(block),
+            read_options=pa_json.ReadOptions(use_threads=False, block_size=len(block) + 1),
+            parse_options=pa_json.ParseOptions(
+                explicit_schema=schema, unexpected_field_behavior="ignore"
+            ),
+        )
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        table = None
+    if table is not None and table.num_rows == end - start:
+        yield table, end - start
+    elif end - start == 1:
+        yield None, 1
+    else:
+        middle = (start + end) // 2
+        yield from _read(values, start, middle, schema)
+        yield from _read(values, middle, end, schema)
+
+
+def _map(read: pa.StructArray, keys: tuple[str, ...]) -> pa.MapArray:
+    """The keys of ``read`` that have a value, as a map (null where the object was absent)."""
+    count = len(read)
+    present = np.stack(
+        [pc.is_valid(read.field(n)).to_numpy(zero_copy_only=False) for n in range(len(keys))],
+        axis=1,
+    ).reshape(count, len(keys))
+    rows, slots = np.nonzero(present)  # row-major: each row's keys in order
+    values = pa.concat_arrays([read.field(n) for n in range(len(keys))])
+    offsets = np.concatenate([[0], np.cumsum(present.sum(axis=1))]).astype(np.int32)
+    return pa.MapArray.from_arrays(
+        pa.array(offsets, pa.int32()),
+        pa.array(np.array(keys, dtype=object)[slots], pa.string()),
+        pc.take(values, pa.array(slots * count + rows, pa.int64())),
+        mask=pc.is_null(read),
+    )
+
+
+def _timestamps(text: pa.StringArray) -> tuple[pa.TimestampArray, np.ndarray]:
+    """The RFC 3339 times of ``text`` in UTC microseconds, and which rows are good (step 3):
+    null text, or text of :data:`TIMESTAMP` that Arrow's cast takes."""
+    utc = KINDS["timestamp"]
+    formed = pc.match_substring_regex(text, pattern=TIMESTAMP)
+    kept = pc.if_else(formed, text, pa.scalar(None, pa.string()))
+    try:
+        times = pc.cast(kept, utc)
+    except pa.ArrowInvalid:  # a date that is not in the calendar: each alone
+        times = pa.array([_one_time(value) for value in kept.to_pylist()], utc)
+    ok = pc.fill_null(pc.or_kleene(pc.is_null(text), pc.is_valid(times)), False)
+    return times, ok.to_numpy(zero_copy_only=False)
+
+
+def _one_time(value: str | None) -> object:
+    if value is None:
+        return None
+    try:
+        return pc.cast(pa.array([value]), KINDS["timestamp"])[0].as_py()
+    except pa.ArrowInvalid:
+        return None
