@@ -19,7 +19,9 @@ Each is timed from the call to its end (the jobs' one-off preparation, such as c
 outside the clock); events/s = events / seconds. Medians of ``--repeat`` rounds after one warm-up
 round; prints a markdown table with the ratios. ``--compare-headers`` runs only the aggregate
 job, alternating a source that reads the headers column (as before the jobs set
-``headers=false``) with one that does not; ``--compare-trips`` only the dedupe job, alternating
+``headers=false``) with one that does not; ``--compare-fields`` only the aggregate job,
+alternating ``from_json`` over every event (as before) with the source reading the event counts'
+fields in Arrow (``exactly.events.fields``); ``--compare-trips`` only the dedupe job, alternating
 its claims in a ``mapInArrow`` before the sink (as before) with its claims in the sink's worker.
 """
 
@@ -173,9 +175,10 @@ class Jobs:
         )
         run_query(writer, until_caught_up=True, trigger_seconds=1.0, on_batch=None)
 
-    def aggregate(self, headers: bool = False) -> float:
+    def aggregate(self, headers: bool = False, fields: bool = True) -> float:
         """``exactly aggregate``'s query; ``headers``: the source reads the headers column too
-        (as it did before the jobs set ``headers=false``)."""
+        (as it did before the jobs set ``headers=false``); ``fields=False``: ``from_json`` parses
+        every event (as before the source read the event counts' fields in Arrow)."""
         from exactly.aggregate import frame, job, open_db
         from exactly.errors import AggregateError
         from exactly.spark.batches import run_batches
@@ -184,6 +187,9 @@ class Jobs:
         plan = job.AggregatePlan(self.log_url, data / "checkpoint", until_caught_up=True)
         specs = frame.check(self.spark, plan.tables)  # type: ignore[arg-type]
         columns = ["partition", "offset", "value", "timestamp"] + (["headers"] if headers else [])
+        read = frame.source_fields(specs) if fields else None
+        options = {} if read is None else {"fields": read.option}
+        columns += [] if read is None else ["fields"]
         with open_db(f"sqlite://{data / 'counts.db'}") as db, open_log(self.log_url) as log:
             start = job.prepare(log, db, plan, specs)
             counter = job.BatchCounter(db, plan, specs)
@@ -196,6 +202,7 @@ class Jobs:
                 columns,
                 start=start,
                 failed=AggregateError,
+                options=options,
             )
             return time.perf_counter() - began
 
@@ -208,6 +215,11 @@ def main() -> None:
         "--compare-headers",
         action="store_true",
         help="only the aggregate job, its source reading the headers column and not",
+    )
+    parser.add_argument(
+        "--compare-fields",
+        action="store_true",
+        help="only the aggregate job, from_json parsing every event and the source's fields",
     )
     parser.add_argument(
         "--compare-trips",
@@ -238,6 +250,13 @@ def main() -> None:
                     headers=True
                 ),
                 "exactly aggregate, headers=false (now)": jobs.aggregate,
+            }
+        if args.compare_fields:
+            order = {
+                "exactly aggregate, from_json for every event (before)": lambda: jobs.aggregate(
+                    fields=False
+                ),
+                "exactly aggregate, the source's fields in Arrow (now)": jobs.aggregate,
             }
         if args.compare_trips:
             order = {

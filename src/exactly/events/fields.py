@@ -126,9 +126,15 @@ class Fields:
         return pa.schema([(f.name, f.as_read) for f in self.fields])
 
 
-def parse(values: Sequence[bytes], fields: Fields) -> pa.StructArray:
-    """Each value's ``fields``, or null where ``from_json`` has to read it (module docstring)."""
-    array = pa.array(values, pa.binary())
+def parse(
+    values: Sequence[bytes], fields: Fields, array: pa.BinaryArray | None = None
+) -> pa.StructArray:
+    """Each value's ``fields``, or null where ``from_json`` has to read it (module docstring).
+
+    ``array``: ``values`` as an Arrow array, when the caller has one.
+    """
+    if array is None:
+        array = pa.array(values, pa.binary())
     # 1. the shape
     shaped = pc.and_kleene(
         pc.starts_with(array, pattern="{"), pc.less(pc.binary_length(array), MAX_VALUE_BYTES)

@@ -5,13 +5,13 @@ timestamp, ``headers`` array<struct<key: string, value: binary>> (as Spark's Kaf
 option ``headers=false`` leaves the last out, for queries that never read it: decoding headers
 costs as much as the rest of a read.
 
-Option ``fields`` (``"type string, timestamp timestamp"``: top-level fields of JSON values, each
-``string`` or ``timestamp``) adds a column ``fields``: the struct of those fields, read in the
+Option ``fields`` (top-level fields of JSON values, as ``Fields.option`` writes them: text, times,
+and keys of maps of text) adds a column ``fields``: the struct of those fields, read in the
 Python worker by Arrow's JSON reader where it reads a value exactly as Spark's ``from_json``
 would (``exactly.events.fields``), and null where it cannot be sure; the ``value`` of a record
 whose fields were read is null, so that only the others cross to the JVM. Each record has one of
-the two, and ``coalesce(fields, from_json(CAST(value AS STRING), <the same fields>))`` is what
-``from_json`` alone gives, at a fraction of its cost (the aggregate job reads events this way).
+the two, and ``coalesce(fields, from_json(CAST(value AS STRING), <Fields.ddl>))`` is what
+``from_json`` alone gives, for a fraction of its CPU (the aggregate job reads events this way).
 
 Guarantees of the streaming source: a micro-batch is the offset range ``[start, end)`` of every
 partition, recorded by Spark in the checkpoint before it runs, and reading a range again yields the
@@ -165,7 +165,7 @@ def to_arrow(
     partitions, positions, keys, values, found, stamps = zip(*records, strict=True)
     millis = pa.array(stamps, pa.int64())
     value_column = pa.array(values, pa.binary())
-    read = None if fields is None else parse_fields(values, fields)
+    read = None if fields is None else parse_fields(values, fields, value_column)
     if read is not None:  # a value whose fields were read does not cross to the JVM
         value_column = pc.if_else(pc.is_null(read), value_column, pa.scalar(None, pa.binary()))
     columns = [
