@@ -179,3 +179,13 @@ def test_bad_options_fail_with_one_clear_line(spark: SparkSession, tmp_path: Pat
     error = from_spark(caught.value)
     assert isinstance(error, ConfigError)
     assert str(error).startswith("option startingOffsets is 'yesterday': use earliest, latest")
+    for options, message in (
+        ({"fields": "type string"}, "option fields is 'type string': write a JSON list"),
+        ({"fields": '[["type", "string"]]', "arrow": "false"}, "option fields needs option arrow"),
+    ):
+        reader = spark.read.format("exactly").option("log", f"sqlite://{tmp_path}")
+        with pytest.raises(Exception, match="option fields") as caught:
+            reader.option("topic", "t").options(**options).load().collect()
+        error = from_spark(caught.value)
+        assert isinstance(error, ConfigError)
+        assert str(error).startswith(message)
