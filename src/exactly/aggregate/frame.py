@@ -2,9 +2,10 @@
 
 ``events_frame`` parses a record value once, into the event fields the tables read and no others:
 Spark does not prune a ``from_json`` whose struct several columns read, and parsing every field
-(the context's dozens) cost 5-7% more time. When those fields are all text and times
-(:func:`source_fields`; the event counts' are), the source reads them in Arrow (its ``fields``
-column) and ``from_json`` in the JVM reads only the values Arrow left to it (``source.py``).
+(the context's dozens) cost 5-7% more time. When those fields are all text, times and keys
+looked up in ``properties`` or ``traits`` (:func:`source_fields`; the event counts' are), the
+source reads them in Arrow (its ``fields`` column) and ``from_json`` in the JVM reads only the
+values Arrow left to it (``exactly.events.fields``; docs/aggregate.md, "Parsing in Arrow").
 Spark parses with partial results, so a field of the wrong type is null by itself and leaving
 fields out changes no other field's value. ``aggregate`` turns a frame into one row per group of
 a table, with every key as text or a UTC time string and every measure added up, ready for the

@@ -2,22 +2,24 @@
 the same way, and only those.
 
 The aggregate job counts by a few top-level fields of each event (``type``, ``event``,
-``sourceId``, ``timestamp``, ``receivedAt`` for the event counts). Spark's ``from_json`` reads
-them in the JVM at about 6 µs of CPU an event, most of the job's cost; Arrow's JSON reader
-(RapidJSON) reads them in under 1 µs in the source's Python worker, which already holds the
-values. But the two parsers do not agree on everything (JSON Spark accepts and RapidJSON refuses,
-a number where a string belongs, time formats, limits), and a count must not depend on which one
-read an event. So :func:`parse` is strict, and a value it is not sure of is left for
-``from_json``:
+``sourceId``, ``timestamp``, ``receivedAt`` and ``properties.revenue`` for the event counts).
+Spark's ``from_json`` reads them in the JVM at about 6 µs of CPU an event, the job's largest
+cost; Arrow's JSON reader (RapidJSON) reads them in about 1 µs in the source's Python worker,
+which already holds the values. But the two parsers do not agree on everything (JSON Spark
+accepts and RapidJSON refuses, a number where a string belongs, time formats, limits), and a
+count must not depend on which one read an event. So :func:`parse` is strict, and a value it is
+not sure of is left for ``from_json``:
 
 1. **Shape.** A value must start with ``{`` (no byte-order mark, no blank) and stay within the
    limits of Spark's parser (Jackson's): under :data:`MAX_VALUE_BYTES`, and when over
    :data:`LIMIT` bytes, fewer than :data:`LIMIT` opening brackets and no run of :data:`LIMIT`
    characters a number could be made of.
-2. **RapidJSON parses it** to exactly one object, with every wanted field absent, null or of its
-   kind: a string for a ``string`` field (Spark would give a number's or an object's JSON text,
-   RapidJSON refuses them), a string for a ``timestamp``. A batch that fails is split in halves
-   until the values at fault are found alone.
+2. **RapidJSON parses it** to exactly one object, in valid UTF-8, with every wanted field
+   absent, null or of its kind: a string for a ``string`` or a ``timestamp`` field (where Spark
+   would give a number's or an object's JSON text, RapidJSON refuses them), an object for a
+   ``map`` with each key read absent, null or a string (Spark writes a number in its own way,
+   ``1.0E10`` for ``1e10``). A batch that fails is split in halves until the values at fault
+   are found alone.
 3. **Times in one form.** A ``timestamp`` is read only from RFC 3339 text with its zone
    (``2026-11-26T06:00:00.123Z``, ``+02:00``), a year from 1900 to 2999 and at most six digits of
    fraction (:data:`TIMESTAMP`), and only when Arrow's cast to UTC microseconds takes it (a 30

@@ -11,7 +11,8 @@ Python worker by Arrow's JSON reader where it reads a value exactly as Spark's `
 would (``exactly.events.fields``), and null where it cannot be sure; the ``value`` of a record
 whose fields were read is null, so that only the others cross to the JVM. Each record has one of
 the two, and ``coalesce(fields, from_json(CAST(value AS STRING), <Fields.ddl>))`` is what
-``from_json`` alone gives, for a fraction of its CPU (the aggregate job reads events this way).
+``from_json`` alone gives for those fields (of a map, for the keys named), for a fraction of its
+CPU (the aggregate job reads events this way).
 
 Guarantees of the streaming source: a micro-batch is the offset range ``[start, end)`` of every
 partition, recorded by Spark in the checkpoint before it runs, and reading a range again yields the
