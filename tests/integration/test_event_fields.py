@@ -242,6 +242,8 @@ def corpus() -> tuple[list[bytes], int]:
     rng = random.Random(16)
     valid = [orjson.dumps(event(rng)) for _ in range(2000)]
     valid += [orjson.dumps({"type": "track", "timestamp": t}) for t in READ_TIMES]
+    agent = {"userAgent": "Mozilla/5.0 (X11; Linux x86_64) " * 60}  # over 1,000 bytes
+    valid += [orjson.dumps({**event(rng), "context": agent}) for _ in range(20)]
     values = list(valid)
     values += [json.dumps({"type": t, "event": t}).encode() for t in TEXTS]
     values += [json.dumps({"type": "a", "timestamp": t}).encode() for t in TIMES]
