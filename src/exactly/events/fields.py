@@ -33,6 +33,7 @@ broken events and holds them to the same fields.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import compress
@@ -127,6 +128,16 @@ class Fields:
     def as_read(self) -> pa.Schema:
         return pa.schema([(f.name, f.as_read) for f in self.fields])
 
+    @property
+    def not_text(self) -> str:
+        """A pattern (RE2) found in a value where a text or time field, or a key read, holds
+        neither a string nor null: such a value fails RapidJSON's read (the pattern may also find
+        a nested key of that name, which only leaves its value to ``from_json``)."""
+        names = [f.name for f in self.fields if f.kind != "map"]
+        names += [key for f in self.fields for key in f.keys]
+        quoted = "|".join(re.sub(r"([\\.+*?()|\[\]{}^$])", r"\\\1", n) for n in sorted(set(names)))
+        return rf'"(?:{quoted})"\s*:\s*[^"n\s]'
+
 
 def parse(
     values: Sequence[bytes], fields: Fields, array: pa.BinaryArray | None = None
@@ -146,8 +157,16 @@ def parse(
     if len(long):
         taken[long] = _within_limits([values[n] for n in long.tolist()])
     chosen = list(compress(values, taken))
-    # 2. RapidJSON
-    read, good = _read_all(chosen, fields.as_read)
+    # 2. RapidJSON: all at once, else without the values where a field is not text (a number
+    # for revenue, say), split in halves where it still fails
+    read = _read_block(chosen, fields.as_read)
+    if read is not None:
+        good = np.ones(len(chosen), np.bool_)
+    else:
+        found = pc.match_substring_regex(array, pattern=fields.not_text)
+        taken &= ~pc.fill_null(found, False).to_numpy(zero_copy_only=False)
+        chosen = list(compress(values, taken))
+        read, good = _read_all(chosen, fields.as_read)
     columns = []
     for field in fields.fields:
         column = read.column(field.name).combine_chunks()
@@ -172,8 +191,9 @@ def parse(
 
 
 def _within_limits(values: Sequence[bytes]) -> np.ndarray:
-    """Whether each value (non-empty) has fewer than :data:`LIMIT` opening brackets and no run of
-    :data:`LIMIT` number characters, counted over all the values' bytes at once."""
+    """Whether each value has fewer than :data:`LIMIT` opening brackets and no run of
+    :data:`LIMIT` number characters, counted over all the values' bytes at once (each value
+    starts with ``{``, so no run goes on from one value into the next)."""
     lengths = np.fromiter(map(len, values), np.int64, len(values))
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     data = np.frombuffer(b"".join(values), np.uint8)
@@ -204,19 +224,8 @@ def _read(
     ``None`` for a value it could not read alone; a range that fails is split in halves."""
     if start == end:
         return
-    block = b"\n".join(values[start:end])
-    try:
-        block.decode()  # RapidJSON leaves invalid UTF-8 in strings; Spark would replace it
-        table = pa_json.read_json(
-            pa.py_buffer(block),
-            read_options=pa_json.ReadOptions(use_threads=False, block_size=len(block) + 1),
-            parse_options=pa_json.ParseOptions(
-                explicit_schema=schema, unexpected_field_behavior="ignore"
-            ),
-        )
-    except (pa.ArrowInvalid, UnicodeDecodeError):
-        table = None
-    if table is not None and table.num_rows == end - start:
+    table = _read_block(values[start:end], schema)
+    if table is not None:
         yield table, end - start
     elif end - start == 1:
         yield None, 1
@@ -242,6 +251,23 @@ def _map(read: pa.StructArray, keys: tuple[str, ...]) -> pa.MapArray:
         pc.take(values, pa.array(slots * count + rows, pa.int64())),
         mask=pc.is_null(read),
     )
+
+
+def _read_block(values: Sequence[bytes], schema: pa.Schema) -> pa.Table | None:
+    """``values`` read by RapidJSON in one call, one row each; None if any fails."""
+    block = b"\n".join(values)
+    try:
+        block.decode()  # RapidJSON leaves invalid UTF-8 in strings; Spark would replace it
+        table = pa_json.read_json(
+            pa.py_buffer(block),
+            read_options=pa_json.ReadOptions(use_threads=False, block_size=len(block) + 1),
+            parse_options=pa_json.ParseOptions(
+                explicit_schema=schema, unexpected_field_behavior="ignore"
+            ),
+        )
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        return None
+    return table if table.num_rows == len(values) else None
 
 
 def _timestamps(text: pa.StringArray) -> tuple[pa.TimestampArray, np.ndarray]:
