@@ -3,12 +3,13 @@ the same way, and only those.
 
 The aggregate job counts by a few top-level fields of each event (``type``, ``event``,
 ``sourceId``, ``timestamp``, ``receivedAt`` and ``properties.revenue`` for the event counts).
-Spark's ``from_json`` reads them in the JVM at about 3 µs of CPU an event, the job's largest
-cost; Arrow's JSON reader (RapidJSON) reads them in 1 to 2 µs in the source's Python worker,
-which already holds the values, and those values then need not cross to the JVM. But the two parsers do not agree on everything (JSON Spark
-accepts and RapidJSON refuses, a number where a string belongs, time formats, limits), and a
-count must not depend on which one read an event. So :func:`parse` is strict, and a value it is
-not sure of is left for ``from_json``:
+Spark's ``from_json`` reads them in the JVM, the job's largest cost; Arrow's JSON reader
+(RapidJSON) reads them in 1 to 2 µs an event in the source's Python worker, which already holds
+the values, and a value read there need not cross to the JVM (docs/aggregate.md has the figures).
+But the two parsers do not agree on everything (JSON Spark accepts and RapidJSON refuses, a
+number where a string belongs, time formats, limits), and a count must not depend on which one
+read an event. So :func:`parse` is strict, and a value it is not sure of is left for
+``from_json``:
 
 1. **Shape.** A value must start with ``{`` (no byte-order mark, no blank) and stay within the
    limits of Spark's parser (Jackson's): under :data:`MAX_VALUE_BYTES`, and when over
