@@ -46,6 +46,13 @@ SOURCES = {"web": "demo-web-write-key", "ios": "demo-ios-write-key"}
 BATCH = 500
 
 
+def iso_millis(moment: float) -> str:
+    """``moment`` as the SDKs write times: ISO 8601 in UTC, to the millisecond."""
+    return (
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(moment)) + f".{int(moment % 1 * 1000):03d}Z"
+    )
+
+
 def generate_events(count: int, rng: random.Random, now: float) -> Iterator[dict[str, Any]]:
     """Segment events of about 300 bytes from the last few minutes, a few from an hour ago."""
     for _ in range(count):
@@ -206,13 +213,15 @@ def send(
         for at in range(0, len(pending), BATCH):
             chunk = pending[at : at + BATCH]
             source = names[(at // BATCH + index) % len(names)]
-            body = json.dumps({"batch": chunk, "sentAt": chunk[0]["timestamp"]}).encode()
             auth = base64.b64encode(f"{SOURCES[source]}:".encode()).decode()
             headers = {"Content-Type": "application/json", "Authorization": f"Basic {auth}"}
             if rate is not None:
                 wait = began + sent / (rate / clients) - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)
+            # sentAt is when the client sends, by its clock (right here): the collector corrects
+            # each timestamp by the gap to its own clock, so a late event stays where it was
+            body = json.dumps({"batch": chunk, "sentAt": iso_millis(time.time())}).encode()
             attempts = 2 if rng.random() < resend_rate else 1
             started = time.time()
             for attempt in range(attempts):
