@@ -186,10 +186,8 @@ class Jobs:
         data = self._fresh("aggregate")
         plan = job.AggregatePlan(self.log_url, data / "checkpoint", until_caught_up=True)
         specs = frame.check(self.spark, plan.tables)  # type: ignore[arg-type]
-        columns = ["partition", "offset", "value", "timestamp"] + (["headers"] if headers else [])
-        read = frame.source_fields(specs) if fields else None
-        options = {} if read is None else {"fields": read.option}
-        columns += [] if read is None else ["fields"]
+        columns, options = job.source_reading(specs if fields else [])
+        columns += ["headers"] if headers else []
         with open_db(f"sqlite://{data / 'counts.db'}") as db, open_log(self.log_url) as log:
             start = job.prepare(log, db, plan, specs)
             counter = job.BatchCounter(db, plan, specs)

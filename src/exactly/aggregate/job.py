@@ -162,12 +162,7 @@ def run(
             on_batch(batch_id, events, counted)
 
     counter = BatchCounter(db, plan, specs, note)
-    columns = ["partition", "offset", "value", "timestamp"]
-    options: dict[str, str] = {}
-    fields = source_fields(specs)
-    if fields is not None:  # the source reads them in Arrow where it can (``frame.py``)
-        columns.append("fields")
-        options["fields"] = fields.option
+    columns, options = source_reading(specs)
     run_batches(
         spark,
         "aggregate",
@@ -179,6 +174,17 @@ def run(
         options=options,
     )
     return progress
+
+
+def source_reading(specs: Sequence[TableSpec]) -> tuple[list[str], dict[str, str]]:
+    """The columns the job reads from the source, and the source's options beyond the usual:
+    the ``fields`` column and option when the source can read the tables' fields in Arrow
+    (``frame.source_fields``)."""
+    columns = ["partition", "offset", "value", "timestamp"]
+    fields = source_fields(specs)
+    if fields is None:
+        return columns, {}
+    return [*columns, "fields"], {"fields": fields.option}
 
 
 def say(line: str) -> None:

@@ -150,11 +150,10 @@ def parse(
     if array is None:
         array = pa.array(values, pa.binary())
     # 1. the shape
-    shaped = pc.and_kleene(
-        pc.starts_with(array, pattern="{"), pc.less(pc.binary_length(array), MAX_VALUE_BYTES)
-    )
+    lengths = pc.binary_length(array)
+    shaped = pc.and_kleene(pc.starts_with(array, pattern="{"), pc.less(lengths, MAX_VALUE_BYTES))
     taken = pc.fill_null(shaped, False).to_numpy(zero_copy_only=False)
-    long = np.flatnonzero(taken & (pc.binary_length(array).to_numpy(zero_copy_only=False) >= LIMIT))
+    long = np.flatnonzero(taken & (pc.fill_null(lengths, 0).to_numpy() >= LIMIT))
     if len(long):
         taken[long] = _within_limits([values[n] for n in long.tolist()])
     chosen = list(compress(values, taken))
