@@ -79,8 +79,8 @@ class ServerProcess:
     def _cleanup(self) -> None:
         """What is left once the process is gone (files)."""
 
-    def start(self, *, timeout: float | None = None) -> Self:
-        self.port = free_port()
+    def start(self, *, timeout: float | None = None, port: int | None = None) -> Self:
+        self.port = port or free_port()
         self.process = self._spawn()
         atexit.register(self._kill, self.process)
         deadline = time.monotonic() + (self.startup_timeout if timeout is None else timeout)
@@ -104,6 +104,13 @@ class ServerProcess:
             self.process = None
         self._cleanup()
         return None
+
+    def restart(self) -> Self:
+        """Kill the server (SIGKILL) and start it again, empty unless it keeps data, on the
+        same port."""
+        port = self.port
+        self.stop()
+        return self.start(port=port)
 
     def __enter__(self) -> Self:
         return self.start()

@@ -27,11 +27,7 @@ def fill(log: Log, topic: str, partitions: int, count: int, *, start: int = 0) -
 
 
 def read_partition(log: Log, topic: str, partition: int, offset: int = 0) -> list[LogRecord]:
-    out: list[LogRecord] = []
-    while batch := log.read(topic, partition, offset, max_records=1000):
-        out += batch
-        offset = batch[-1].offset + 1
-    return out
+    return [record for batch in log.read_range(topic, partition, offset) for record in batch]
 
 
 def content(records: list[LogRecord]) -> list[tuple[Any, ...]]:

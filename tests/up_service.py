@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests.servers import free_port
@@ -29,17 +30,39 @@ WRITE_KEY = "wk_up_test"
 FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m"
 
 
+@dataclass(frozen=True)
+class ScaleOut:
+    """The scale-out backends: a Kafka log, a redis dedupe store, one database for the
+    aggregates and the JobDB."""
+
+    log: str
+    store: str
+    database: str
+
+
 def write_config(
-    directory: Path, receiver_url: str, *, port: int | None = None, console_port: int = 0
+    directory: Path,
+    receiver_url: str,
+    *,
+    port: int | None = None,
+    console_port: int = 0,
+    scale_out: ScaleOut | None = None,
 ) -> Path:
     """An exactly.toml: one source, two destinations (every event; orders only, failing once);
-    the web console on ``console_port`` (0: none)."""
+    the web console on ``console_port`` (0: none); the embedded backends unless ``scale_out``."""
     port = port or free_port()
     config = directory / "exactly.toml"
+    backends = ""
+    if scale_out is not None:
+        backends = (
+            f'[log]\nurl = "{scale_out.log}"\n[dedupe]\nstore = "{scale_out.store}"\n'
+            f'[aggregate]\nurl = "{scale_out.database}"\n'
+        )
+    jobdb = "" if scale_out is None else f'jobdb = "{scale_out.database}"'
     config.write_text(
         f"""
 data_dir = "{directory / "data"}"
-
+{backends}
 [console]
 port = {console_port}
 
@@ -52,6 +75,7 @@ web = "{WRITE_KEY}"
 
 [delivery]
 dataset_rows = 2000
+{jobdb}
 
 [[destinations]]
 name = "all"
@@ -75,9 +99,10 @@ max = "1s"
 class UpService:
     """``exactly up`` as a process group; its stderr in ``DIR/up-N.err``."""
 
-    def __init__(self, config: Path, directory: Path) -> None:
+    def __init__(self, config: Path, directory: Path, env: dict[str, str] | None = None) -> None:
         self.config = config
         self.directory = directory
+        self.env = env or {}  # more environment for every run
         self.runs = 0
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -100,6 +125,7 @@ class UpService:
             "JDK_JAVA_OPTIONS": FAST_JVM,
             "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
         }
+        env.update(self.env)
         with (self.directory / f"up-{self.runs}.err").open("wb") as err:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "exactly", "up", "--no-live", "--every", "2"],
@@ -249,9 +275,20 @@ def _event(number: int, prefix: str) -> dict[str, object]:
     return event
 
 
-def counted(data_dir: Path) -> int:
-    """Events counted in ``event_counts`` so far (0 before the table exists)."""
-    path = data_dir / "aggregates.db"
+def counted(where: Path | str) -> int:
+    """Events counted in ``event_counts`` so far (0 before the table exists): in the data dir's
+    ``aggregates.db``, or in the aggregate database at a URL."""
+    if isinstance(where, str):  # postgresql://
+        import psycopg
+
+        with contextlib.closing(psycopg.connect(where, autocommit=True)) as connection:
+            try:
+                found = connection.execute("SELECT COALESCE(SUM(count), 0) FROM event_counts")
+            except psycopg.errors.UndefinedTable:
+                return 0
+            row = found.fetchone()
+        return int(row[0]) if row else 0
+    path = where / "aggregates.db"
     if not path.exists():
         return 0
     with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:

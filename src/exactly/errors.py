@@ -56,6 +56,10 @@ class LogUnavailable(LogError):
     """The log backend cannot be reached or did not answer in time."""
 
 
+class ShortRead(LogUnavailable):
+    """A read of an offset range got nowhere before the range's end for too long."""
+
+
 class Fenced(LogError):
     """A fenced partition writer was superseded: a newer writer with the same id opened since."""
 

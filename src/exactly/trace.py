@@ -167,7 +167,7 @@ def _accepted(log: Log, raw: str, key: bytes, settings: Settings, result: Trace)
     # a rejected record's raw copy may be unkeyed: it is found through its rejected record
     known = {r.offset for r in raws}
     for offset in sorted(o for o in reasons if o is not None and o not in known):
-        raws += log.read(raw, partition, offset, max_records=1)
+        raws += next(log.read_range(raw, partition, offset, offset + 1), [])
     raws.sort(key=lambda r: r.offset)
     kept_by_source: dict[str, int] = {}
     sources = {r.offset: _fields(r.value) for r in raws}

@@ -56,6 +56,7 @@ def test_a_store_built_before_scopes_is_workspace_wide(
 ) -> None:
     plan = plan_for(log, tmp_path, dedupe_store, "source")
     opened = plan.open_store()
+    opened.scope = None  # written as before scopes existed
     if not opened.claims:  # spark-state: a checkpoint with a planned batch and no scope file
         (plan.checkpoint / "offsets").mkdir(parents=True)
         (plan.checkpoint / "offsets" / "0").write_text("v1\n")
@@ -144,3 +145,55 @@ def test_the_first_scope_recorded_wins(tmp_path: Path) -> None:
     assert write_once(path, "source") == "source"
     assert write_once(path, "workspace") == "source"  # a concurrent start with another scope
     assert [p.name for p in tmp_path.iterdir()] == ["scope"]
+
+
+def test_a_redis_shard_restarted_empty_takes_the_scope_and_dedupe_goes_on(
+    log: Log, tmp_path: Path, redis_servers: list[str]
+) -> None:
+    """A shard that lost its data while the job ran: the job rebuilds it with its scope, and
+    the next start neither refuses nor asks for a setting (issue 30, defect 2)."""
+    from tests.dedupe_stores import redis_store_url
+    from tests.servers import RedisServer
+
+    namespace = redis_namespace()
+    scope_key = f"{namespace}:scope"
+    with RedisServer() as lost:
+        url = redis_store_url([redis_servers[0], lost.url], namespace)
+        plan = DedupePlan(log.url, url, tmp_path, tmp_path / "checkpoint", scope="source")
+        assert prepare(log, plan) == 2
+        task = TaskPlan(log.url, "raw", "events", "raw.rejected", plan.open_store(), scope="source")
+        ids = [f"m{n}" for n in range(40)]
+        log.append(
+            "raw", 0, [Record(value("web", m, n), key=m.encode()) for n, m in enumerate(ids)]
+        )
+        run_batch(log, task, 0, 40)
+        for round_, writer_scope in enumerate(["source", None]):  # None: a job before scopes
+            lost.restart()  # SIGKILL; back empty, without the scope, while the job runs
+            assert connect(lost.url).get(scope_key) is None
+            task.store.scope = writer_scope
+            start = log.end_offset("raw", 0)
+            retries = [Record(value("web", m, 100 + n), key=m.encode()) for n, m in enumerate(ids)]
+            fresh = [Record(value("web", f"r{round_}", 1), key=b"r%d" % round_)]
+            log.append("raw", 0, [*retries, *fresh])
+            run_batch(log, task, start, start + 41)  # the shard is rebuilt from events first
+            assert (connect(lost.url).get(scope_key) == b"source") == (writer_scope is not None)
+            assert prepare(log, plan) == 2  # no refusal: the other shard says 'source'
+            assert connect(lost.url).get(scope_key) == b"source"
+        passed = [source_offset(r.headers) for r in log.read("events", 0, 0, max_records=500)]
+        assert passed == [*range(40), 80, 121]  # every retry caught after each restart
+
+
+def test_redis_shards_of_two_scopes_are_refused_without_a_setting_to_try(
+    redis_servers: list[str],
+) -> None:
+    from exactly.dedupe.redis.sharding import sharding_from
+
+    namespace = redis_namespace()
+    store = RedisStore(sharding_from(redis_servers[:2]), namespace)
+    connect(redis_servers[0]).set(f"{namespace}:scope", "source")
+    connect(redis_servers[1]).set(f"{namespace}:scope", "workspace")
+    with pytest.raises(ConfigError) as refused:
+        store.adopt_scope("source", 2)
+    message = str(refused.value)
+    assert "several scopes (source, workspace) on different servers" in message
+    assert "set [dedupe] scope" not in message and "?namespace=NS" in message

@@ -1,7 +1,8 @@
 """``exactly deliver`` as a process: killed with SIGKILL at random points, and two directors.
 
-Kill counts are asserted: the crash test kills 20 times and bounds the duplicates a receiver sees by
-the jobs left ``executing`` at the kills (the requests in flight), the only duplicate window.
+Kill counts are asserted: the crash test kills 20 times on each JobDB backend (SQLite, PostgreSQL,
+MariaDB), each kill once requests are out, and bounds the duplicates a receiver sees by the jobs
+left ``executing`` at the kills (the requests in flight), the only duplicate window.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -85,22 +87,35 @@ def verify(receiver: Receiver, path: str, expected: set[str]) -> None:
         )
 
 
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> Iterator[str]:
-    with jobdb_url("sqlite", tmp_path) as url:
-        yield url
+@dataclass
+class CrashReport:
+    backend: str
+    kills: int = 0
+    in_flight_at_kill: int = 0  # kills that found a request out (a job executing)
+    executing_at_kills: int = 0
+    duplicates: int = 0
 
 
-@pytest.mark.slow
-def test_deliver_killed_20_times_while_receivers_flap(tmp_path: Path, sqlite_url: str) -> None:
-    rng = random.Random(int(os.environ.get("EXACTLY_CRASH_SEED", "13")))
-    with Receiver(delay=0.05) as steady, Receiver(delay=0.02) as flapping:
+def crash_deliver(backend: str, work: Path, seed: str) -> CrashReport:
+    """``exactly deliver`` on a JobDB of ``backend``, SIGKILLed 20 times while sending.
+
+    Each run is killed once the receivers have seen a request of its own, a moment later (0 to
+    0.3 s), so most kills find requests out; two receivers, one flapping between 503 and 200.
+    """
+    rng = random.Random(f"deliver-crash-{backend}-{seed}")
+    report = CrashReport(backend)
+    work.mkdir(parents=True)
+    with (
+        jobdb_url(backend, work) as url,
+        Receiver(delay=0.05) as steady,
+        Receiver(delay=0.02) as flapping,
+    ):
         paths = {"steady": "/ok", "flapping": "/flap"}
         urls = {"steady": steady.url + "/ok", "flapping": flapping.url + "/flap"}
-        config_path = config(tmp_path, urls)
-        with open_jobdb(sqlite_url) as db:
-            for name, url in urls.items():
-                enqueue(db, name, url, 500)
+        config_path = config(work, urls)
+        with open_jobdb(url) as db:
+            for name, target in urls.items():
+                enqueue(db, name, target, JOBS)
         stop_flapping = threading.Event()
 
         def flap() -> None:
@@ -109,37 +124,62 @@ def test_deliver_killed_20_times_while_receivers_flap(tmp_path: Path, sqlite_url
 
         flapper = threading.Thread(target=flap, daemon=True)
         flapper.start()
-        kills, executing_at_kills = 0, 0
         try:
-            while kills < 20:
-                process = deliver(config_path, sqlite_url)
-                time.sleep(rng.uniform(0.8, 2.0))
-                if process.poll() is not None:
-                    pytest.fail(f"deliver exited early: {process.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+            while report.kills < KILLS:
+                seen = len(steady.requests) + len(flapping.requests)
+                process = deliver(config_path, url)
+                deadline = time.monotonic() + 60
+                while len(steady.requests) + len(flapping.requests) == seen:
+                    assert process.poll() is None, process.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
+                    assert time.monotonic() < deadline, f"{backend}: no request in 60 s"
+                    time.sleep(0.01)
+                time.sleep(rng.uniform(0.0, 0.3))
+                assert process.poll() is None, process.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
                 process.send_signal(signal.SIGKILL)
                 process.wait(30)
-                kills += 1
-                with open_jobdb(sqlite_url) as db:
-                    executing_at_kills += executing(db)
+                report.kills += 1
+                with open_jobdb(url) as db:
+                    out = executing(db)
+                report.executing_at_kills += out
+                report.in_flight_at_kill += out > 0
         finally:
             stop_flapping.set()
             flapper.join(5)
         flapping.down = False
-        final = deliver(config_path, sqlite_url, "--until-drained")
+        final = deliver(config_path, url, "--until-drained")
         _, stderr = final.communicate(timeout=300)
         assert final.returncode == 0, stderr.decode()[-2000:]
-        with open_jobdb(sqlite_url) as db:
-            assert db.states() == {"steady": {SUCCEEDED: 500}, "flapping": {SUCCEEDED: 500}}
-        duplicates = 0
+        with open_jobdb(url) as db:
+            assert db.states() == {"steady": {SUCCEEDED: JOBS}, "flapping": {SUCCEEDED: JOBS}}
         for name, receiver in (("steady", steady), ("flapping", flapping)):
-            verify(receiver, paths[name], {f"{name}-{i}" for i in range(500)})
-            duplicates += sum(n - 1 for n in receiver.successes().values())
-        assert kills == 20
-        # a duplicate is a request out when the director died: a job left executing (counted again
-        # at each kill until a run resends it), and at most max_in_flight per destination per kill
-        assert duplicates <= executing_at_kills
-        assert duplicates <= kills * 2 * 4
-        print(f"kills={kills} executing_at_kills={executing_at_kills} duplicates={duplicates}")
+            verify(receiver, paths[name], {f"{name}-{i}" for i in range(JOBS)})
+            report.duplicates += sum(n - 1 for n in receiver.successes().values())
+    return report
+
+
+KILLS = 20
+JOBS = 500
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_deliver_killed_20_times_on_each_jobdb_while_receivers_flap(tmp_path: Path) -> None:
+    """20 SIGKILLs of the director on each JobDB backend, the backends side by side."""
+    seed = os.environ.get("EXACTLY_CRASH_SEED", "13")
+    print(f"seed {seed} (EXACTLY_CRASH_SEED)")
+    with ThreadPoolExecutor(len(BACKENDS)) as pool:
+        futures = [
+            pool.submit(crash_deliver, backend, tmp_path / backend, seed) for backend in BACKENDS
+        ]
+        reports = [future.result() for future in futures]
+    for report in reports:
+        print(report)
+        assert report.kills == KILLS
+        assert report.in_flight_at_kill >= KILLS // 2, f"{report.backend}: most kills hit work"
+        # a duplicate is a request out when the director died: a job left executing (counted
+        # again at each kill until a run resends it), at most max_in_flight per destination
+        assert report.duplicates <= report.executing_at_kills
+        assert report.duplicates <= KILLS * 2 * 4
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -220,3 +220,86 @@ def test_close_is_idempotent(kafka_url: str) -> None:
     log = open_log(kafka_url)
     log.close()
     log.close()
+
+
+# -- reads that stop short ----------------------------------------------------------------------
+
+
+def written_by_fenced_writers(log: KafkaLog, topic: str, partitions: int) -> list[list[int]]:
+    """Each partition filled by transactional writers (a marker after each commit) and plain
+    appends; the offsets of its records."""
+    log.create_topic(topic, partitions)
+    for partition in range(partitions):
+        for round_ in range(6):
+            writer = log.open_writer(topic, partition, f"w{round_ % 2}")
+            for size in (1, 22, 3):
+                writer.append([Record(b"%d-%d" % (round_, i)) for i in range(size)])
+                writer.commit()
+            writer.close()
+            log.append(topic, partition, [Record(b"plain")] * (round_ + 1))
+    found = []
+    for partition in range(partitions):
+        found.append([r.offset for r in raw_reads(log, topic, partition)])
+    return found
+
+
+def raw_reads(log: KafkaLog, topic: str, partition: int) -> list[Record]:
+    """Every record by plain reads, retried until the partition's end: what is there."""
+    end, offset, out = log.end_offset(topic, partition), 0, []
+    deadline = time.monotonic() + 30
+    while offset < end and time.monotonic() < deadline:
+        batch = log.read(topic, partition, offset)
+        out += batch
+        offset = batch[-1].offset + 1 if batch else offset
+        if not batch and out and out[-1].offset + 1 >= offset:
+            break  # only markers left
+    return out
+
+
+def test_range_reads_get_every_record_when_fetches_stop_short(
+    kafka_url: str, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every reader of ranges reads each record once though half the fetches stop short."""
+    from exactly.dedupe.recovery import newest_first
+    from exactly.spark import source
+    from exactly.spark.options import SourceOptions
+    from exactly.spark.sink import last_mark
+    from tests import short_reads
+
+    with open_log(kafka_url) as log:
+        assert isinstance(log, KafkaLog)
+        expected = written_by_fenced_writers(log, topic, 3)
+    monkeypatch.setattr(KafkaLog, "_fetch", KafkaLog._fetch)  # restored after the test
+    monkeypatch.setattr(short_reads.Counts, "cut", 0)
+    short_reads.install(0.5, seed=7)
+    with open_log(kafka_url) as log:
+        for partition, offsets in enumerate(expected):
+            for max_records in (1, 5, 1000):
+                chunks = log.read_range(topic, partition, 0, max_records=max_records)
+                assert [r.offset for chunk in chunks for r in chunk] == offsets
+            newest = [r.offset for r in newest_first(log, topic, partition)]
+            assert newest == offsets[::-1]
+            assert last_mark(log, topic, partition, "sink", 0) is None  # read to the end
+    options = SourceOptions(log=kafka_url, topic=topic, arrow=False, read_records=7)
+    for partition, offsets in enumerate(expected):
+        task = source.OffsetRange(partition, 0, offsets[-1] + 1)
+        assert [row[1] for row in source.read(options, task)] == offsets
+    assert short_reads.Counts.cut > 50  # the fault fired
+
+
+def test_a_range_read_that_gets_nowhere_fails(
+    kafka_url: str, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from exactly.errors import ShortRead
+    from tests import short_reads
+
+    with open_log(kafka_url) as log:
+        log.create_topic(topic, 1)
+        log.append(topic, 0, [Record(b"%d" % i) for i in range(5)])
+    monkeypatch.setattr(KafkaLog, "_fetch", KafkaLog._fetch)
+    short_reads.install(1.0)  # every fetch comes back short: the last record never comes
+    with open_log(kafka_url) as log:
+        started = time.monotonic()
+        with pytest.raises(ShortRead, match=r"stopped at offset 4, short of 5"):
+            list(log.read_range(topic, 0, 0, patience=0.5))
+        assert 0.5 <= time.monotonic() - started < 5

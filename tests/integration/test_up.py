@@ -39,10 +39,15 @@ def service(tmp_path: Path, receiver: Receiver) -> Iterator[UpService]:
 
 
 def wait_for_everything(
-    service: UpService, receiver: Receiver, clients: Clients, timeout: float = 240
+    service: UpService,
+    receiver: Receiver,
+    clients: Clients,
+    timeout: float = 240,
+    aggregates: str | None = None,
 ) -> None:
-    """Until every event is counted and has reached every destination it matches."""
-    data = service.directory / "data"
+    """Until every event is counted (in the data dir, or the ``aggregates`` database) and has
+    reached every destination it matches."""
+    data: Path | str = aggregates or service.directory / "data"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         delivered = set(receiver.successes("/ok")) >= clients.ids
@@ -58,9 +63,15 @@ def wait_for_everything(
     )
 
 
-def check_exact(service: UpService, receiver: Receiver, clients: Clients, in_flight: int) -> None:
+def check_exact(
+    service: UpService,
+    receiver: Receiver,
+    clients: Clients,
+    in_flight: int,
+    aggregates: str | None = None,
+) -> None:
     """Audit exact, each event counted once, each destination got each event it matches."""
-    data = service.directory / "data"
+    data: Path | str = aggregates or service.directory / "data"
     assert counted(data) == len(clients.ids), "an event counted twice or not at all"
     audit = subprocess.run(
         [sys.executable, "-m", "exactly", "audit"],

@@ -136,16 +136,14 @@ def read(
         wanted = [partition] if partition is not None else range(log.topic_info(topic).partitions)
         left = limit
         for part in wanted:
-            offset = from_
-            while left is None or left > 0:
-                batch = log.read(topic, part, offset, max_records=min(CHUNK, left or CHUNK))
-                if not batch:
-                    break
-                for record in batch:
+            end = log.end_offset(topic, part)  # the end as the read starts
+            for batch in log.read_range(topic, part, min(from_, end), end, max_records=CHUNK):
+                for record in batch[:left]:
                     sys.stdout.write(json.dumps(record_json(record)) + "\n")
-                offset = batch[-1].offset + 1
                 if left is not None:
-                    left -= len(batch)
+                    left -= min(len(batch), left)
+                    if left == 0:
+                        return
 
 
 def record_json(record: LogRecord) -> dict[str, Any]:

@@ -299,6 +299,9 @@ class DedupeStore(ABC):
 
     name: ClassVar[str]
     claims: ClassVar[bool] = True  # False: Spark's own state decides (spark-state), no partitions
+    # the scope ids are packed for, once adopted (or given by the job's plan): a store of
+    # several servers records it on each in the transaction that first writes there
+    scope: str | None = None
     bounds: Bounds = Bounds()
 
     def open(self, partition: int) -> StorePartition:
@@ -317,13 +320,22 @@ class DedupeStore(ABC):
         to do.
         """
         found = self._recorded_scope(partitions)
-        if found is None:
-            found = self._record_scope(scope)  # what a concurrent start recorded wins
+        if found is None or found == scope:
+            # recorded where it is missing (a server restarted empty); what a concurrent start
+            # recorded wins
+            found = self._record_scope(scope)
         if found != scope:
             raise ConfigError(self._refusal(found, scope))
+        self.scope = scope
 
     def _refusal(self, found: str, scope: str) -> str:
         """Why the store refuses ``scope`` when it holds ``found``, and what to do (one line)."""
+        if "," in found:  # never written so by exactly: servers of two stores put together
+            return (
+                f"the {self.name} dedupe store ({self.location()}) holds ids of several scopes "
+                f"({found.replace(',', ', ')}) on different servers: {self.fresh_hint()} so "
+                f"that the job rebuilds it from the output with scope {scope!r}"
+            )
         return (
             f"the {self.name} dedupe store ({self.location()}) holds ids deduplicated by "
             f"scope {found!r}, not {scope!r}: set [dedupe] scope = {found!r} "
@@ -336,11 +348,13 @@ class DedupeStore(ABC):
 
     @abstractmethod
     def _recorded_scope(self, partitions: int) -> str | None:
-        """The scope recorded with the store; ``workspace`` if it has ids but none; else None."""
+        """The scope recorded with the store (several, comma-separated, if its servers differ;
+        a server with none is one that lost its data); ``workspace`` if it has ids but none
+        anywhere (built before scopes existed); else None."""
 
     @abstractmethod
     def _record_scope(self, scope: str) -> str:
-        """Record ``scope`` unless a scope is recorded already; returns the one recorded now."""
+        """Record ``scope`` wherever no scope is recorded; returns the ones recorded now."""
 
     @abstractmethod
     def location(self) -> str:

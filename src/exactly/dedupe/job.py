@@ -103,7 +103,10 @@ class DedupePlan:
         return store_url(self.store, self.data_dir, self.source, self.checkpoint)
 
     def open_store(self) -> DedupeStore:
-        return open_store(self.store_url, self.bounds)
+        """The plan's store, which writes ids packed for the plan's scope."""
+        store = open_store(self.store_url, self.bounds)
+        store.scope = self.scope
+        return store
 
 
 def store_kind(store: str) -> str:

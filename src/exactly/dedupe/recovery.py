@@ -44,11 +44,8 @@ def newest_first(log: Log, topic: str, partition: int) -> Iterator[LogRecord]:
     window = 64
     while high > 0:
         low = max(0, high - window)
-        batch: list[LogRecord] = []
-        offset = low
-        while offset < high and (chunk := log.read(topic, partition, offset, max_records=5000)):
-            batch += [record for record in chunk if record.offset < high]
-            offset = chunk[-1].offset + 1
+        chunks = log.read_range(topic, partition, low, high, max_records=5000)
+        batch = [record for chunk in chunks for record in chunk]
         yield from reversed(batch)
         high, window = low, min(window * 4, 50_000)
 
@@ -84,8 +81,8 @@ def _first_where(
     """
     while low < high:
         middle = (low + high) // 2
-        found = log.read(topic, partition, middle, max_records=1)
-        if not found or found[0].offset >= high or reached(found[0]):
+        found = next(log.read_range(topic, partition, middle, high, max_records=1), [])
+        if not found or reached(found[0]):
             high = middle
         else:
             low = found[0].offset + 1
@@ -143,7 +140,7 @@ def rebuild(
     restored = 0
     pending: list[Claim] = []
     pack = id_packer(scope)
-    while chunk := log.read(topic, partition, offset, max_records=RESTORE_CHUNK):
+    for chunk in log.read_range(topic, partition, offset, max_records=RESTORE_CHUNK):
         kept = []
         for record in chunk:
             found = source_offset(record.headers)
@@ -164,7 +161,6 @@ def rebuild(
             part.restore(pending)
             restored += len(pending)
             pending = []
-        offset = chunk[-1].offset + 1
     if pending:
         part.restore(pending)
         restored += len(pending)

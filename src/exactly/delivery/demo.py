@@ -144,11 +144,7 @@ def expected(log_url: str, start: dict[int, int]) -> dict[str, int]:
     counts = dict.fromkeys(FILTERS, 0)
     with open_log(log_url) as log:
         for partition, end in log.end_offsets("events").items():
-            offset = start.get(partition, 0)
-            while offset < end:
-                records = log.read("events", partition, offset, max_records=1000)
-                if not records:
-                    break
+            for records in log.read_range("events", partition, start.get(partition, 0), end):
                 for record in records:
                     event = json.loads(record.value)
                     for name, (sources, events) in FILTERS.items():
@@ -156,7 +152,6 @@ def expected(log_url: str, start: dict[int, int]) -> dict[str, int]:
                             events is None or event.get("event") in events
                         ):
                             counts[name] += 1
-                offset = records[-1].offset + 1
     return counts
 
 

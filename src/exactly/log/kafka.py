@@ -70,6 +70,7 @@ from exactly.log.base import (
     accept_sequences,
     fenced,
     now_ms,
+    read_through,
 )
 from exactly.urls import is_secret_option, redact, resolve, scrub
 
@@ -131,6 +132,11 @@ class KafkaLog(Log):
     one append get consecutive offsets and appends from many threads are safe. Any call fails with
     :class:`~exactly.errors.LogUnavailable` after about ``timeout`` seconds without the cluster.
     """
+
+    # a range read waits this long for records below the range's end: a transaction left open
+    # by a killed writer hides what follows it until it is aborted, within librdkafka's
+    # transaction.timeout.ms (60 s) or when the writer's successor starts
+    read_patience = 90.0
 
     def __init__(
         self,
@@ -339,26 +345,53 @@ class KafkaLog(Log):
         max_bytes: int,
         headers: bool = True,
     ) -> list[LogRecord]:
-        found = self._fetch(topic, partition, offset, max_records, max_bytes)
+        return self._read_at(topic, partition, offset, max_records, max_bytes, headers)[0]
+
+    def _read_at(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int,
+        max_bytes: int,
+        headers: bool,
+        *,
+        retry: bool = False,
+    ) -> tuple[list[LogRecord], int]:
+        found, position = self._fetch(topic, partition, offset, max_records, max_bytes, retry)
         if not headers:
-            return [r._replace(headers=()) for r in found]
-        return [
+            return [r._replace(headers=()) for r in found], position
+        own = [
             LogRecord(r.partition, r.offset, r.key, r.value, _own(r.headers), r.timestamp)
             for r in found
         ]
+        return own, position
 
     def _fetch(
-        self, topic: str, partition: int, offset: int, limit: int, max_bytes: int
-    ) -> list[LogRecord]:
-        """Records from ``offset`` on, all headers kept, up to the limits or the partition's end."""
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        limit: int,
+        max_bytes: int,
+        fresh: bool = False,
+    ) -> tuple[list[LogRecord], int]:
+        """Records from ``offset`` on, all headers kept, up to the limits or the partition's end,
+        and the reader's position after them (past any transaction marker it stepped over).
+
+        ``fresh``: assign the partition anew rather than go on polling it, so that the client
+        fetches again (it reports a partition's end once per position).
+        """
         end = self._known_end(topic, partition)
         if offset >= end:
             end = self._partition_ends(topic, [partition])[partition]
             if offset >= end:
-                return []
+                return [], offset
         with self._reader_lock:
             try:
-                if self._position is None or self._position[:2] != (topic, partition):
+                if fresh or self._position is None or self._position[:2] != (topic, partition):
+                    if self._position is not None:
+                        self._reader.unassign()
                     self._learn(topic)
                     self._reader.assign([TopicPartition(topic, partition, offset)])
                 elif self._position[2] != offset:
@@ -366,8 +399,9 @@ class KafkaLog(Log):
                 self._position = (topic, partition, offset)
                 starts, ends = {partition: offset}, {partition: end}
                 records = self._poll(self._reader, topic, starts, ends, limit, max_bytes)
-                self._position = (topic, partition, starts[partition])
-                if starts[partition] >= self._known_end(topic, partition):
+                position = starts[partition]
+                self._position = (topic, partition, position)
+                if position >= self._known_end(topic, partition):
                     self._position = None  # caught up: stop the reader's idle fetch loop
             except BaseException:
                 self._position = None
@@ -375,7 +409,7 @@ class KafkaLog(Log):
             finally:
                 if self._position is None:
                     self._reader.unassign()
-        return records
+        return records, position
 
     def _learn(self, topic: str) -> None:
         """Have the reader look ``topic`` up before its first assignment to it.
@@ -529,7 +563,14 @@ class KafkaLog(Log):
             last: int | None = None
             hint_ok = start == 0
             offset = start
-            while batch := self._fetch(topic, partition, offset, 1000, 16 * 1024 * 1024):
+            end = self._end_offset(topic, partition)
+            for batch in read_through(
+                lambda at, retry: self._fetch(topic, partition, at, 1000, 16 << 20, retry),
+                offset,
+                end,
+                self.read_patience,
+                f"{topic!r} partition {partition}",
+            ):
                 for record in batch:
                     headers = dict(record.headers)
                     if headers.get(PRODUCER_HEADER) != name:
@@ -538,7 +579,6 @@ class KafkaLog(Log):
                     with contextlib.suppress(ValueError):
                         sequence = int(headers.get(SEQUENCE_HEADER, b""))
                         last = sequence if last is None else max(last, sequence)
-                offset = batch[-1].offset + 1
             if hint_ok:
                 return last
             start = 0  # the hint is not at one of the producer's records: it is stale

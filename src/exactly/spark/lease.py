@@ -138,8 +138,7 @@ def _entries(log: Log, topic: str) -> list[dict[str, Any]]:
         return []
     wanted = topic.encode()
     entries = []
-    offset = 0
-    while batch := log.read(REGISTRY, 0, offset, max_records=1000):
+    for batch in log.read_range(REGISTRY, 0, 0):
         for record in batch:
             if record.key == wanted:
                 try:
@@ -148,7 +147,6 @@ def _entries(log: Log, topic: str) -> list[dict[str, Any]]:
                     continue
                 if isinstance(entry, dict):
                     entries.append(entry)
-        offset = batch[-1].offset + 1
     return entries
 
 

@@ -3,7 +3,8 @@
 Java as found by ``java.py``, its driver started from an archive of Spark's classes when one is
 ready (``class_sharing.py``); Python workers on this interpreter (so they import ``exactly``),
 starting faster in local mode (``home.py``); the RocksDB state store with changelog checkpointing
-(small, incremental state commits for dedupe and aggregates); quiet logs (errors only, written to
+(small, incremental state commits for dedupe and aggregates); quiet logs (errors only on the
+console, WARN and above in ``DATA_DIR/logs/spark-APP.log``, configured by
 ``DATA_DIR/spark/log4j2.properties``); scratch space and default checkpoints under the data dir;
 and the ``exactly`` data source registered.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import sys
 import zipfile
 from collections.abc import Mapping
@@ -32,29 +34,53 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-# Errors only; Spark's task-failure reports are silenced too, since the query's own failure says
-# what went wrong and retried tasks are normal.
+LOG_CONF = "spark.exactly.log"  # the driver's log file (spark_log), for messages
+# The console gets errors only, and not Spark's task-failure reports: the query's own failure
+# says what went wrong and retried tasks are normal. Everything at WARN and above, from every
+# component, goes to a rotating file (spark_log) so that a failure's cause is kept.
 LOG4J = """\
-rootLogger.level = error
+rootLogger.level = warn
 rootLogger.appenderRef.stderr.ref = stderr
+rootLogger.appenderRef.stderr.level = error
+rootLogger.appenderRef.file.ref = file
 appender.stderr.type = Console
 appender.stderr.name = stderr
 appender.stderr.target = SYSTEM_ERR
 appender.stderr.layout.type = PatternLayout
 appender.stderr.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
+appender.file.type = RollingFile
+appender.file.name = file
+appender.file.fileName = ${sys:exactly.spark.log}
+appender.file.filePattern = ${sys:exactly.spark.log}.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{yyyy-MM-dd HH:mm:ss.SSS} %p [%t] %c: %m%n%ex
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = 10MB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 4
 logger.repl.name = org.apache.spark.repl.Main
 logger.repl.level = error
-logger.executor.name = org.apache.spark.executor.Executor
-logger.executor.level = off
-logger.tasks.name = org.apache.spark.scheduler.TaskSetManager
-logger.tasks.level = off
-logger.write.name = org.apache.spark.sql.execution.datasources.v2
-logger.write.level = off
-logger.stream.name = org.apache.spark.sql.execution.streaming
-logger.stream.level = off
-logger.abort.name = org.apache.spark.util.Utils
-logger.abort.level = off
 """
+QUIET_ON_CONSOLE = (  # to the file only
+    "org.apache.spark.executor.Executor",
+    "org.apache.spark.scheduler.TaskSetManager",
+    "org.apache.spark.sql.execution.datasources.v2",
+    "org.apache.spark.sql.execution.streaming",
+    "org.apache.spark.util.Utils",
+)
+LOG4J += "".join(
+    f"logger.quiet{n}.name = {name}\nlogger.quiet{n}.additivity = false\n"
+    f"logger.quiet{n}.appenderRef.file.ref = file\n"
+    for n, name in enumerate(QUIET_ON_CONSOLE)
+)
+
+
+def spark_log(settings: Settings, app_name: str) -> Path:
+    """The file a Spark application's driver logs to: WARN and above, rotated at 10 MB, four
+    old files kept (``.1`` .. ``.4``); an error a part prints names it."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", app_name)
+    return settings.data_dir.resolve() / "logs" / f"spark-{name}.log"
 
 
 def build_session(
@@ -85,7 +111,12 @@ def build_session(
 
     scratch = settings.data_dir.resolve() / "spark"
     log4j = _log4j_file(scratch)
-    java_options = f"-Dderby.system.home={scratch / 'derby'} -Dlog4j2.configurationFile={log4j}"
+    log = spark_log(settings, app_name)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    java_options = (
+        f"-Dderby.system.home={scratch / 'derby'} -Dlog4j2.configurationFile={log4j} "
+        f"-Dexactly.spark.log={log}"
+    )
     if settings.spark.class_sharing:
         java_options += f" {class_sharing.java_options(class_sharing.archive_for(java.java))}"
     java_options = f"{java_options} {extra_java_options}".strip()
@@ -101,11 +132,11 @@ def build_session(
         .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         .config("spark.driver.extraJavaOptions", java_options)
+        .config(LOG_CONF, str(log))
     )
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
     if not master.startswith("local"):
         session.sparkContext.addPyFile(str(package_zip(scratch)))
     register(session)

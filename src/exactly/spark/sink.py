@@ -68,7 +68,7 @@ from pyspark.sql.types import (
 from exactly.collection import collection_paused
 from exactly.errors import StreamError
 from exactly.events import partition_for
-from exactly.log import Log, LogRecord, Record
+from exactly.log import Log, Record
 from exactly.log.base import Header, PartitionWriter
 from exactly.log.columns import HEADERS, record_columns, with_header, without_header
 from exactly.spark import lease
@@ -281,11 +281,7 @@ def last_mark(log: Log, topic: str, partition: int, sink: str, since: int) -> Ma
     window = 16
     while high > since:
         low = max(since, high - window)
-        batch: list[LogRecord] = []
-        offset = low
-        while offset < high and (chunk := log.read(topic, partition, offset, max_records=1000)):
-            batch += [record for record in chunk if record.offset < high]
-            offset = chunk[-1].offset + 1
+        batch = [r for chunk in log.read_range(topic, partition, low, high) for r in chunk]
         for record in reversed(batch):
             mark = find_mark(record.headers)
             if mark is not None:

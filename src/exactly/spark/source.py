@@ -132,25 +132,25 @@ def read(options: SourceOptions, task: InputPartition) -> Iterator[Any]:
 
 
 def read_range(options: SourceOptions, task: OffsetRange) -> Iterator[Any]:
-    """The records of one range, as Arrow record batches or as tuples (``arrow=false``)."""
+    """The records of one range, as Arrow record batches or as tuples (``arrow=false``).
+
+    Every record of the range or an error: an empty or short read inside it is read again
+    (:meth:`~exactly.log.base.Log.read_range`), never taken for its end.
+    """
     log = shared_log(options.log)
-    offset = task.start
-    while offset < task.end:
+    batches = log.read_range(
+        options.topic,
+        task.partition,
+        task.start,
+        task.end,
+        max_records=min(options.read_records, 100_000),
+        headers=options.headers,
+    )
+    while True:
         with collection_paused():  # a batch's records are freed by reference counting
-            batch = log.read(
-                options.topic,
-                task.partition,
-                offset,
-                max_records=min(options.read_records, 100_000),
-                headers=options.headers,
-            )
-            if not batch:
-                return  # Kafka: only transaction markers (or aborted records) are left
-            if batch[-1].offset >= task.end:
-                batch = [record for record in batch if record.offset < task.end]
-                if not batch:
-                    return
-            offset = batch[-1].offset + 1
+            batch = next(batches, None)
+            if batch is None:
+                return
             arrow = to_arrow(batch, options.headers, options.fields) if options.arrow else None
         if arrow is not None:
             yield arrow

@@ -108,10 +108,11 @@ def run_query(
                 if on_batch is not None:
                     on_batch(batches[batch])
 
+    log = _log_file(writer)
     try:
         query = writer.start()
     except (PySparkException, Py4JError) as error:
-        raise from_spark(error) from None
+        raise from_spark(error, log) from None
     try:
         while not query.awaitTermination(1):
             note()
@@ -119,7 +120,7 @@ def run_query(
                 _stop_between_batches(query)
         note()
     except (PySparkException, Py4JError) as error:
-        raise from_spark(error) from None
+        raise from_spark(error, log) from None
     finally:
         if query.isActive:
             query.stop()
@@ -141,11 +142,24 @@ def _stop_between_batches(query: Any) -> None:
     query.stop()
 
 
-def from_spark(error: BaseException) -> ExactlyError:
+def _log_file(writer: DataStreamWriter) -> str | None:
+    """The driver's log file (``session.spark_log``), if the session was built by exactly."""
+    from exactly.spark.session import LOG_CONF
+
+    try:
+        found = writer._spark.conf.get(LOG_CONF, None)
+    except Exception:  # noqa: BLE001 - only for a message
+        return None
+    return None if found is None else str(found)
+
+
+def from_spark(error: BaseException, log: str | None = None) -> ExactlyError:
     """The ExactlyError a Python task or planner raised, recovered from Spark's exception text.
 
     Spark wraps a Python exception in Java exceptions and reports it as text; the first
-    ``exactly.errors.Name: message`` line in it is the cause a user can act on.
+    ``exactly.errors.Name: message`` line in it is the cause a user can act on. Any other
+    failure is named by its first line, and ``log`` (the driver's log file, which keeps the
+    stack traces) is named with it.
     """
     if isinstance(error, ExactlyError):
         return error
@@ -156,4 +170,5 @@ def from_spark(error: BaseException) -> ExactlyError:
         if isinstance(kind, type) and issubclass(kind, ExactlyError):
             return kind(found.group(2).strip())
     first = next((line.strip() for line in text.splitlines() if line.strip()), repr(error))
-    return StreamError(f"the streaming query failed: {first}")
+    where = "" if log is None else f" (stack traces in {log})"
+    return StreamError(f"the streaming query failed: {first}{where}")

@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 RAW, EVENTS = "raw", "events"
+APP_NAME = (
+    "exactly-up"  # the Spark application: its driver logs to DATA_DIR/logs/spark-exactly-up.log
+)
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ def queries(settings: Settings, trigger_seconds: float = 1.0) -> list[Query]:
 def run(settings: Settings, trigger_seconds: float = 1.0) -> None:
     """Run every query until SIGTERM or SIGINT (then return) or a failure (then raise it)."""
     from exactly.log import open_log
-    from exactly.spark.session import build_session
+    from exactly.spark.session import build_session, spark_log
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: STOPPING.set())
@@ -67,7 +70,7 @@ def run(settings: Settings, trigger_seconds: float = 1.0) -> None:
         partitions = prepare(log, configured_plan(settings))  # creates events for the others
     spark = build_session(
         settings,
-        "exactly-up",
+        APP_NAME,
         conf={
             "spark.scheduler.mode": "FAIR",
             "spark.sql.shuffle.partitions": str(partitions),
@@ -95,7 +98,11 @@ def run(settings: Settings, trigger_seconds: float = 1.0) -> None:
         name, error = failures[0]
         if isinstance(error, ExactlyError):
             raise type(error)(f"{name}: {error}") from None
-        raise StreamError(f"{name}: {type(error).__name__}: {error}") from error
+        first = next((line for line in str(error).splitlines() if line.strip()), "")
+        traces = spark_log(settings, APP_NAME)
+        raise StreamError(
+            f"{name}: {type(error).__name__}: {first.strip()} (stack traces in {traces})"
+        ) from error
 
 
 def _in_pool(spark: SparkSession, query: Query, failures: list[tuple[str, BaseException]]) -> None:

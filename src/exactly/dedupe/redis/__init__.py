@@ -20,7 +20,9 @@ Layout on each server, per namespace (default ``exactly:dedupe:<raw topic>``) an
   and per slot the ids written, the earliest receive time and when its buckets expire.
 * ``<ns>:<p>:lock``: the partition's lock, on the first current server.
 * ``<ns>:scope``: the dedupe scope the ids were packed for (``source`` or ``workspace``), on
-  every server, checked before the job starts.
+  every server: set where missing by each claim's transaction (so a server restarted empty is
+  never written to without it) and by the job's start, which checks it; a server without one
+  lost its data and takes the others'.
 
 Commit protocol of :meth:`RedisPartition._claim`, one call per batch of records:
 

@@ -37,6 +37,10 @@ class Store(Protocol):
     timeout: float
     lock_ttl: float
     lock_timeout: float
+    scope: str | None
+
+    @property
+    def scope_key(self) -> str: ...
 
     @property
     def window(self) -> int: ...
@@ -179,6 +183,7 @@ class RedisPartition(StorePartition):
                 fresh=int(np.count_nonzero(batch.offsets[part] >= counted_from)),
                 extra=extra if last else (0, 0),
                 lock=lock,
+                scope=(self.store.scope_key, self.store.scope) if self.store.scope else None,
             )
             with guarded(url):
                 reply = transaction.run(

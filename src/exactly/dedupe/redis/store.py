@@ -63,6 +63,11 @@ class RedisStore(DedupeStore):
     def prefix(self, partition: int) -> str:
         return f"{self.namespace}:{partition}:"
 
+    @property
+    def scope_key(self) -> str:
+        """Where each server keeps the scope its ids were packed for."""
+        return f"{self.namespace}:scope"
+
     def _open(self, partition: int) -> RedisPartition:
         return RedisPartition(self, partition)
 
@@ -150,23 +155,23 @@ class RedisStore(DedupeStore):
         for url in self.sharding.servers:
             client = connect(url, self.timeout)
             with guarded(url):
-                scope = client.get(f"{self.namespace}:scope")
+                scope = client.get(self.scope_key)
                 if scope is not None:
                     found.add(as_text(scope))
                 elif partitions and not built:
                     metas = [self.prefix(partition) + "meta" for partition in range(partitions)]
                     built = bool(client.exists(*metas))
-        if built:
-            found.add("workspace")  # ids written before scopes existed
-        return ",".join(sorted(found)) or None
+        if found:  # a server without one lost its data (restarted empty): the others say
+            return ",".join(sorted(found))
+        return "workspace" if built else None  # ids written before scopes existed, or none
 
     def _record_scope(self, scope: str) -> str:
         found: set[str] = set()
         for url in self.sharding.servers:
             client = connect(url, self.timeout)
             with guarded(url):
-                client.set(f"{self.namespace}:scope", scope, nx=True)
-                found.add(as_text(client.get(f"{self.namespace}:scope") or scope))
+                client.set(self.scope_key, scope, nx=True)
+                found.add(as_text(client.get(self.scope_key) or scope))
         return ",".join(sorted(found))
 
     def servers(self) -> list[dict[str, Any]]:

@@ -61,6 +61,9 @@ class ServerCall:
     fresh: int  # ids of this call at or past counted_from
     extra: tuple[int, int]  # claimed and duplicates the client decided (repeats, other epoch)
     lock: tuple[str, str] | None  # the lock's key and this holder's token, on its server
+    # the store's scope key and the scope, set if missing in the transaction that writes: a
+    # server restarted empty is never written to without the scope of the ids it holds
+    scope: tuple[str, str] | None = None
 
     @property
     def writing(self) -> bool:
@@ -172,6 +175,8 @@ def _run(conn: Any, call: ServerCall, rows: Any, offsets: Any, groups: Groups) -
     last.add("MULTI")
     written = _writes(last, call, rows, offsets, groups, owners, newest)
     _meta_update(last, call, meta, now, newest, position, written, offsets, owners)
+    if call.scope is not None:
+        last.add("SET", *call.scope, "NX")
     last.add("EXEC")
     results = last.exchange(conn)[-1]
     if results is None:
