@@ -74,12 +74,7 @@ class Stream:
 
 
 def read_all(log: Log, topic: str, partition: int) -> list[LogRecord]:
-    out: list[LogRecord] = []
-    offset = 0
-    while batch := log.read(topic, partition, offset, max_records=5000):
-        out += batch
-        offset = batch[-1].offset + 1
-    return out
+    return [r for batch in log.read_range(topic, partition, 0, max_records=5000) for r in batch]
 
 
 def expected_events(log: Log, partition: int) -> list[tuple[bytes, bytes, int]]:

@@ -100,6 +100,7 @@ def kill_at_random_points(
     rng: random.Random,
     kills: int,
     self_kill: Callable[[random.Random], dict[str, str]] | None = None,
+    env: dict[str, str] | None = None,
 ) -> int:
     """SIGKILL ``kills`` runs of a job at random points while its input grows; the last runs free.
 
@@ -109,10 +110,13 @@ def kill_at_random_points(
     ``batch`` line). ``grow(log)`` appends to the input every 0.25 s until the last run takes
     its turn; the last run catches up undisturbed and must print ``done``. ``self_kill``, when
     given, is asked for the extra environment of a run (empty: an ordinary run) and such a run
-    must end by itself before ``done`` (it kills itself at a point of its own). Returns how many
-    runs killed themselves.
+    must end by itself before ``done`` (it kills itself at a point of its own). ``env`` adds to
+    every run's environment (a ``PYTHONPATH`` in it comes first). Returns how many runs killed
+    themselves.
     """
-    env = {**os.environ, "JDK_JAVA_OPTIONS": FAST_JVM, "PYTHONPATH": str(ROOT)}
+    extra = dict(env or {})
+    path = os.pathsep.join(filter(None, [extra.pop("PYTHONPATH", ""), str(ROOT)]))
+    env = {**os.environ, "JDK_JAVA_OPTIONS": FAST_JVM, **extra, "PYTHONPATH": path}
     growing = threading.Event()
     growing.set()
 

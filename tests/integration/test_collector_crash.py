@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.integration.collector_server import KEYS, Collector, basic, read_all
+from tests.seeds import crash_rng
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +81,7 @@ def logged_ids(log_url: str) -> list[str]:
 
 
 def test_every_acknowledged_event_survives_sigkill(tmp_path: Path) -> None:
-    rng = random.Random()
+    rng = crash_rng("collector-crash", "1")
     acked: set[str] = set()
     log_url = f"sqlite://{tmp_path / 'log'}"
     for round_, workers in enumerate([1, 2, 1, 2]):

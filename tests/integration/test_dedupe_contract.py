@@ -183,6 +183,6 @@ def test_acknowledged_claims_survive_sigkill(
     with store.open(0) as part:
         position = part.position()
         assert position is not None and position > acked
-        offsets = range(0, acked + 1, 13)
+        offsets = range(acked + 1)  # every acknowledged claim, each found as its own
         verdicts = part.claim([claim(message_id(o), 0, o) for o in offsets])
     assert {v.status for v in verdicts} == {OWN}

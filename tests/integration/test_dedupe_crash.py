@@ -15,7 +15,6 @@ gets span partitions, as they do in production with Spark's own batch size.
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from exactly.dedupe.job import STORES
 from exactly.log import open_log
 from tests.dedupe_stream import RAW, Stream, assert_deduplicated
 from tests.job_child import kill_at_random_points
+from tests.seeds import crash_rng
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 KILLS = 20
@@ -36,7 +36,7 @@ PARTITIONS = 5
 def test_dedupe_killed_at_random_points_stays_exact(
     tmp_path: Path, store: str, dedupe_store: str
 ) -> None:
-    rng = random.Random(f"dedupe-crash-{store}")
+    rng = crash_rng(f"dedupe-crash-{store}", "1")
     log_url = f"sqlite://{tmp_path / 'log'}"
     stream = Stream(PARTITIONS, seed=5, duplicate_rate=0.02, reject_rate=0.002)
     args = [str(tmp_path / "data"), log_url, dedupe_store, str(tmp_path / "checkpoint")]

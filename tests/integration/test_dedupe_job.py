@@ -86,14 +86,20 @@ def test_exactly_the_first_of_each_message_id_across_batches_runs_and_replays(
 
 
 def fail_first_attempt(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Pass rows on, then fail a task's first attempt after its second batch."""
+    """Pass rows on, then fail a task's first attempt after its second batch (after its only
+    one: spark-state's tasks hand on one sorted batch)."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
-    for index, batch in enumerate(batches):
+    first = context is not None and context.attemptNumber() == 0
+    passed = 0
+    for batch in batches:
         yield batch
-        if context is not None and context.attemptNumber() == 0 and index >= 1:
+        passed += 1
+        if first and passed >= 2:
             raise RuntimeError("injected failure after the claims and some output")
+    if first and passed:
+        raise RuntimeError("injected failure after the claims and some output")
 
 
 @pytest.mark.parametrize("store", STORES)
@@ -106,11 +112,17 @@ def test_a_task_failing_after_its_claims_is_retried_exactly(
     partitions = prepare(log, plan)
 
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
+    spark_log = Path(spark.conf.get("spark.exactly.log") or "")
+    logged = spark_log.stat().st_size if spark_log.exists() else 0
     try:
         run(spark, plan, partitions, then=fail_first_attempt)
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     assert_deduplicated(log, PARTITIONS)
+    with spark_log.open(errors="replace") as text:  # the failures fired: Spark logged each
+        text.seek(logged)
+        failed = text.read().count("RuntimeError: injected failure after the claims")
+    assert failed >= 2, f"the injected failure fired {failed} times"
 
 
 def test_a_deleted_rocksdb_partition_is_rebuilt_from_events(

@@ -26,6 +26,7 @@ from exactly.delivery import BACKENDS, open_jobdb
 from exactly.delivery.base import EXECUTING, SUCCEEDED, JobDB, NewJob
 from tests.jobdb import jobdb_url
 from tests.receiver import Receiver
+from tests.seeds import crash_seed
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -165,8 +166,7 @@ JOBS = 500
 @pytest.mark.timeout(900)
 def test_deliver_killed_20_times_on_each_jobdb_while_receivers_flap(tmp_path: Path) -> None:
     """20 SIGKILLs of the director on each JobDB backend, the backends side by side."""
-    seed = os.environ.get("EXACTLY_CRASH_SEED", "13")
-    print(f"seed {seed} (EXACTLY_CRASH_SEED)")
+    seed = crash_seed("13")
     with ThreadPoolExecutor(len(BACKENDS)) as pool:
         futures = [
             pool.submit(crash_deliver, backend, tmp_path / backend, seed) for backend in BACKENDS

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from exactly.collector.importer import import_file, producer_name
 from exactly.errors import UnknownTopic
 from exactly.log import open_log
 from tests.integration.collector_server import read_all
+from tests.seeds import crash_rng
 
 EXACTLY = [sys.executable, "-m", "exactly"]
 
@@ -122,7 +122,7 @@ def test_import_killed_at_random_points_ends_with_every_line_once(tmp_path: Path
     write_events(path, count, invalid={100: "oops"})
     command = [*EXACTLY, "import", str(path), "--source", "files", "--batch", "100"]
     log_url = f"sqlite://{tmp_path / '.exactly' / 'log'}"
-    rng = random.Random()
+    rng = crash_rng("import-crash", "1")
     part_way = 0
     progress = [0]
     for _ in range(40):

@@ -4,8 +4,9 @@ times each at random points, at the same time, while events keep arriving and re
 The route runs are real Spark job processes (``tests/route_job_child.py``, the shared harness of
 ``tests/job_child.py``); four more runs kill themselves right after a JobDB commit and before
 Spark's, so the next run replays a batch the JobDB already holds. Meanwhile a thread starts
-``exactly deliver`` and SIGKILLs it after 1 to 4 s, twenty times, while two of the three receivers
-flip between 503 and 200. Afterwards one route run catches up and one director drains:
+``exactly deliver`` and SIGKILLs it once it is sending (0 to 0.3 s after the receivers got a
+request of its own), twenty times, while two of the three receivers flip between 503 and 200.
+Afterwards one route run catches up and one director drains:
 
 * the JobDB holds exactly one job per (event, matching destination), all succeeded;
 * every receiver got 2xx for exactly the events its destination's filters match;
@@ -19,7 +20,6 @@ flip between 503 and 200. Afterwards one route run catches up and one director d
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,7 @@ from tests.aggregate_stream import EventStream, append
 from tests.job_child import kill_at_random_points
 from tests.receiver import Receiver
 from tests.route_job_child import KILL_AFTER_COMMIT
+from tests.seeds import crash_seed
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -113,26 +115,39 @@ class Verifier:
 
 
 class Directors:
-    """``exactly deliver`` started and SIGKILLed ``KILLS`` times, 1 to 4 s apart, in a thread."""
+    """``exactly deliver`` started and SIGKILLed ``KILLS`` times in a thread, each run once the
+    receivers got a request of its own and a moment later (0 to 0.3 s): most kills find
+    requests out, which :attr:`in_flight_at_kill` counts."""
 
-    def __init__(self, config_path: Path, jobdb: str, rng: random.Random) -> None:
+    def __init__(
+        self, config_path: Path, jobdb: str, rng: random.Random, requests: Callable[[], int]
+    ) -> None:
         self.command = [
             sys.executable, "-m", "exactly", "--config", str(config_path), "deliver",
             "--jobdb", jobdb,
         ]  # fmt: skip
         self.jobdb = jobdb
         self.rng = rng
+        self.requests = requests  # how many requests the receivers got so far
         self.kills = 0
         self.executing_at_kills = 0
+        self.in_flight_at_kill = 0
         self.failure: str | None = None
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
     def _loop(self) -> None:
         while self.kills < KILLS:
+            seen = self.requests()
             process = subprocess.Popen(
                 self.command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
             )
-            time.sleep(self.rng.uniform(1.0, 4.0))
+            deadline = time.monotonic() + 120  # the route may not have written jobs yet
+            while self.requests() == seen and process.poll() is None:
+                if time.monotonic() > deadline:
+                    self.failure = "no request from a director in 120 s"
+                    return
+                time.sleep(0.01)
+            time.sleep(self.rng.uniform(0.0, 0.3))
             if process.poll() is not None:
                 self.failure = f"deliver exited early: {process.stderr.read().decode()[-2000:]}"  # type: ignore[union-attr]
                 return
@@ -140,16 +155,16 @@ class Directors:
             process.wait(30)
             self.kills += 1
             with open_jobdb(self.jobdb) as db:
-                self.executing_at_kills += sum(
-                    states.get(EXECUTING, 0) for states in db.states().values()
-                )
+                out = sum(states.get(EXECUTING, 0) for states in db.states().values())
+            self.executing_at_kills += out
+            self.in_flight_at_kill += out > 0
 
 
 @pytest.mark.timeout(1200)
 def test_route_and_deliver_killed_20_times_each_deliver_every_event(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    seed = os.environ.get("EXACTLY_CRASH_SEED", "13")
+    seed = crash_seed("13")
     rng, director_rng = random.Random(f"route-{seed}"), random.Random(f"deliver-{seed}")
     monkeypatch.delenv(KILL_AFTER_COMMIT, raising=False)  # only the runs told to kill themselves
     stream = EventStream(seed=21, duplicate_rate=0.0)
@@ -180,7 +195,12 @@ def test_route_and_deliver_killed_20_times_each_deliver_every_event(
         with open_log(log_url) as log:
             log.create_topic("events", PARTITIONS)
             grow(log)
-        directors = Directors(config_path, jobdb, director_rng)
+        directors = Directors(
+            config_path,
+            jobdb,
+            director_rng,
+            lambda: sum(len(receiver.requests) for receiver in receivers.values()),
+        )
         flapping = threading.Event()
         flapping.set()
 
@@ -242,6 +262,7 @@ def test_route_and_deliver_killed_20_times_each_deliver_every_event(
         f"{directors.executing_at_kills}, duplicates {duplicates}"
     )
     assert self_kills == SELF_KILLS and directors.kills == KILLS
+    assert directors.in_flight_at_kill >= KILLS // 2, "most director kills must find work"
     # a duplicate is a request out when a director died: a job left executing (counted again at
     # each kill until a run resends it), at most max_in_flight per destination per kill
     assert total <= directors.executing_at_kills

@@ -38,6 +38,7 @@ import pytest
 from exactly.errors import UnknownTopic
 from exactly.log import Log, Record, open_log
 from tests import short_reads
+from tests.seeds import crash_seed
 from tests.spark_helpers import assert_copied
 
 KILLS = 20  # per backend, never fewer (issue 4)
@@ -48,7 +49,7 @@ FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 class Growing:
     """Appends numbered records to the source from a thread, about 150 a second, until stopped."""
 
-    def __init__(self, log: Log, topic: str, seed: int) -> None:
+    def __init__(self, log: Log, topic: str, seed: str) -> None:
         self.log, self.topic = log, topic
         self.rng = random.Random(seed)
         self.count = [0] * PARTITIONS
@@ -96,7 +97,7 @@ def copied(log: Log, destination: str) -> int:
 
 
 def crash_and_resume(
-    backend: str, log_url: str, work: Path, seed: int, jvm: str, faults: dict[str, str]
+    backend: str, log_url: str, work: Path, seed: str, jvm: str, faults: dict[str, str]
 ) -> Report:
     """Start, kill and restart ``exactly copy`` KILLS times while the source grows; finish it.
 
@@ -169,12 +170,19 @@ def test_copy_killed_at_random_points_copies_exactly_once(kafka_url: str, tmp_pa
     backends = {"sqlite": f"sqlite://{tmp_path / 'sqlite' / 'log'}", "kafka": kafka_url}
     cuts = tmp_path / "short-reads.txt"
     faults = {"sqlite": {}, "kafka": short_reads.environment(0.25, cuts)}
+    seed = crash_seed("1")
     with ThreadPoolExecutor(len(backends)) as pool:
         futures = {
             name: pool.submit(
-                crash_and_resume, name, url, tmp_path / name, seed, FAST_JVM, faults[name]
+                crash_and_resume,
+                name,
+                url,
+                tmp_path / name,
+                f"{name}-{seed}",
+                FAST_JVM,
+                faults[name],
             )
-            for seed, (name, url) in enumerate(backends.items(), start=1)
+            for name, url in backends.items()
         }
         reports = [future.result() for future in futures.values()]
     cut = short_reads.cuts(cuts)

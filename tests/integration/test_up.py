@@ -8,7 +8,6 @@ HTTP receiver for two destinations, and ``exactly audit`` (a batch recount) at t
 from __future__ import annotations
 
 import os
-import random
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.receiver import Receiver
+from tests.seeds import crash_rng
 from tests.up_service import ROOT, Clients, UpService, counted, write_config
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -134,7 +134,7 @@ KILLS = 10
 
 def test_up_killed_at_random_points_stays_exact(service: UpService, receiver: Receiver) -> None:
     """SIGKILL up's whole process group 10 times while clients send; nothing lost or doubled."""
-    rng = random.Random(int(os.environ.get("EXACTLY_TEST_SEED", "14")))
+    rng = crash_rng("up-crash", "14")
     clients = Clients(service.port, batches=160, size=20, pause=1.0)  # sending past the kills
     service.start()
     clients.start()

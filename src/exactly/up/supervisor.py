@@ -150,7 +150,7 @@ class Supervisor:
                 f"within {self.healthy_after:.0f} s of starting ({how}{words}); see "
                 f"{self.log_dir / running.part.name}.log"
             )
-        wait = ceiling(running.quick_deaths, minimum=1.0, maximum=30.0)
+        wait = ceiling(running.quick_deaths, minimum=0.5, maximum=30.0)  # 1 s, 2 s, 4 s ...
         running.restart_at = now + wait
         self.say(f"{running.part.name} died ({how}{words}); restarting in {wait:.0f} s")
 

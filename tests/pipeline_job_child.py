@@ -1,0 +1,168 @@
+"""One run of the pipeline's queries in one Spark application, for the SIGKILL tests:
+``python -m tests.pipeline_job_child CONFIG MODE``.
+
+As ``exactly up`` runs them: dedupe (raw -> events), aggregate (events -> ``event_counts`` and
+the test's ``plan_hours``) and route (events -> the JobDB), each in a thread and a FAIR pool of
+one application, so one SIGKILL interrupts all three; the backends are CONFIG's. Like
+``tests/job_child.py``'s other children it starts Spark, prints ``warm``, waits for ``go``,
+prints ``running`` and then ``batch QUERY N`` after each micro-batch (small ones, so a kill
+lands inside one). MODE ``streaming`` runs until killed; ``catch-up`` runs dedupe until caught
+up, then aggregate and route until caught up, and prints ``done``.
+
+With ``EXACTLY_TEST_KILL_AFTER_COMMIT=QUERY:N`` (``aggregate`` or ``route``) the run kills its
+process group right after that query's N-th commit to its database, before Spark's.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from exactly.aggregate import job, open_db
+from exactly.aggregate.driver import drive as aggregate
+from exactly.aggregate.spec import EVENT_COUNTS, parse_table
+from exactly.config import load_settings
+from exactly.dedupe.job import DedupePlan, prepare
+from exactly.dedupe.job import run as dedupe
+from exactly.dedupe.window import Bounds
+from exactly.delivery import open_jobdb
+from exactly.delivery.route import RoutePlan
+from exactly.delivery.route import drive as route
+from exactly.log import open_log
+from exactly.spark.session import build_session
+from exactly.spark.streaming import checkpoint_lock
+from tests.aggregate_stream import PLAN_TABLE
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+KILL_AFTER_COMMIT = "EXACTLY_TEST_KILL_AFTER_COMMIT"
+HOUR = 3_600_000
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def committed(query: str) -> Callable[[bool], None]:
+    """Counts ``query``'s commits; kills the process group after the one the environment says."""
+    wanted, _, count = (os.environ.get(KILL_AFTER_COMMIT) or "").partition(":")
+    after = int(count) if wanted == query else 0
+    commits = 0
+
+    def note(added: bool) -> None:
+        nonlocal commits
+        commits += added
+        if after and commits >= after:
+            os.killpg(os.getpgrp(), signal.SIGKILL)  # after the database's commit, before Spark's
+
+    return note
+
+
+def main(config: str, mode: str) -> None:
+    settings = load_settings(Path(config))
+    catch_up = mode == "catch-up"
+    spark = build_session(
+        settings, "exactly-pipeline-crash", master="local[2]", conf={"spark.scheduler.mode": "FAIR"}
+    )
+    data = settings.data_dir
+    plans = parse_table(PLAN_TABLE["name"], PLAN_TABLE["group_by"], PLAN_TABLE["measures"])  # type: ignore[arg-type]
+    dedupe_plan = DedupePlan(
+        settings.log_url,
+        settings.dedupe.store,
+        data,
+        data / "dedupe",
+        bounds=Bounds(window=HOUR),
+        until_caught_up=catch_up,
+        trigger_seconds=0.2,
+        max_records_per_trigger=150,
+        read_records=50,
+    )
+    aggregate_plan = job.AggregatePlan(
+        settings.log_url,
+        data / "aggregate",
+        (EVENT_COUNTS, plans),
+        until_caught_up=catch_up,
+        trigger_seconds=0.2,
+        max_records_per_trigger=300,
+        read_records=100,
+    )
+    route_plan = RoutePlan(
+        settings.log_url,
+        (data / "route").resolve(),
+        settings.destinations,
+        until_caught_up=catch_up,
+        trigger_seconds=0.2,
+        max_records_per_trigger=200,
+        read_records=100,
+    )
+    with open_log(settings.log_url) as log:
+        partitions = prepare(log, dedupe_plan)
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    say("warm")
+    if sys.stdin.readline().strip() != "go":
+        return
+    say("running")
+    counted, routed = committed("aggregate"), committed("route")
+
+    def run_dedupe() -> None:
+        with checkpoint_lock(dedupe_plan.checkpoint, "dedupe job"):
+            dedupe(
+                spark,
+                dedupe_plan,
+                partitions,
+                on_batch=lambda report: say(f"batch dedupe {report['batchId']}"),
+            )
+
+    def run_aggregate() -> None:
+        def on_batch(batch: int, _events: int, added: bool) -> None:
+            say(f"batch aggregate {batch}")
+            counted(added)
+
+        with open_db(settings.aggregate_url, retry_seconds=60) as db:
+            aggregate(spark, aggregate_plan, db, say=lambda _: None, on_batch=on_batch)
+
+    def run_route() -> None:
+        def on_batch(batch: int, _events: int, _jobs: int, added: bool) -> None:
+            say(f"batch route {batch}")
+            routed(added)
+
+        with open_jobdb(settings.jobdb_url) as jobdb:
+            route(spark, route_plan, jobdb, say=lambda _: None, on_batch=on_batch)
+
+    stages = [run_dedupe, run_aggregate, run_route]
+    if catch_up:
+        in_pool(spark, "dedupe", run_dedupe)
+        stages = stages[1:]
+    threads = [
+        threading.Thread(target=in_pool, args=(spark, stage.__name__, stage), daemon=True)
+        for stage in stages
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    say("done")
+    spark.stop()
+
+
+def in_pool(spark: SparkSession, name: str, stage: Callable[[], None]) -> None:
+    """Run ``stage`` in a FAIR pool of its own, with the session active in this thread; a
+    failure ends the process at once (the test sees the run die, and why on stderr)."""
+    try:
+        jvm_session = type(spark)._get_j_spark_session_class(spark._jvm)
+        jvm_session.setActiveSession(spark._jsparkSession)
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", name)
+        stage()
+    except BaseException as error:  # noqa: BLE001 - the whole run fails
+        print(f"{name} failed: {error!r}", file=sys.stderr, flush=True)
+        os._exit(1)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
