@@ -63,6 +63,7 @@ class ServerProcess:
     def __init__(self) -> None:
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         raise NotImplementedError
@@ -110,6 +111,7 @@ class ServerProcess:
         same port."""
         port = self.port
         self.stop()
+        self.restarts += 1
         return self.start(port=port)
 
     def __enter__(self) -> Self:

@@ -13,6 +13,7 @@ import contextlib
 import http.client
 import json
 import os
+import random
 import signal
 import sqlite3
 import subprocess
@@ -20,6 +21,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,6 +172,47 @@ class UpService:
         self.kill()
 
 
+def kill_on_progress(
+    service: UpService,
+    rng: random.Random,
+    *,
+    kills: int,
+    at_start: int,
+    progress: Callable[[], tuple[int, ...]],
+    on_work: Callable[[int], None] | None = None,
+) -> int:
+    """SIGKILL the running service's whole group ``kills`` times, starting it again after each.
+
+    ``at_start`` kills, chosen at random, come at a random moment 1 to 12 s after a start
+    (Spark starting, the queries planning); the others once ``progress()`` (events counted,
+    delivered...) has grown since that start, after ``on_work(kill)`` and 0 to 2 s more, so
+    that they interrupt work. Returns how many kills came after work was seen.
+    """
+    after_work = 0
+    early = set(rng.sample(range(kills), at_start))
+    for kill in range(kills):
+        began = time.monotonic()
+        before = progress()
+        if kill in early:
+            time.sleep(rng.uniform(1.0, 12.0))
+        else:
+            while progress() <= before:
+                assert time.monotonic() - began < 180, "no progress\n" + service.stderr()
+                assert service.process is not None and service.process.poll() is None, (
+                    service.stderr()
+                )
+                time.sleep(0.2)
+            after_work += 1
+            if on_work is not None:
+                on_work(kill)
+            time.sleep(rng.uniform(0.0, 2.0))
+        assert service.process is not None and service.process.poll() is None, service.stderr()
+        service.kill()
+        print(f"kill {kill + 1} after {time.monotonic() - began:.1f} s: progress {progress()}")
+        service.start()
+    return after_work
+
+
 def _children(pid: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
@@ -297,3 +340,12 @@ def counted(where: Path | str) -> int:
         except sqlite3.OperationalError:
             return 0
     return int(row[0])
+
+
+def spark_failures(data_dir: Path, name: str = "exactly-up") -> list[str]:
+    """Lines of the Spark application's log (``DATA_DIR/logs``) naming a failure that no kill
+    explains: a task binary written torn (java.io.OptionalDataException, Spark 4.3's race on a
+    data source's environment, worked around in ``exactly.spark.datasource``)."""
+    log = data_dir / "logs" / f"spark-{name}.log"
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return [line for line in text.splitlines() if "OptionalDataException" in line]

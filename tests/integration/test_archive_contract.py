@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from exactly.delivery.archive.s3 import S3Archive
 from exactly.delivery.base import SUCCEEDED, Dataset, NewJob, Transition
 from exactly.errors import ConfigError
 from tests.archives import MotoServer, archive_url
+from tests.seeds import crash_rng
 from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -213,7 +213,7 @@ def test_archiving_survives_sigkill(url: str, tmp_path: Path) -> None:
     fill(jobdb, 40, 100)
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}
     command = [sys.executable, "-m", "tests.archive_child", jobdb, url]
-    rng = random.Random(13)
+    rng = crash_rng("archive-crash", "13")
     kills = 0
     for _ in range(8):
         before = live_datasets(tmp_path / "jobdb" / "jobdb.sqlite")

@@ -19,6 +19,7 @@ import pytest
 
 from exactly.errors import LogError
 from exactly.log import Record, open_log
+from tests.seeds import crash_rng
 
 ROOT = Path(__file__).resolve().parents[2]
 KILLS = 12
@@ -66,7 +67,7 @@ def run_and_kill(
 
 @pytest.mark.slow
 def test_sigkill_loses_no_acknowledged_append(log_url: str, topic: str) -> None:
-    rng = random.Random(7)
+    rng = crash_rng("log-writer-crash", "7")
     with open_log(log_url) as log:
         log.create_topic(topic, 3)
     acked: list[tuple[int, int, int]] = []

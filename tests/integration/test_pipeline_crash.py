@@ -41,7 +41,7 @@ from tests.pipeline_job_child import KILL_AFTER_COMMIT
 from tests.receiver import Receiver
 from tests.seeds import crash_rng
 from tests.servers import RedisServer
-from tests.up_service import ScaleOut
+from tests.up_service import ScaleOut, spark_failures
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.kafka]
 KILLS = 20
@@ -135,6 +135,8 @@ def test_pipeline_on_the_scale_out_stack_killed_at_random_points_stays_exact(
             got = receiver.successes("/ok")
             assert set(got) == truth[name], name
             assert max(got.values()) == 1, f"{name}: delivered twice with no director killed"
+    torn = spark_failures(tmp_path / "data", "exactly-pipeline-crash")
+    assert not torn, torn[:3]
     cut = short_reads.cuts(cuts)
     print(f"{stream.sent} events, {stream.duplicates} duplicates; fetches cut short {dict(cut)}")
     assert cut[RAW] >= 5 and cut["events"] >= 5, cut  # dedupe, aggregate and route met them

@@ -189,3 +189,17 @@ def test_bad_options_fail_with_one_clear_line(spark: SparkSession, tmp_path: Pat
         error = from_spark(caught.value)
         assert isinstance(error, ConfigError)
         assert str(error).startswith(message)
+
+
+def test_the_data_source_environment_holds_the_keys_query_starts_put(spark: SparkSession) -> None:
+    """Spark 4.3 shares one environment map between the queries of a data source and each
+    streaming start puts these keys into it from its own thread: present from the start, the
+    puts only replace values, so concurrent starts cannot tear it (java.io.OptionalDataException
+    in every task of ``exactly up``, 3 starts in about 49; ``datasource._RUNNER_KEYS``)."""
+    from exactly.spark.datasource import _RUNNER_KEYS, NAME
+
+    manager = spark._jsparkSession.sessionState().dataSourceManager()
+    source = manager.lookupDataSource(NAME)
+    environment = source.dataSourceCls().envVars()
+    assert all(environment.containsKey(key) for key in _RUNNER_KEYS)
+    assert not set(_RUNNER_KEYS) & set(spark.sparkContext.environment)  # the session's as it was

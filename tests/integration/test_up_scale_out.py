@@ -30,7 +30,15 @@ from tests.integration.test_up import check_exact, wait_for_everything
 from tests.receiver import Receiver
 from tests.seeds import crash_rng
 from tests.servers import RedisServer
-from tests.up_service import Clients, ScaleOut, UpService, counted, write_config
+from tests.up_service import (
+    Clients,
+    ScaleOut,
+    UpService,
+    counted,
+    kill_on_progress,
+    spark_failures,
+    write_config,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.kafka]
 KILLS = 10
@@ -56,35 +64,21 @@ def test_up_on_the_scale_out_stack_killed_stays_exact(
             clients = Clients(service.port, batches=150, size=20, pause=1.0)
             service.start()
             clients.start()
-            after_work = 0
-            at_start = set(rng.sample(range(KILLS), STARTUP_KILLS))
-            shard_kills_at = set(rng.sample(sorted(set(range(KILLS)) - at_start), SHARD_KILLS))
-            for kill in range(KILLS):
-                began = time.monotonic()
-                before = (counted(backends.database), delivered(receiver))
-                if kill in at_start:
-                    time.sleep(rng.uniform(1.0, 12.0))  # start-up: Spark, the queries' plans
-                else:
-                    while (counted(backends.database), delivered(receiver)) <= before:
-                        assert time.monotonic() - began < 180, "no progress\n" + service.stderr()
-                        assert service.process is not None and service.process.poll() is None, (
-                            service.stderr()
-                        )
-                        time.sleep(0.2)
-                    after_work += 1
-                    if kill in shard_kills_at:  # while the pipeline claims ids on it
-                        shard.restart()
-                        time.sleep(rng.uniform(2.0, 6.0))
-                    time.sleep(rng.uniform(0.0, 2.0))
-                assert service.process is not None and service.process.poll() is None, (
-                    service.stderr()
-                )
-                service.kill()
-                print(
-                    f"kill {kill + 1} after {time.monotonic() - began:.1f} s: "
-                    f"{counted(backends.database)} counted, {delivered(receiver)} delivered"
-                )
-                service.start()
+            shard_kills_at = set(rng.sample(range(KILLS), SHARD_KILLS))
+
+            def restart_shard(kill: int) -> None:
+                if kill in shard_kills_at:  # while the pipeline claims ids on it
+                    shard.restart()
+                    time.sleep(rng.uniform(2.0, 6.0))
+
+            after_work = kill_on_progress(
+                service,
+                rng,
+                kills=KILLS,
+                at_start=STARTUP_KILLS,
+                progress=lambda: (counted(backends.database), delivered(receiver)),
+                on_work=restart_shard,
+            )
             assert clients.wait(600), "the clients could not send everything"
             wait_for_everything(service, receiver, clients, 400, backends.database)
             bound = KILLS * MAX_IN_FLIGHT
@@ -92,6 +86,8 @@ def test_up_on_the_scale_out_stack_killed_stays_exact(
         finally:
             service.close()
     cut = short_reads.cuts(cuts)
-    print(f"kills after work {after_work} of {KILLS}; shard restarts {SHARD_KILLS}; cuts {cut}")
+    print(f"kills after work {after_work} of {KILLS}; cuts {cut}")
     assert after_work == KILLS - STARTUP_KILLS  # each seen to work before its kill
+    assert shard.restarts == SHARD_KILLS
+    assert not spark_failures(tmp_path / "data"), spark_failures(tmp_path / "data")[:3]
     assert cut["raw"] + cut["events"] >= 20, cut  # the fault fired in the pipeline's readers

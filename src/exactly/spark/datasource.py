@@ -92,9 +92,38 @@ def register_staged(spark: SparkSession, name: str, stage: Stage, columns: Colum
         (StagedSink,),
         {"name": classmethod(lambda cls: name), "staged": (stage, columns)},
     )
-    spark.dataSource.register(source)
+    _register(spark, source)
 
 
 def register(spark: SparkSession) -> None:
     """Make ``format("exactly")`` available in ``spark``."""
-    spark.dataSource.register(LogDataSource)
+    _register(spark, LogDataSource)
+
+
+# SPARK 4.3 RACE: a registered Python data source keeps one Java HashMap of environment
+# variables (``envVars``), shared by every query of the session that uses it, and each streaming
+# query's start puts these keys into it from its own thread (PythonStreamingSourceRunner.init).
+# Queries starting together (``exactly up`` starts three) can race on the map's size: it then
+# counts an entry it does not hold, every task binary that carries it is written torn, and every
+# task of the session fails with java.io.OptionalDataException (3 starts in about 49). With the
+# keys there from the start, those puts replace values and never change the map's structure.
+# The runners set their real values before starting a Python process.
+_RUNNER_KEYS = (
+    "SPARK_LOCAL_DIRS",
+    "SPARK_AUTH_SOCKET_TIMEOUT",
+    "SPARK_BUFFER_SIZE",
+    "SPARK_PYTHON_RUNTIME",
+)
+
+
+def _register(spark: SparkSession, source: type[DataSource]) -> None:
+    """Register ``source`` with the keys its streaming runners put already in its environment
+    (the Spark 4.3 race above); the session's environment itself is left as it was."""
+    environment = spark.sparkContext.environment
+    added = [key for key in _RUNNER_KEYS if key not in environment]
+    environment.update(dict.fromkeys(added, ""))
+    try:
+        spark.dataSource.register(source)
+    finally:
+        for key in added:
+            del environment[key]
