@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from tests.archives import MotoServer
     from tests.servers import RedisServer
-    from tests.up_service import ScaleOut
+    from tests.up_service import Stack
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 LOG_BACKENDS = list(BACKENDS)
@@ -161,14 +161,14 @@ def moto_s3() -> Iterator[MotoServer]:
 
 
 @pytest.fixture
-def scale_out(redis_servers: list[str]) -> Iterator[tuple[ScaleOut, RedisServer]]:
+def scale_out(redis_servers: list[str]) -> Iterator[tuple[Stack, RedisServer]]:
     """The scale-out backends of one test: a Kafka-protocol broker of its own (the pipeline's
     topics have fixed names), the redis store over the shared Redis and a server of the test's
     own (to kill), and a PostgreSQL schema for the aggregates and the JobDB."""
     from tests.aggregate_db import postgres_missing, postgres_schema
     from tests.dedupe_stores import redis_store_url
     from tests.servers import RedisServer, TansuBroker, redis_available, tansu_available
-    from tests.up_service import ScaleOut
+    from tests.up_service import Stack
 
     require(tansu_available())
     require(redis_available())
@@ -178,4 +178,4 @@ def scale_out(redis_servers: list[str]) -> Iterator[tuple[ScaleOut, RedisServer]
         shard = servers.enter_context(RedisServer())
         database = servers.enter_context(postgres_schema())
         store = redis_store_url([redis_servers[0], shard.url], redis_namespace())
-        yield ScaleOut(broker.url, store, database), shard
+        yield Stack(broker.url, store, database), shard

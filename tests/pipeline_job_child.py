@@ -104,6 +104,8 @@ def main(config: str, mode: str) -> None:
     with open_log(settings.log_url) as log:
         partitions = prepare(log, dedupe_plan)
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    if settings.dedupe.store != "spark-state":  # Arrow batches smaller than a read task's rows:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "16")  # they span partitions
     say("warm")
     if sys.stdin.readline().strip() != "go":
         return

@@ -33,13 +33,18 @@ FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m"
 
 
 @dataclass(frozen=True)
-class ScaleOut:
-    """The scale-out backends: a Kafka log, a redis dedupe store, one database for the
-    aggregates and the JobDB."""
+class Stack:
+    """The backends of a pipeline by URL: the log, the dedupe store, the aggregate database and
+    the JobDB (None: the aggregate database)."""
 
     log: str
     store: str
     database: str
+    jobdb: str | None = None
+
+    @property
+    def jobdb_url(self) -> str:
+        return self.jobdb or self.database
 
 
 def write_config(
@@ -48,7 +53,7 @@ def write_config(
     *,
     port: int | None = None,
     console_port: int = 0,
-    scale_out: ScaleOut | None = None,
+    scale_out: Stack | None = None,
 ) -> Path:
     """An exactly.toml: one source, two destinations (every event; orders only, failing once);
     the web console on ``console_port`` (0: none); the embedded backends unless ``scale_out``."""
@@ -60,7 +65,7 @@ def write_config(
             f'[log]\nurl = "{scale_out.log}"\n[dedupe]\nstore = "{scale_out.store}"\n'
             f'[aggregate]\nurl = "{scale_out.database}"\n'
         )
-    jobdb = "" if scale_out is None else f'jobdb = "{scale_out.database}"'
+    jobdb = "" if scale_out is None else f'jobdb = "{scale_out.jobdb_url}"'
     config.write_text(
         f"""
 data_dir = "{directory / "data"}"

@@ -1,19 +1,30 @@
-"""The pipeline's Spark queries on the scale-out stack, SIGKILLed at random points: 20 kills.
+"""The pipeline's Spark queries SIGKILLed at random points, on every backend: 20 kills a stack.
 
-Dedupe (the redis store over two servers), aggregate (PostgreSQL) and route (a PostgreSQL JobDB)
-read and write the log on a Kafka-protocol broker (Tansu), in one Spark application as ``exactly
-up`` runs them (``tests/pipeline_job_child.py``), so each kill interrupts all three. Runs are
-SIGKILLed 20 times at random moments (the harness of ``tests/job_child.py``: while Spark or the
-queries start, inside micro-batches); four more kill themselves right after a database commit and
-before Spark's (two after the aggregate's SQL commit, two after the route's JobDB commit), so the
-next run replays a batch the database already holds. Meanwhile ``raw`` grows with duplicates, one
-of the two Redis servers is SIGKILLed and started again empty three times, and a fifth of the
-log's fetches come back short (``tests/short_reads.py``). At the end:
+Dedupe, aggregate and route run in one Spark application as ``exactly up`` runs them
+(``tests/pipeline_job_child.py``), so each kill interrupts all three. Three stacks cover every
+backend of the three stages:
 
-* ``events`` is exactly the first record of each messageId in ``raw``, in order, per partition;
+* ``embedded``: the sqlite log, the rocksdb store, SQLite aggregates and JobDB;
+* ``spark-state``: the sqlite log, Spark's own state store, PostgreSQL aggregates, a MariaDB
+  JobDB;
+* ``scale-out``: the log on a Kafka-protocol broker (Tansu) with a fifth of its fetches cut short
+  at random (``tests/short_reads.py``, as Tansu once cut one), the redis store over two servers
+  with one SIGKILLed and started again empty three times, PostgreSQL aggregates and JobDB.
+
+Runs are SIGKILLed 20 times at random moments (the harness of ``tests/job_child.py``: while Spark
+or the queries start, inside micro-batches); four more kill themselves right after a database
+commit and before Spark's (two after the aggregate's SQL commit, two after the route's JobDB
+commit), so the next run replays a batch the database already holds. ``raw`` grows meanwhile,
+with duplicates and records without a usable messageId; raw has more partitions than the
+application has cores, and the claim stores get Arrow batches far smaller than a task's rows, so
+that batches span partitions as they do in production. At the end:
+
+* ``events`` is exactly the first record of each messageId in ``raw``, in order, per partition,
+  and every bad record is in ``raw.rejected`` once;
 * both tables equal a recount in plain Python of the distinct events;
 * the JobDB holds one job per (event, matching destination): a director drains it and each
-  receiver gets exactly the events its destination's filters take, each once.
+  receiver gets exactly the events its destination's filters take, each once;
+* no task failed for Spark 4.3's torn environment map (``exactly.spark.datasource``).
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ import json
 import random
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,31 +42,57 @@ import pytest
 from exactly.aggregate import open_db
 from exactly.delivery import open_jobdb
 from exactly.delivery.base import SUCCEEDED
-from exactly.log import Log, open_log
+from exactly.log import Log, Record, open_log
 from tests import short_reads
+from tests.aggregate_db import postgres_missing, postgres_schema
 from tests.aggregate_stream import EventStream, append
+from tests.conftest import require
 from tests.dedupe_stream import RAW, assert_deduplicated
 from tests.integration.test_aggregate import assert_exact
 from tests.integration.test_route_crash import FILTERS, expected
 from tests.job_child import kill_at_random_points
+from tests.jobdb import mysql_database, mysql_missing
 from tests.pipeline_job_child import KILL_AFTER_COMMIT
 from tests.receiver import Receiver
 from tests.seeds import crash_rng
 from tests.servers import RedisServer
-from tests.up_service import ScaleOut, spark_failures
+from tests.up_service import Stack, spark_failures
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.kafka]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 KILLS = 20
 SELF_KILLS = {3: "aggregate:1", 8: "route:2", 13: "aggregate:2", 18: "route:1"}  # by run
 SHARD_RESTARTS = (120, 300, 480)  # at these appends to raw (every 0.25 s)
 PARTITIONS = 4  # more than the application's 2 cores: a read task reads several
+STACKS = ["embedded", "spark-state", "scale-out"]
 
 
-def write_config(path: Path, backends: ScaleOut, receivers: dict[str, str]) -> Path:
+@contextlib.contextmanager
+def backends(
+    stack: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[Stack, RedisServer | None]]:
+    """The log, store and databases of ``stack``; the Redis server to restart (scale-out)."""
+    if stack == "embedded":
+        sqlite = f"sqlite://{tmp_path / 'log'}"
+        aggregates, jobdb = (
+            f"sqlite://{tmp_path / 'aggregates.db'}",
+            f"sqlite://{tmp_path / 'jobdb'}",
+        )
+        yield Stack(sqlite, "rocksdb", aggregates, jobdb), None
+    elif stack == "spark-state":
+        require(postgres_missing())
+        require(mysql_missing())
+        with postgres_schema() as aggregates, mysql_database() as jobdb:
+            yield Stack(f"sqlite://{tmp_path / 'log'}", "spark-state", aggregates, jobdb), None
+    else:
+        scale_out: tuple[Stack, RedisServer] = request.getfixturevalue("scale_out")
+        yield scale_out
+
+
+def write_config(path: Path, stack: Stack, receivers: dict[str, str]) -> Path:
     text = (
-        f'data_dir = "{path.parent / "data"}"\n[log]\nurl = "{backends.log}"\n'
-        f'[dedupe]\nstore = "{backends.store}"\n[aggregate]\nurl = "{backends.database}"\n'
-        f'[delivery]\njobdb = "{backends.database}"\n'
+        f'data_dir = "{path.parent / "data"}"\n[log]\nurl = "{stack.log}"\n'
+        f'[dedupe]\nstore = "{stack.store}"\n[aggregate]\nurl = "{stack.database}"\n'
+        f'[delivery]\njobdb = "{stack.jobdb_url}"\n'
     )
     for name, (sources, events) in FILTERS.items():
         text += (
@@ -67,69 +105,66 @@ def write_config(path: Path, backends: ScaleOut, receivers: dict[str, str]) -> P
 
 
 @pytest.mark.timeout(1800)
-def test_pipeline_on_the_scale_out_stack_killed_at_random_points_stays_exact(
-    tmp_path: Path, scale_out: tuple[ScaleOut, RedisServer], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("stack", STACKS)
+def test_pipeline_killed_at_random_points_stays_exact(
+    tmp_path: Path, stack: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rng = crash_rng("pipeline-crash", "30")
+    rng = crash_rng(f"pipeline-crash-{stack}", "30")
     monkeypatch.delenv(KILL_AFTER_COMMIT, raising=False)  # only the runs told to kill themselves
-    backends, shard = scale_out
     stream = EventStream(seed=31, duplicate_rate=0.02)
     cuts = tmp_path / "short-reads.txt"
-    runs = appends = 0
-
-    def self_kill(_: random.Random) -> dict[str, str]:
-        nonlocal runs
-        runs += 1
-        return {KILL_AFTER_COMMIT: SELF_KILLS[runs]} if runs in SELF_KILLS else {}
-
-    def grow(log: Log) -> None:
-        nonlocal appends
-        appends += 1
-        append(log, RAW, PARTITIONS, stream.chunk(20))
-        if appends in SHARD_RESTARTS:
-            shard.restart()  # SIGKILL; back empty while the queries claim ids on it
-            print(f"redis shard restarted empty at append {appends}")
-
+    runs = appends = rejects = 0
     with contextlib.ExitStack() as servers:
+        used, shard = servers.enter_context(backends(stack, tmp_path, request))
+
+        def self_kill(_: random.Random) -> dict[str, str]:
+            nonlocal runs
+            runs += 1
+            return {KILL_AFTER_COMMIT: SELF_KILLS[runs]} if runs in SELF_KILLS else {}
+
+        def grow(log: Log) -> None:
+            nonlocal appends, rejects
+            appends += 1
+            append(log, RAW, PARTITIONS, stream.chunk(20))
+            if appends % 25 == 0:  # no usable messageId: to raw.rejected
+                log.append(RAW, appends % PARTITIONS, [Record(b"not json %d" % appends)])
+                rejects += 1
+            if shard is not None and appends in SHARD_RESTARTS:
+                shard.restart()  # SIGKILL; back empty while the queries claim ids on it
+                print(f"redis shard restarted empty at append {appends}")
+
         receivers = {name: servers.enter_context(Receiver()) for name in FILTERS}
         urls = {name: receiver.url for name, receiver in receivers.items()}
-        config = write_config(tmp_path / "exactly.toml", backends, urls)
-        with open_log(backends.log) as log:
+        config = write_config(tmp_path / "exactly.toml", used, urls)
+        faults = short_reads.environment(0.2, cuts) if stack == "scale-out" else {}
+        with open_log(used.log) as log:
             log.create_topic(RAW, PARTITIONS)
             append(log, RAW, PARTITIONS, stream.chunk(1000))
             self_kills = kill_at_random_points(
                 "tests.pipeline_job_child",
                 [str(config)],
-                log_url=backends.log,
+                log_url=used.log,
                 grow=grow,
                 rng=rng,
                 kills=KILLS + len(SELF_KILLS),
                 self_kill=self_kill,
-                env=short_reads.environment(0.2, cuts),
+                env=faults,
             )
             assert self_kills == len(SELF_KILLS)
-            assert appends >= SHARD_RESTARTS[-1], "the run ended before every shard restart"
+            if shard is not None:
+                assert shard.restarts == len(SHARD_RESTARTS), "the run ended before a restart"
+            assert rejects >= 5
             assert_deduplicated(log, PARTITIONS)
         distinct = list(stream.events.values())
-        with open_db(backends.database) as db:
+        with open_db(used.database) as db:
             assert_exact(db, distinct)
+        deliver = [sys.executable, "-m", "exactly", "--config", str(config), "deliver"]
         drained = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "exactly",
-                "--config",
-                str(config),
-                "deliver",
-                "--until-drained",
-            ],
-            capture_output=True,
-            timeout=300,
-            check=False,
+            [*deliver, "--until-drained"], capture_output=True, timeout=300, check=False
         )
         assert drained.returncode == 0, drained.stderr.decode()[-2000:]
         truth = expected([json.dumps(event).encode() for event in distinct])
-        with open_jobdb(backends.database) as jobdb:
+        with open_jobdb(used.jobdb_url) as jobdb:
             assert jobdb.states() == {name: {SUCCEEDED: len(ids)} for name, ids in truth.items()}
         for name, receiver in receivers.items():
             got = receiver.successes("/ok")
@@ -137,6 +172,8 @@ def test_pipeline_on_the_scale_out_stack_killed_at_random_points_stays_exact(
             assert max(got.values()) == 1, f"{name}: delivered twice with no director killed"
     torn = spark_failures(tmp_path / "data", "exactly-pipeline-crash")
     assert not torn, torn[:3]
-    cut = short_reads.cuts(cuts)
-    print(f"{stream.sent} events, {stream.duplicates} duplicates; fetches cut short {dict(cut)}")
-    assert cut[RAW] >= 5 and cut["events"] >= 5, cut  # dedupe, aggregate and route met them
+    print(f"{stream.sent} events, {stream.duplicates} duplicates, {rejects} rejects")
+    if stack == "scale-out":
+        cut = short_reads.cuts(cuts)
+        print(f"fetches cut short {dict(cut)}")
+        assert cut[RAW] >= 5 and cut["events"] >= 5, cut  # dedupe, aggregate and route met them

@@ -32,7 +32,7 @@ from tests.seeds import crash_rng
 from tests.servers import RedisServer
 from tests.up_service import (
     Clients,
-    ScaleOut,
+    Stack,
     UpService,
     counted,
     kill_on_progress,
@@ -52,7 +52,7 @@ def delivered(receiver: Receiver) -> int:
 
 
 def test_up_on_the_scale_out_stack_killed_stays_exact(
-    tmp_path: Path, scale_out: tuple[ScaleOut, RedisServer]
+    tmp_path: Path, scale_out: tuple[Stack, RedisServer]
 ) -> None:
     rng = crash_rng("up-scale-out", "30")
     backends, shard = scale_out

@@ -304,7 +304,9 @@ class Log(ABC):
         """Records of one partition from ``offset`` on, in order, at most ``max_records``.
 
         Stops after the record that makes the batch reach ``max_bytes`` (so one large record is
-        still returned). Empty when ``offset`` is at or past the end. With ``headers=False``
+        still returned). Empty when ``offset`` is at or past the end, but not only then: on Kafka
+        a fetch can come back short, even empty, inside the partition, so a reader of a range
+        uses :meth:`read_range`, which reads it to its end. With ``headers=False``
         every record's headers come back empty, for readers that never look at them: they are
         then not decoded, which costs as much as the rest of a read.
         """
