@@ -1,8 +1,8 @@
 """The crash tests' harness: job processes started warm, told to go, watched, SIGKILLed.
 
-The child modules (``tests.dedupe_job_child``, ``tests.aggregate_job_child``) start Spark, print
-``warm``, wait for ``go`` on stdin, print ``running``, ``batch N`` per micro-batch and ``done``.
-:func:`kill_at_random_points` is the one kill loop both crash tests run.
+The child modules (``tests.pipeline_job_child``, ``tests.route_job_child``) start Spark, print
+``warm``, wait for ``go`` on stdin, print ``running``, ``batch ...`` per micro-batch and ``done``.
+:func:`kill_at_random_points` is the one kill loop their crash tests run.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One run of the route query for the SIGKILL tests: ``python -m tests.route_job_child``.
 
-Arguments: CONFIG JOBDB_URL CHECKPOINT MODE. Like ``tests/aggregate_job_child.py``: it
+Arguments: CONFIG JOBDB_URL CHECKPOINT MODE. Like ``tests/pipeline_job_child.py``: it
 starts Spark, prints ``warm``, waits for ``go`` on stdin, prints ``running``, then routes
 ``events`` into the JobDB for CONFIG's ``[[destinations]]`` in small micro-batches, printing
 ``batch N`` after each: MODE ``streaming`` until killed, ``catch-up`` until caught up, then

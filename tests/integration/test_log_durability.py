@@ -143,7 +143,7 @@ def test_readers_do_not_see_records_before_their_fsync(
     from exactly.spark.source import LogBatchReader, LogStreamReader, OffsetRange, read_range
 
     url = f"sqlite://{tmp_path / 'log'}"
-    with open_log(url) as writer, open_log(url) as reader, ThreadPoolExecutor(1) as pool:
+    with open_log(url) as writer, open_log(url) as reader, ThreadPoolExecutor(2) as pool:
         writer.create_topic("t", 2)
         writer.append("t", 0, [Record(b"durable")])
         held = HeldSync()
@@ -161,12 +161,16 @@ def test_readers_do_not_see_records_before_their_fsync(
         assert LogBatchReader(options).partitions() == [OffsetRange(0, 0, 1)]
         stream = LogStreamReader(options)
         assert stream.latestOffset({"0": 0, "1": 0}, ReadAllAvailable()) == {"0": 1, "1": 0}
-        rows = list(read_range(options, OffsetRange(0, 0, 3)))
-        assert [row[3] for row in rows] == [b"durable"]
-        assert not pending.done()
+        # a task asked for a range past the durable end reads what is durable, then waits
+        rows = read_range(options, OffsetRange(0, 0, 3))
+        assert next(rows)[3] == b"durable"
+        following = pool.submit(next, rows)
+        time.sleep(0.5)
+        assert not following.done() and not pending.done()
 
         held.release.set()
         assert pending.result(10).offsets == [1, 2]
+        assert [following.result(10)[3], *(row[3] for row in rows)] == [b"a", b"b"]
         assert reader.end_offsets("t") == {0: 3, 1: 0}
         assert [r.value for r in reader.read("t", 0, 0)] == [b"durable", b"a", b"b"]
         assert stream.latestOffset({"0": 0, "1": 0}, ReadAllAvailable()) == {"0": 3, "1": 0}
