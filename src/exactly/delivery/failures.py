@@ -80,8 +80,8 @@ def _describe(
             return "tls", f"TLS handshake failed with{at}: the connection was closed"
         return "connect", f"cannot connect to{at}: {_reason(cause)}"
     if isinstance(error, aiohttp.ClientPayloadError):
-        cause = error.__cause__
-        reason = getattr(cause, "message", None) or _reason(cause or error)
+        found = error.__cause__
+        reason = getattr(found, "message", None) or _reason(found or error)
         return "cut-short", f"the answer's body was cut short: {str(reason).rstrip('.')}"
     if isinstance(error, aiohttp.ClientResponseError):  # the parser's: a bad status or header
         return "malformed", f"malformed answer from{at}: {_parser_message(error.message)}"
