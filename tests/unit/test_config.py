@@ -150,7 +150,7 @@ def test_destinations_with_defaults_and_durations(tmp_path: Path) -> None:
         2.0,
     )
     assert orders.headers == {"Authorization": "Bearer t"}
-    assert orders.signing_key() is not None
+    assert len(orders.signing_keys()) == 1
     assert orders.matches("web", "Order Completed") and not orders.matches("web", "Viewed")
     assert (every.timeout, every.expire, every.backoff.minimum, every.rate) == (
         2.5,
@@ -158,7 +158,7 @@ def test_destinations_with_defaults_and_durations(tmp_path: Path) -> None:
         5,
         None,
     )
-    assert every.ordered is False and every.signing_key() is None
+    assert every.ordered is False and every.signing_keys() == ()
     assert every.matches(None, None)
     assert settings.jobdb_url.startswith("sqlite://")
 

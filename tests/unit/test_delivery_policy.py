@@ -81,10 +81,10 @@ def test_signature_verifies_with_standard_webhooks() -> None:
 
     now = int(time.time())
     headers = request_headers(
-        message_id="m1", body=body, timestamp=now, key=signing_key(SECRET), extra={"X-A": "b"}
+        message_id="m1", body=body, timestamp=now, keys=[signing_key(SECRET)], extra={"X-A": "b"}
     )
     assert Webhook(SECRET).verify(body, headers)["messageId"] == "m1"
     assert headers["Idempotency-Key"] == headers["webhook-id"] == "m1"
     assert headers["X-A"] == "b"
-    unsigned = request_headers(message_id="m1", body=body, timestamp=now, key=None, extra={})
+    unsigned = request_headers(message_id="m1", body=body, timestamp=now, keys=(), extra={})
     assert "webhook-signature" not in unsigned

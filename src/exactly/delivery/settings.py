@@ -10,14 +10,25 @@ import base64
 import binascii
 import re
 from typing import Any
-from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from yarl import URL
 
 from exactly.errors import ConfigError
+from exactly.urls import redact, scrub
 
 NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")  # fullmatch
 HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")  # an RFC 9110 token
+MAX_SECRETS = 10
+_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^/?#]*)@")
 RESERVED_HEADERS = frozenset(
     {
         "idempotency-key",
@@ -72,11 +83,16 @@ class DestinationSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(description="unique name; 1 to 100 letters, digits, '.', '_' or '-'")
+    headers: dict[str, str] = Field(default_factory=dict, description="added to every request")
+    # after headers: the url's check sees them (user info and an Authorization header clash)
     url: str = Field(description="http:// or https:// endpoint receiving one POST per event")
     sources: tuple[str, ...] | None = Field(None, description="only events of these sources")
     events: tuple[str, ...] | None = Field(None, description="only these track event names")
-    headers: dict[str, str] = Field(default_factory=dict, description="added to every request")
-    secret: SecretStr | None = Field(None, description="Standard Webhooks signing key, whsec_...")
+    secret: SecretStr | tuple[SecretStr, ...] | None = Field(
+        None,
+        description="Standard Webhooks signing key, whsec_...; or a list of up to "
+        f"{MAX_SECRETS} while one is rotated (every request is signed with each)",
+    )
     timeout: float = Field(10.0, gt=0, le=3600, description="seconds a request may take")
     max_in_flight: int = Field(8, ge=1, le=10_000, description="concurrent requests")
     rate: float | None = Field(None, gt=0, description="requests per second at most (GCRA)")
@@ -102,10 +118,16 @@ class DestinationSettings(BaseModel):
 
     @field_validator("url")
     @classmethod
-    def _url(cls, value: str) -> str:
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{value!r} is not an http:// or https:// URL")
+    def _url(cls, value: str, info: ValidationInfo) -> str:
+        url = sendable(value)
+        headers = info.data.get("headers", {})
+        if (url.raw_user is not None or url.raw_password is not None) and any(
+            name.lower() == "authorization" for name in headers
+        ):
+            raise ValueError(
+                f"{_shown(value)!r} has user info and headers has an Authorization header; "
+                "a request cannot carry both: keep one of them"
+            )
         return value
 
     @field_validator("headers")
@@ -120,22 +142,97 @@ class DestinationSettings(BaseModel):
                 raise ValueError(f"header {name!r} has a line break or NUL in its value")
         return value
 
+    @field_validator("secret", mode="before")
+    @classmethod
+    def _secret_text(cls, value: object) -> object:
+        if value is None or isinstance(value, str | SecretStr):
+            return value
+        if isinstance(value, list | tuple) and all(isinstance(v, str | SecretStr) for v in value):
+            return tuple(value)
+        raise ValueError("secret must be a 'whsec_...' string or a list of them")
+
     @field_validator("secret")
     @classmethod
-    def _secret(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None:
-            signing_key(value.get_secret_value())
+    def _secret(
+        cls, value: SecretStr | tuple[SecretStr, ...] | None
+    ) -> SecretStr | tuple[SecretStr, ...] | None:
+        secrets = (value,) if isinstance(value, SecretStr) else value or ()
+        if isinstance(value, tuple) and not 1 <= len(value) <= MAX_SECRETS:
+            raise ValueError(f"give 1 to {MAX_SECRETS} secrets, not {len(value)}")
+        for secret in secrets:
+            signing_key(secret.get_secret_value())
         return value
 
-    def signing_key(self) -> bytes | None:
-        """The HMAC key the secret encodes, or None when requests are not signed."""
-        return None if self.secret is None else signing_key(self.secret.get_secret_value())
+    def signing_keys(self) -> tuple[bytes, ...]:
+        """The HMAC keys the secret (or secrets) encode; none when requests are not signed."""
+        secrets = (self.secret,) if isinstance(self.secret, SecretStr) else self.secret or ()
+        return tuple(signing_key(secret.get_secret_value()) for secret in secrets)
 
     def matches(self, source: str | None, event: str | None) -> bool:
         """Whether an event of ``source`` named ``event`` goes to this destination."""
         if self.sources is not None and source not in self.sources:
             return False
         return self.events is None or event in self.events
+
+
+def sendable(value: str) -> URL:
+    """``value`` as aiohttp will send to it, or ValueError saying what to fix.
+
+    Refuses what fails every request: a scheme other than http/https, no host, a port out of
+    range or 0, a host the resolver cannot encode (an empty label or one over 63 characters, a
+    bad ``xn--`` label) and an IPv4 address aiohttp does not take (``127.1``, ``1.2.3.4.5``).
+    """
+    shown = repr(_shown(value))
+    try:
+        url = URL(value)
+    except ValueError as error:  # yarl's: a bad port, bracket, character (UnicodeError too)
+        raise ValueError(f"{shown} is not a valid URL: {_detail(error, value)}") from None
+    if url.scheme not in ("http", "https"):
+        raise ValueError(f"{shown} is not an http:// or https:// URL")
+    host = url.raw_host
+    if not host:
+        raise ValueError(f"{shown} has no host: write http://HOST[:PORT]/PATH")
+    if url.explicit_port == 0:
+        raise ValueError(f"{shown} has port 0, which nothing can be reached on")
+    if ":" in host:  # an IPv6 address, checked by yarl
+        return url
+    if host.replace(".", "").isdigit():
+        if not _canonical_ipv4(host):
+            raise ValueError(f"{shown}: {host!r} is not an IPv4 address (write four numbers 0-255)")
+        return url
+    try:
+        host.encode("idna")  # what socket.getaddrinfo does with it: labels of 1 to 63 characters
+        url.host  # noqa: B018 (decoding each xn-- label)
+    except UnicodeError:
+        raise ValueError(
+            f"{shown}: the host {host!r} cannot be looked up: each dot-separated part must be 1 "
+            "to 63 characters, and one starting with 'xn--' valid punycode"
+        ) from None
+    return url
+
+
+def _canonical_ipv4(host: str) -> bool:
+    parts = host.split(".")
+    return len(parts) == 4 and all(
+        part.isascii()
+        and 1 <= len(part) <= 3
+        and (part == "0" or part[0] != "0")
+        and int(part) < 256
+        for part in parts
+    )
+
+
+def _shown(url: str) -> str:
+    """``url`` for a message: its user info (a user name may be a token too) and secret options
+    masked."""
+    return redact(_USERINFO.sub(r"\g<scheme>***@", url, count=1))
+
+
+def _detail(error: ValueError, url: str) -> str:
+    """yarl's reason on one line, with the URL's user info masked wherever it quotes it."""
+    found = _USERINFO.match(url)
+    info = found["info"] if found is not None else ""
+    return " ".join(scrub(str(error), [info, *info.split(":")]).split())
 
 
 def signing_key(secret: str) -> bytes:

@@ -5,6 +5,8 @@
 * ``webhook-timestamp`` and ``webhook-signature`` (Standard Webhooks, standardwebhooks.com):
   ``v1,`` then base64 of HMAC-SHA256 over ``{id}.{timestamp}.{body}`` with the key the
   destination's ``whsec_`` secret encodes. Receivers verify with any Standard Webhooks library.
+  With several secrets (a key being rotated) the header holds one signature per key, separated by
+  spaces as the spec allows, so a receiver that knows any one of them accepts the request.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+from collections.abc import Sequence
 
 
 def signature(key: bytes, message_id: str, timestamp: int, body: bytes) -> str:
@@ -26,15 +29,18 @@ def request_headers(
     message_id: str,
     body: bytes,
     timestamp: int,
-    key: bytes | None,
+    keys: Sequence[bytes],
     extra: dict[str, str],
 ) -> dict[str, str]:
-    """Every header of one request: the configured ones, then the ones exactly owns."""
+    """Every header of one request: the configured ones, then the ones exactly owns; signed with
+    each of ``keys`` (none: unsigned)."""
     headers = dict(extra)
     headers["Content-Type"] = "application/json"
     headers["Idempotency-Key"] = message_id
     headers["webhook-id"] = message_id
     headers["webhook-timestamp"] = str(timestamp)
-    if key is not None:
-        headers["webhook-signature"] = signature(key, message_id, timestamp, body)
+    if keys:
+        headers["webhook-signature"] = " ".join(
+            signature(key, message_id, timestamp, body) for key in keys
+        )
     return headers
