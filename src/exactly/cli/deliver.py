@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import urlsplit
 
 import typer
 
 from exactly.cli.context import context
-from exactly.errors import ConfigError
+from exactly.errors import ConfigError, ExactlyError
+from exactly.urls import scrub
+
+if TYPE_CHECKING:
+    from exactly.delivery.base import JobDB
 
 JOBDB = typer.Option(
     "--jobdb",
@@ -15,6 +22,43 @@ JOBDB = typer.Option(
     "(default: sqlite DATA_DIR/jobdb).",
     envvar="EXACTLY_DELIVERY__JOBDB",
 )
+
+
+@contextlib.contextmanager
+def opened_jobdb(url: str, **options: Any) -> Iterator[JobDB]:
+    """The JobDB at ``url``, connected once before any work: a database that does not exist, a
+    wrong password or a server that does not answer stops the command with one line naming the
+    JobDB (password masked) and the driver's reason, not the driver's traceback."""
+    from exactly.delivery import open_jobdb
+    from exactly.delivery.base import JobDBError
+
+    database = open_jobdb(url, **options)
+    try:
+        database.datasets()  # the first use connects (and creates the tables)
+    except ExactlyError:
+        database.close()
+        raise
+    except Exception as error:  # noqa: BLE001 (each driver has its own error tree)
+        with contextlib.suppress(Exception):
+            database.close()
+        raise JobDBError(
+            f"cannot open the JobDB {database.describe()}: {_reason(error, url)}; check its URL "
+            "(--jobdb, EXACTLY_DELIVERY__JOBDB or [delivery] jobdb), that the server runs and "
+            "that the database exists"
+        ) from None
+    with database:
+        yield database
+
+
+def _reason(error: Exception, url: str) -> str:
+    """The driver's message on one line, without the password it might quote."""
+    args = error.args
+    text = args[1] if len(args) == 2 and isinstance(args[0], int) else str(error)  # PyMySQL's
+    try:
+        secrets = [urlsplit(url).password or ""]
+    except ValueError:
+        secrets = []
+    return " ".join(scrub(str(text) or type(error).__name__, secrets).split())[:300]
 
 
 def deliver(
@@ -51,7 +95,6 @@ def deliver(
     Every job is recorded executing before its request leaves, so after a crash only the requests
     that were in flight are sent again, with the same Idempotency-Key and webhook-id.
     """
-    from exactly.delivery import open_jobdb
     from exactly.delivery.archive import open_archive
     from exactly.delivery.director import Director
 
@@ -61,7 +104,7 @@ def deliver(
     options = settings.delivery
     archive = open_archive(settings.archive_url)
     archive.check()  # a wrong URL or an unreachable bucket stops here, in one line
-    with open_jobdb(
+    with opened_jobdb(
         jobdb or settings.jobdb_url,
         dataset_rows=options.dataset_rows,
         dataset_minutes=options.dataset_minutes,

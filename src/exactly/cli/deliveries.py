@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Column, Table
 
 from exactly.cli.context import context
-from exactly.cli.deliver import JOBDB
+from exactly.cli.deliver import JOBDB, opened_jobdb
 
 
 def deliveries(
@@ -27,11 +27,10 @@ def deliveries(
     Read from the JobDB's live datasets; jobs of archived (dropped) datasets are not counted. The
     rate is the deliveries of the last minute per second, beside the destination's ``rate`` limit.
     """
-    from exactly.delivery import open_jobdb
     from exactly.delivery.base import AWAITING_RETRY, DISCARDED, EXPIRED, SUCCEEDED, Summary
 
     settings = context(ctx).settings
-    with open_jobdb(jobdb or settings.jobdb_url) as database:
+    with opened_jobdb(jobdb or settings.jobdb_url) as database:
         found = database.summary(time.time())
     for destination in settings.destinations:
         found.setdefault(destination.name, Summary(destination.name, {}))
