@@ -7,7 +7,11 @@ Paths choose the behaviour (``N`` counts the requests for one ``webhook-id``):
 * ``/throttle/K``: 429 with ``Retry-After: 1`` for the first K requests of an id, then 200;
 * ``/hang/S``: answers 200 after S seconds (past the destination's timeout, a timeout);
 * ``/flap``: 503 while :attr:`Receiver.down` is set, else 200;
-* ``/scripted``: 500 for the first :attr:`Receiver.failures` ``[id]`` requests of an id, then 200.
+* ``/scripted``: 500 for the first :attr:`Receiver.failures` ``[id]`` requests of an id, then 200;
+* ``/slow/S``: 200 after S seconds;
+* ``/busy``: 429 with ``Retry-After: 1`` until :attr:`Receiver.busy_until` (monotonic), then 200.
+
+:attr:`Receiver.peak` is the most requests it held at once.
 
 Every request is kept (path, headers, body, time) in :attr:`Receiver.requests`. The time is
 ``time.monotonic()``: tests measure intervals between arrivals, which a step of the wall clock
@@ -45,6 +49,9 @@ class Receiver:
         self.requests: list[Received] = []
         self.down = False
         self.failures: dict[str, int] = {}
+        self.busy_until = 0.0
+        self.held = 0
+        self.peak = 0
         self._seen: Counter[tuple[str, str]] = Counter()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -66,7 +73,12 @@ class Receiver:
         kept = Received(request.path, dict(request.headers), body, time.monotonic())
         self.requests.append(kept)  # kept on arrival, its status set once answered
         at = len(self.requests) - 1
-        answer = await self._answer(request)
+        self.held += 1
+        self.peak = max(self.peak, self.held)
+        try:
+            answer = await self._answer(request)
+        finally:
+            self.held -= 1
         self.requests[at] = dataclasses.replace(kept, status=answer.status)
         return answer
 
@@ -92,7 +104,9 @@ class Receiver:
             return web.Response(status=500, text="try again")
         if parts[0] == "throttle" and count <= int(parts[1]):
             return web.Response(status=429, headers={"Retry-After": "1"}, text="slow down")
-        if parts[0] == "hang":
+        if parts[0] == "busy" and time.monotonic() < self.busy_until:
+            return web.Response(status=429, headers={"Retry-After": "1"}, text="busy")
+        if parts[0] in ("hang", "slow"):
             await asyncio.sleep(float(parts[1]))
         if parts[0] == "scripted" and count <= self.failures.get(key[1], 0):
             return web.Response(status=500, text="scripted failure")

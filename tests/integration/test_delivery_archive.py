@@ -56,7 +56,7 @@ def enqueue(db: JobDB, target: DestinationSettings, first: int, count: int, batc
                 endpoint=target.url,
                 payload=json.dumps({"messageId": f"e{i}", "n": i}).encode(),
                 message_id=f"e{i}",
-                expire_at=time.time() + target.expire,
+                expire_at=time.time() + target.window,
             )
             for i in range(first, first + count)
         ],

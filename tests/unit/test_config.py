@@ -143,7 +143,7 @@ def test_destinations_with_defaults_and_durations(tmp_path: Path) -> None:
     )
     settings = load_settings(path)
     orders, every = settings.destinations
-    assert (orders.name, orders.max_in_flight, orders.expire) == ("orders-hook", 16, 5400.0)
+    assert (orders.name, orders.max_in_flight, orders.window) == ("orders-hook", 16, 5400.0)
     assert (orders.backoff.minimum, orders.backoff.maximum, orders.backoff.coefficient) == (
         2.0,
         300.0,
@@ -152,9 +152,9 @@ def test_destinations_with_defaults_and_durations(tmp_path: Path) -> None:
     assert orders.headers == {"Authorization": "Bearer t"}
     assert len(orders.signing_keys()) == 1
     assert orders.matches("web", "Order Completed") and not orders.matches("web", "Viewed")
-    assert (every.timeout, every.expire, every.backoff.minimum, every.rate) == (
+    assert (every.timeout, every.window, every.backoff.minimum, every.rate) == (
         2.5,
-        14400.0,
+        86400.0,
         5,
         None,
     )

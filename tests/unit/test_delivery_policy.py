@@ -56,8 +56,45 @@ def test_next_step_retries_within_expiry(attempt: int, share: float, wait: float
     far = next_step(expire_at=10**9, **common)  # type: ignore[arg-type]
     assert far.state == AWAITING_RETRY and far.retry_at is not None
     assert far.retry_at >= 1005.0 and (wait is None or far.retry_at >= 1000.0 + wait)
+    # a retry that would fall past the expiry is made at the expiry: the job's last try
     near = next_step(expire_at=far.retry_at - 0.001, **common)  # type: ignore[arg-type]
-    assert near.state == EXPIRED and near.retry_at is None
+    assert near.state == AWAITING_RETRY and near.retry_at == far.retry_at - 0.001
+    last = next_step(expire_at=1000.0, **common)  # type: ignore[arg-type]
+    assert last.state == EXPIRED and last.retry_at is None
+
+
+def test_a_long_retry_after_keeps_the_job_until_its_expiry() -> None:
+    """Retry-After: 86400 with a 4 h expiry: tried once more at the expiry, then expired."""
+    common = {"job_id": 1, "status": 429, "minimum": 5.0, "maximum": 300.0, "coefficient": 2.0}
+    first = next_step(
+        attempt=1, now=0.0, expire_at=4 * 3600.0, retry_after_seconds=86400.0, **common
+    )  # type: ignore[arg-type]
+    assert (first.state, first.retry_at) == (AWAITING_RETRY, 4 * 3600.0)
+    last = next_step(attempt=2, now=4 * 3600.0, expire_at=4 * 3600.0, **common)  # type: ignore[arg-type]
+    assert last.state == EXPIRED
+
+
+def test_max_attempts_ends_a_failing_job() -> None:
+    common = {"job_id": 1, "status": 503, "minimum": 5.0, "maximum": 300.0, "coefficient": 2.0}
+    second = next_step(attempt=2, now=0.0, expire_at=10**9, max_attempts=3, **common)  # type: ignore[arg-type]
+    third = next_step(attempt=3, now=0.0, expire_at=10**9, max_attempts=3, **common)  # type: ignore[arg-type]
+    assert (second.state, third.state) == (AWAITING_RETRY, EXPIRED)
+
+
+def test_a_redirect_is_discarded_not_followed() -> None:
+    """3xx: the rule stated in policy.py; a moved endpoint shows as discarded, to replay."""
+    for status in (301, 302, 307, 308):
+        step = next_step(
+            job_id=1,
+            attempt=1,
+            now=0.0,
+            expire_at=10**9,
+            status=status,
+            minimum=5.0,
+            maximum=300.0,
+            coefficient=2.0,
+        )
+        assert step.state == DISCARDED
 
 
 def test_next_step_keeps_a_refusal_truncated() -> None:

@@ -1,11 +1,17 @@
 """The director: the one process that sends the JobDB's jobs to their destinations.
 
 It holds the JobDB's director lock for as long as it runs (a standby waits on it), so it is the
-only writer of job transitions. Each bucket (source × destination) is scheduled from memory with
-its own queue, concurrency (``max_in_flight``), rate limit (GCRA) and connection pool, so a slow or
-failing destination only grows its own queue. Jobs are paged in per bucket (at most ``page_size``
-held per bucket, in flight and waiting to retry included), so memory stays bounded with millions
-queued.
+only writer of job transitions. Jobs wait in memory in their bucket (source × destination), each
+with its own queue and retry times, so a source with a backlog grows only its own queue. What a
+receiver can take belongs to its destination and is shared by its buckets in turn
+(:mod:`exactly.delivery.queues`): ``max_in_flight`` requests, the ``rate``, the pauses a 429 asks
+for and the breaker of a failing endpoint (:mod:`exactly.delivery.pacing`). A job's URL, headers
+and secret are the destination's as configured when its request leaves; the JobDB holds none of
+them. Jobs are paged in per bucket (at most ``page_size`` held per bucket, in flight and waiting
+to retry included), so memory stays bounded with millions queued.
+
+Nothing one job or destination does stops the director: any error while a request is built or
+sent is that attempt's failure, retried by the destination's rules (:mod:`.policy`).
 
 Every attempt follows three steps, so a crash can duplicate only the requests in flight:
 
@@ -24,14 +30,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import heapq
+import random
 import signal
 import sys
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
@@ -51,13 +56,15 @@ from exactly.delivery.base import (
     JobDBError,
     Transition,
 )
+from exactly.delivery.failures import failure
 from exactly.delivery.metrics import DeliveryMetrics, Gauges
+from exactly.delivery.pacing import Pace, result_of
 from exactly.delivery.patience import Patience
 from exactly.delivery.policy import next_step, retry_after
+from exactly.delivery.queues import Bucket, Destination
 from exactly.delivery.settings import DestinationSettings
 from exactly.delivery.signing import request_headers
 from exactly.errors import ExactlyError
-from exactly.gcra import Rate, shape
 
 T = TypeVar("T")
 REFILL = 1_000  # jobs: a bucket pages more in once it has room for this many
@@ -129,42 +136,6 @@ class _Writer:
                     future.set_result(None)
 
 
-@dataclass
-class _Bucket:
-    name: str
-    destination: DestinationSettings
-    session: aiohttp.ClientSession
-    ready: deque[Job] = field(default_factory=deque)
-    retries: list[tuple[float, int, Job]] = field(default_factory=list)
-    in_flight: int = 0
-    cursor: int = 0
-    caught_up: bool = False
-    paged_at: float = 0.0
-    tat: float = 0.0
-    users_in_flight: set[str] = field(default_factory=set)
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    outbox: deque[Job] = field(default_factory=deque)  # recorded executing, not yet sent
-    senders: int = 0
-
-    @property
-    def reserve(self) -> int:
-        """Jobs taken at once: twice ``max_in_flight`` unless rate-limited or ordered, so the next
-        jobs' ``executing`` commit while the current requests are out (a job recorded but not
-        yet sent cannot be a duplicate); at most ``max_in_flight`` senders bound the requests."""
-        destination = self.destination
-        if destination.rate is not None or destination.ordered:
-            return destination.max_in_flight
-        return 2 * destination.max_in_flight
-
-    @property
-    def held(self) -> int:
-        return len(self.ready) + len(self.retries) + self.in_flight
-
-    @property
-    def idle(self) -> bool:
-        return self.held == 0 and self.caught_up
-
-
 class Director:
     """Sends the jobs of ``jobdb`` to ``destinations``; see the module docstring."""
 
@@ -193,9 +164,9 @@ class Director:
         self.archived = 0
         self._archived_at = 0.0
         self.tallies = {name: Tally() for name in self.destinations}
-        self._buckets: dict[str, _Bucket] = {}
-        self._unknown: set[str] = set()
-        self._sessions: dict[str, aiohttp.ClientSession] = {}
+        self._destinations: dict[str, Destination] = {}
+        self._buckets: dict[str, Bucket] = {}
+        self._removed: set[str] = set()  # buckets whose destination is no longer configured
         self._stop: asyncio.Event | None = None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="jobdb")
         self._archiver = ThreadPoolExecutor(1, thread_name_prefix="archive")
@@ -287,10 +258,12 @@ class Director:
         try:
             while not self._stop.is_set():
                 for name in await self._db(self.jobdb.buckets):
-                    if name not in self._buckets and name not in self._unknown:
-                        bucket = self._open_bucket(name)
-                        if bucket is not None:
-                            tasks.append(asyncio.create_task(self._schedule(bucket)))
+                    if name not in self._buckets and name not in self._removed:
+                        destination = self._open_bucket(name)
+                        if destination is not None:
+                            tasks.append(asyncio.create_task(self._schedule(destination)))
+                if self._removed:
+                    await self._expire_removed()
                 if (
                     self.archive is not None
                     and time.time() - self._archived_at > self.archive_seconds
@@ -316,16 +289,16 @@ class Director:
                 raise self._failure
         finally:
             self._stop.set()
-            for bucket in self._buckets.values():
-                bucket.wake.set()
+            for destination in self._destinations.values():
+                destination.wake.set()
             await asyncio.gather(*tasks, return_exceptions=True)
             if self._archiving is not None:
                 await asyncio.gather(self._archiving, return_exceptions=True)
             await self._finish_sends()
             self._writer.close()
             await writer
-            for session in self._sessions.values():
-                await session.close()
+            for destination in self._destinations.values():
+                await destination.session.close()
 
     def _sent(self, task: asyncio.Task[None]) -> None:
         """A failed send (the JobDB refused a write) stops the director: the jobs it held are
@@ -405,17 +378,18 @@ class Director:
                 )
         self._measured_at = now
         figures: dict[str, list[float]] = {}
-        for name, bucket in self._buckets.items():
-            entry = figures.setdefault(bucket.destination.name, [0, 0, 0, now])
-            waiting = sum(
-                1 for job in bucket.ready if job.retry_at is not None and job.retry_at > now
-            )
-            entry[0] += len(bucket.ready) - waiting + self._unpaged.get(name, 0)
-            entry[1] += bucket.in_flight
-            entry[2] += len(bucket.retries) + waiting
-            held = [job.created_at for job in bucket.ready]
-            held += [job.created_at for _, _, job in bucket.retries]
-            entry[3] = min([entry[3], *held])
+        for destination in self._destinations.values():
+            entry = figures.setdefault(destination.name, [0, 0, 0, now])
+            for bucket in destination.buckets:
+                waiting = sum(
+                    1 for job in bucket.ready if job.retry_at is not None and job.retry_at > now
+                )
+                entry[0] += len(bucket.ready) - waiting + self._unpaged.get(bucket.name, 0)
+                entry[1] += bucket.taken
+                entry[2] += len(bucket.retries) + waiting
+                held = [job.created_at for job in bucket.ready]
+                held += [job.created_at for _, _, job in bucket.retries]
+                entry[3] = min([entry[3], *held])
         metrics.gauges = {
             name: Gauges(int(queued), int(in_flight), int(retrying), max(0.0, now - oldest))
             for name, (queued, in_flight, retrying, oldest) in figures.items()
@@ -436,249 +410,262 @@ class Director:
                 return
 
     async def _drained(self) -> bool:
-        if not all(bucket.idle for bucket in self._buckets.values()):
+        if not all(b.idle for d in self._destinations.values() for b in d.buckets):
             return False
         for name in self._buckets:
             if await self._db(self.jobdb.pending, name, limit=1):
                 return False
-        known = set(self._buckets) | self._unknown
+        known = set(self._buckets) | self._removed
         return all(name in known for name in await self._db(self.jobdb.buckets))
 
-    def _open_bucket(self, name: str) -> _Bucket | None:
-        destination = self.destinations.get(name.rpartition("/")[2])
-        if destination is None:
-            self._unknown.add(name)
-            self.report(f"bucket {name}: no such destination in [[destinations]]; its jobs wait")
+    def _open_bucket(self, name: str) -> Destination | None:
+        """The destination a new bucket belongs to, the bucket added to it; None (and the
+        bucket's jobs expired) when the destination is no longer configured."""
+        settings = self.destinations.get(name.rpartition("/")[2])
+        if settings is None:
+            self._removed.add(name)
+            self.report(
+                f"bucket {name}: its destination is not in [[destinations]] any more; "
+                f"its jobs are expired ({REMOVED})"
+            )
             return None
-        session = self._sessions.get(destination.name)
-        if session is None:
-            connector = aiohttp.TCPConnector(
-                limit=destination.max_in_flight, limit_per_host=0, keepalive_timeout=30
+        destination = self._destinations.get(settings.name)
+        fresh = destination is None
+        if destination is None:
+            pace = Pace(
+                rate=settings.rate,
+                burst=settings.burst,
+                open_after=settings.breaker.open_after,
+                probe_minimum=settings.backoff.minimum,
+                probe_maximum=settings.backoff.maximum,
+                jitter=self.jitter or random.random,
             )
-            session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(total=destination.timeout),
-                skip_auto_headers=("User-Agent",),
-                headers={"User-Agent": "exactly-delivery"},
-            )
-            self._sessions[destination.name] = session
-        bucket = _Bucket(name, destination, session)
+            destination = Destination(settings, pace, session=_session(settings))
+            self._destinations[settings.name] = destination
+        bucket = Bucket(name, ordered=settings.ordered)
+        destination.buckets.append(bucket)
         self._buckets[name] = bucket
-        return bucket
+        destination.wake.set()
+        return destination if fresh else None
 
-    # -- one bucket ----------------------------------------------------------------------------
+    async def _expire_removed(self) -> None:
+        """Expire the pending jobs of buckets whose destination was removed from the config
+        (RudderStack drops them too): archived like any other, and replayable from there."""
+        for name in sorted(self._removed):
+            jobs = await self._db(self.jobdb.pending, name, limit=self.page_size)
+            if not jobs:
+                continue
+            now = time.time()
+            await self._writer_of().record(
+                [
+                    Transition(job.id, EXPIRED, job.attempt, time=now, error_type=REMOVED)
+                    for job in jobs
+                ]
+            )
+            self.report(f"bucket {name}: {len(jobs)} jobs expired ({REMOVED})")
 
-    async def _schedule(self, bucket: _Bucket) -> None:
+    def _writer_of(self) -> _Writer:
+        assert self._writer is not None
+        return self._writer
+
+    # -- one destination -----------------------------------------------------------------------
+
+    async def _schedule(self, destination: Destination) -> None:
+        """Page each bucket in, take jobs in turn within the destination's reserve, record
+        them ``executing`` and hand them to the senders."""
         assert self._stop is not None
         while not self._stop.is_set():
             now = time.time()
-            room = self.page_size - bucket.held
-            # page in runs of at least REFILL jobs (or when nothing is ready): a page per
-            # answered job would keep the JobDB's thread busy with small queries, and the
-            # outcomes' commits, which free the slots, would wait behind them
-            refill = room >= min(self.page_size, REFILL) or (room > 0 and not bucket.ready)
-            if refill and (not bucket.caught_up or now - bucket.paged_at >= self.poll_seconds):
-                await self._page(bucket, room, now)
-            while bucket.retries and bucket.retries[0][0] <= now:
-                bucket.ready.append(heapq.heappop(bucket.retries)[2])
-            batch, rate_wait = self._take(bucket, now)
+            waits = [self.poll_seconds]
+            for bucket in list(destination.buckets):
+                room = self.page_size - bucket.held
+                # page in runs of at least REFILL jobs (or when nothing is ready): a page per
+                # answered job would keep the JobDB's thread busy with small queries, and the
+                # outcomes' commits, which free the slots, would wait behind them
+                refill = room >= min(self.page_size, REFILL) or (room > 0 and not bucket.ready)
+                if refill and (not bucket.caught_up or now - bucket.paged_at >= self.poll_seconds):
+                    await self._page(bucket, room, now)
+                bucket.due(now)
+                if not bucket.caught_up:
+                    waits.append(0.05)
+                if bucket.retries:
+                    waits.append(bucket.retries[0][0] - now)
+            batch, held_back = destination.take(now)
             if batch:
-                bucket.in_flight += len(batch)
-                task = asyncio.create_task(self._attempt(bucket, batch))
+                task = asyncio.create_task(self._attempt(destination, batch))
                 self._sends.add(task)
                 task.add_done_callback(self._sent)
-            waits = [self.poll_seconds if bucket.caught_up else 0.05]
-            if bucket.retries:
-                waits.append(bucket.retries[0][0] - now)
-            if rate_wait is not None:
-                waits.append(rate_wait)
-            if batch and bucket.ready and bucket.in_flight < bucket.reserve:
-                waits.append(0.0)
+                if destination.taken < destination.reserve:
+                    waits.append(0.0)
+            if held_back is not None:
+                waits.append(held_back)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(bucket.wake.wait(), max(0.0, min(waits)))
-            bucket.wake.clear()
+                await asyncio.wait_for(destination.wake.wait(), max(0.0, min(waits)))
+            destination.wake.clear()
 
-    async def _page(self, bucket: _Bucket, room: int, now: float) -> None:
+    async def _page(self, bucket: Bucket, room: int, now: float) -> None:
         jobs = await self._db(self.jobdb.pending, bucket.name, after=bucket.cursor, limit=room)
         bucket.paged_at = now
         bucket.caught_up = len(jobs) < room
-        for job in jobs:
-            bucket.cursor = max(bucket.cursor, job.id)
-            if job.state == AWAITING_RETRY and job.retry_at is not None and job.retry_at > now:
-                heapq.heappush(bucket.retries, (job.retry_at, job.id, job))
-            else:
-                bucket.ready.append(job)
-        if bucket.destination.ordered and bucket.retries:  # ordered buckets wait in ``ready``
-            ordered = sorted([*bucket.ready, *(entry[2] for entry in bucket.retries)], key=_id)
-            bucket.ready, bucket.retries = deque(ordered), []
+        bucket.place(jobs, now)
 
-    def _take(self, bucket: _Bucket, now: float) -> tuple[list[Job], float | None]:
-        """Jobs that may leave now within the bucket's concurrency and rate; how long to wait.
-
-        An ordered bucket keeps every job in ``ready`` by id and sends a user's next job only
-        when the one before it has succeeded or ended: a user with a job in flight or waiting
-        to retry blocks that user's later jobs, never another user's.
-        """
-        destination = bucket.destination
-        room = bucket.reserve - bucket.in_flight
-        batch: list[Job] = []
-        wait: float | None = None
-        if not destination.ordered:
-            while bucket.ready and len(batch) < room:
-                allowed, wait = self._rate(bucket, now)
-                if not allowed:
-                    break
-                batch.append(bucket.ready.popleft())
-            return batch, wait
-        blocked = set(bucket.users_in_flight)
-        kept: deque[Job] = deque()
-        while bucket.ready:
-            job = bucket.ready.popleft()
-            user = job.user_id or ""
-            if len(batch) >= room or user in blocked:
-                kept.append(job)
-                continue
-            blocked.add(user)
-            if job.retry_at is not None and job.retry_at > now:
-                kept.append(job)
-                wait = job.retry_at - now if wait is None else min(wait, job.retry_at - now)
-                continue
-            allowed, rate_wait = self._rate(bucket, now)
-            if not allowed:
-                kept.append(job)
-                wait = rate_wait
-                room = len(batch)
-                continue
-            batch.append(job)
-        bucket.ready = kept
-        # held from now, not from step 1's commit: the next _take may run before it
-        bucket.users_in_flight.update(job.user_id or "" for job in batch)
-        return batch, wait
-
-    @staticmethod
-    def _rate(bucket: _Bucket, now: float) -> tuple[bool, float | None]:
-        destination = bucket.destination
-        if destination.rate is None:
-            return True, None
-        send_at, tat = shape(bucket.tat, now, Rate(destination.rate, destination.burst))
-        if send_at > now:
-            return False, send_at - now
-        bucket.tat = tat
-        return True, None
-
-    async def _attempt(self, bucket: _Bucket, batch: list[Job]) -> None:
-        """Steps 1 to 3 of the module docstring for a batch of a bucket's jobs."""
-        assert self._writer is not None
+    async def _attempt(self, destination: Destination, batch: list[tuple[Bucket, Job]]) -> None:
+        """Step 1 of the module docstring for jobs taken together, then on to the senders."""
+        writer = self._writer_of()
         now = time.time()
-        tally = self.tallies[bucket.destination.name]
-        live = [job for job in batch if job.expire_at > now]
-        gone = [job for job in batch if job.expire_at <= now]
-        steps = [Transition(job.id, EXPIRED, job.attempt, time=now) for job in gone]
-        steps += [Transition(job.id, EXECUTING, job.attempt + 1, time=now) for job in live]
+        tally = self.tallies[destination.name]
+        live = [(bucket, job) for bucket, job in batch if not _expired(job, now)]
+        gone = [(bucket, job) for bucket, job in batch if _expired(job, now)]
+        steps = [Transition(job.id, EXPIRED, job.attempt, time=now) for _, job in gone]
+        steps += [Transition(job.id, EXECUTING, job.attempt + 1, time=now) for _, job in live]
         try:
-            await self._writer.record(steps)  # 1. executing, durable before any request leaves
+            await writer.record(steps)  # 1. executing, durable before any request leaves
         except BaseException:
-            bucket.in_flight -= len(batch)
-            bucket.users_in_flight.difference_update(job.user_id or "" for job in batch)
+            for bucket, job in batch:
+                destination.done(bucket, job)
             raise
         tally.expired += len(gone)
-        bucket.in_flight -= len(gone)
-        bucket.users_in_flight.difference_update(job.user_id or "" for job in gone)
-        bucket.outbox.extend(live)
-        for _ in range(min(len(bucket.outbox), bucket.destination.max_in_flight - bucket.senders)):
-            bucket.senders += 1
-            sender = asyncio.create_task(self._sender(bucket))
+        for bucket, job in gone:
+            destination.done(bucket, job)
+        destination.outbox.extend(live)
+        room = destination.settings.max_in_flight - destination.senders
+        for _ in range(min(len(destination.outbox), room)):
+            destination.senders += 1
+            sender = asyncio.create_task(self._sender(destination))
             self._sends.add(sender)
             sender.add_done_callback(self._sent)
 
-    async def _sender(self, bucket: _Bucket) -> None:
-        """Steps 2 and 3 for the bucket's recorded jobs, one at a time, while there are any.
+    async def _sender(self, destination: Destination) -> None:
+        """Steps 2 and 3 for the destination's recorded jobs, one at a time, while there are
+        any, each when its pacing lets it leave.
 
-        A sender holds its job until the outcome is durable, and a bucket has at most
-        ``max_in_flight`` senders, so the jobs sent but not yet recorded (the duplicate window)
-        never exceed ``max_in_flight``. A sender ends when the outbox is empty; one is started
-        for each job only when the outbox keeps running dry.
+        A sender holds its job until the outcome is durable, and a destination has at most
+        ``max_in_flight`` senders, so its requests out, and the jobs sent but not yet recorded
+        (the duplicate window), never exceed ``max_in_flight``. The request's timeout starts
+        when it leaves: a job waiting for its turn is never counted as an unanswered request.
         """
+        assert self._stop is not None
         try:
-            while bucket.outbox:
-                await self._send_now(bucket, bucket.outbox.popleft())
+            while destination.outbox and not self._stop.is_set():
+                bucket, job = destination.outbox[0]
+                if time.time() > job.expire_at + LAST_TRY:  # held past its expiry (a breaker)
+                    destination.outbox.popleft()
+                    await self._expire_unsent(destination, bucket, job)
+                    continue
+                wait = destination.pace.take(time.time())
+                if wait > 0:  # left recorded and unsent if stopped meanwhile: not a duplicate
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stop.wait(), min(wait, 1.0))
+                    continue
+                destination.outbox.popleft()  # no await since the peek: still this job
+                await self._send_now(destination, bucket, job)
         finally:
-            bucket.senders -= 1
+            destination.senders -= 1
 
-    async def _send_now(self, bucket: _Bucket, job: Job) -> None:
-        assert self._writer is not None
-        destination = bucket.destination
+    async def _expire_unsent(self, destination: Destination, bucket: Bucket, job: Job) -> None:
+        """A job recorded ``executing`` that could not leave before its expiry: expired unsent."""
+        step = Transition(
+            job.id, EXPIRED, job.attempt + 1, time=time.time(), error_type="not sent in time"
+        )
+        try:
+            await self._writer_of().record([step])
+        finally:
+            destination.done(bucket, job)
+        self.tallies[destination.name].expired += 1
+
+    async def _send_now(self, destination: Destination, bucket: Bucket, job: Job) -> None:
+        writer = self._writer_of()
+        settings = destination.settings
         tally = self.tallies[destination.name]
         attempt = job.attempt + 1
         status: int | None = None
         error_type: str | None = None
         response: str | None = None
         wait: float | None = None
-        headers = request_headers(
-            message_id=job.message_id,
-            body=job.payload,
-            timestamp=int(time.time()),
-            key=destination.signing_key(),
-            extra=job.headers,
-        )
         started = time.monotonic()
+        tally.sent += 1
         try:
-            tally.sent += 1
-            async with bucket.session.post(  # 2. the request
-                job.endpoint, data=job.payload, headers=headers, allow_redirects=False
-            ) as answer:
-                status = answer.status
-                text = await answer.content.read(MAX_RESPONSE)
-                if not 200 <= status < 300:
-                    response = text.decode("utf-8", "replace")
-                    wait = retry_after(answer.headers.get("Retry-After"), time.time())
-        except TimeoutError:
-            error_type, response = "timeout", f"no answer within {destination.timeout:g} s"
-        except aiohttp.ClientError as error:
-            error_type, response = type(error).__name__, str(error) or type(error).__name__
-        except OSError as error:
-            error_type, response = type(error).__name__, str(error)
+            headers = request_headers(
+                message_id=job.message_id,
+                body=job.payload,
+                timestamp=int(time.time()),
+                keys=settings.signing_keys(),
+                extra=settings.headers,
+            )
+            async with asyncio.timeout(settings.timeout):
+                async with destination.session.post(  # 2. the request
+                    settings.url, data=job.payload, headers=headers, allow_redirects=False
+                ) as answer:
+                    status = answer.status
+                    text = await answer.content.read(MAX_RESPONSE)
+                    if not 200 <= status < 300:
+                        response = text.decode("utf-8", "replace")
+                        wait = retry_after(answer.headers.get("Retry-After"), time.time())
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # noqa: BLE001 (any failure of one request is the job's)
+            status = None
+            error_type, response = failure(error, timeout=settings.timeout, url=settings.url)
         if self.metrics is not None:
             self.metrics.latency.labels(destination.name).observe(time.monotonic() - started)
+        now = time.time()
+        destination.pace.answered(result_of(status, retry_after=wait), now, wait=wait)
         step = next_step(
             job_id=job.id,
             attempt=attempt,
             expire_at=job.expire_at,
-            now=time.time(),
+            now=now,
             status=status,
             error_type=error_type,
             response=response,
             retry_after_seconds=wait,
-            minimum=destination.backoff.minimum,
-            maximum=destination.backoff.maximum,
-            coefficient=destination.backoff.coefficient,
+            max_attempts=settings.retry.max_attempts,
+            minimum=settings.backoff.minimum,
+            maximum=settings.backoff.maximum,
+            coefficient=settings.backoff.coefficient,
             jitter=self.jitter,
         )
         try:
-            await self._writer.record([step])  # 3. the outcome
+            await writer.record([step])  # 3. the outcome
         finally:
-            bucket.in_flight -= 1
-            bucket.users_in_flight.discard(job.user_id or "")
-            bucket.wake.set()
+            destination.done(bucket, job)
         if step.state == SUCCEEDED:
             tally.succeeded += 1
             return
         tally.last_error = f"{status or error_type}: {(response or '')[:200]}"
         if step.state == AWAITING_RETRY:
             tally.retried += 1
-            assert step.retry_at is not None
-            again = dataclasses.replace(
-                job, state=AWAITING_RETRY, attempt=attempt, retry_at=step.retry_at
+            bucket.again(
+                dataclasses.replace(
+                    job, state=AWAITING_RETRY, attempt=attempt, retry_at=step.retry_at
+                )
             )
-            if destination.ordered:
-                bucket.ready = deque(sorted([*bucket.ready, again], key=_id))
-            else:
-                heapq.heappush(bucket.retries, (step.retry_at, job.id, again))
         elif step.state == DISCARDED:
             tally.discarded += 1
         elif step.state == EXPIRED:
             tally.expired += 1
 
 
-def _id(job: Job) -> int:
-    return job.id
+REMOVED = "destination removed"
+LAST_TRY = 5.0  # seconds past its expiry a job's last try may still leave
+
+
+def _expired(job: Job, now: float) -> bool:
+    """Whether a job's time is up before its next try. A retry set at its expiry (the last
+    try a long ``Retry-After`` or backoff leaves it) is still made."""
+    if job.expire_at > now:
+        return False
+    return not (job.retry_at is not None and job.retry_at >= job.expire_at)
+
+
+def _session(settings: DestinationSettings) -> aiohttp.ClientSession:
+    """A destination's HTTP session: no pool limit of its own (its senders bound the
+    connections to ``max_in_flight``), so a request never waits for a connection, and no
+    timeout of its own (the sender times the request from when it leaves)."""
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30)
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=None),
+        skip_auto_headers=("User-Agent",),
+        headers={"User-Agent": "exactly-delivery"},
+    )

@@ -1,11 +1,15 @@
 """What to do with an answer, and when the next request may leave: pure functions.
 
-* :func:`outcome`: 2xx succeeded; 408, 429, 5xx, timeouts and connection errors retried; any other
-  status discarded (the receiver refused this event, and sending it again cannot help).
+* :func:`outcome`: 2xx succeeded; 408, 429, 5xx, timeouts and connection errors (any request that
+  got no answer) retried; any other status discarded, redirects (3xx) included: the receiver
+  refused this event or moved, and sending the same request again cannot help (a redirect is
+  never followed, so a moved endpoint shows as discarded jobs, to replay once the URL is fixed).
 * :func:`retry_after`: a ``Retry-After`` header (seconds or an HTTP date) in seconds from now.
 * :func:`next_step`: the transition that records an attempt's outcome, with its retry time from
-  :func:`exactly.backoff.backoff`; a retry that could only happen past the job's expiry is
-  ``expired`` now.
+  :func:`exactly.backoff.backoff` (never before a ``Retry-After``). A job is tried until its
+  expiry (``retry.window`` after it was created) or ``retry.max_attempts`` tries: a retry that
+  would fall past the expiry is made at the expiry instead, the job's last try, so a long
+  ``Retry-After`` or backoff never ends a job early.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ def next_step(
     error_type: str | None = None,
     response: str | None = None,
     retry_after_seconds: float | None = None,
+    max_attempts: int | None = None,
     minimum: float,
     maximum: float,
     coefficient: float,
@@ -80,8 +85,8 @@ def next_step(
             retry_after=retry_after_seconds,
             **options,
         )
-        retry_at = now + delay
-        if retry_at > expire_at:
+        retry_at = min(now + delay, expire_at)
+        if now >= expire_at or (max_attempts is not None and attempt >= max_attempts):
             state, retry_at = EXPIRED, None
     if state == SUCCEEDED:
         kept = None

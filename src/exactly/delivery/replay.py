@@ -340,7 +340,7 @@ def _replay(
                         message_id=message_id,
                         user_id=user_id,
                         headers=dict(destination.headers),
-                        expire_at=now() + destination.expire,
+                        expire_at=now() + destination.window,
                     )
                 )
                 counts[state] += 1

@@ -123,7 +123,7 @@ def jobs_for(
                         message_id=message_id,
                         user_id=event.user_id,
                         headers=dict(destination.headers),
-                        expire_at=now + destination.expire,
+                        expire_at=now + destination.window,
                     )
                 )
     return jobs

@@ -77,6 +77,32 @@ class BackoffSettings(BaseModel):
         return self
 
 
+class RetrySettings(BaseModel):
+    """``[destinations.retry]``: how long and how often a failing job is tried."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    window: float = Field(
+        24 * 3600.0, gt=0, description="a job is tried until this long after it was created"
+    )
+    max_attempts: int | None = Field(None, ge=1, description="... or this many tries (no limit)")
+
+    @field_validator("window", mode="before")
+    @classmethod
+    def _durations(cls, value: object) -> object:
+        return seconds(value, "retry.window")
+
+
+class BreakerSettings(BaseModel):
+    """``[destinations.breaker]``: a failing destination paused and probed, not hammered."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    open_after: int | None = Field(
+        20, ge=1, description="consecutive failed requests that pause the destination (none: never)"
+    )
+
+
 class DestinationSettings(BaseModel):
     """One ``[[destinations]]`` entry: an HTTP endpoint and the events it receives."""
 
@@ -98,13 +124,32 @@ class DestinationSettings(BaseModel):
     rate: float | None = Field(None, gt=0, description="requests per second at most (GCRA)")
     burst: int = Field(1, ge=1, le=10_000, description="requests at once within rate")
     ordered: bool = Field(False, description="deliver each userId's events in order")
-    expire: float = Field(4 * 3600.0, gt=0, description="give up on a job this long after it")
+    expire: float | None = Field(
+        None, gt=0, description="the older name of retry.window; give one or the other"
+    )
     backoff: BackoffSettings = BackoffSettings()
+    retry: RetrySettings = RetrySettings()
+    breaker: BreakerSettings = BreakerSettings()
 
     @field_validator("timeout", "expire", mode="before")
     @classmethod
     def _durations(cls, value: object) -> object:
         return seconds(value, "duration")
+
+    @model_validator(mode="after")
+    def _expire_is_the_window(self) -> DestinationSettings:
+        if self.expire is None:
+            return self
+        if "window" in self.retry.model_fields_set:
+            raise ValueError("give retry.window or expire (its older name), not both")
+        retry = self.retry.model_copy(update={"window": self.expire})
+        object.__setattr__(self, "retry", retry)
+        return self
+
+    @property
+    def window(self) -> float:
+        """Seconds after its creation a job of this destination may still be tried."""
+        return self.retry.window
 
     @field_validator("name")
     @classmethod

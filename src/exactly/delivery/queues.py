@@ -1,0 +1,181 @@
+"""A destination's jobs in the director's memory: one queue per bucket, taken in turn.
+
+A bucket (source × destination) keeps its own queue, retry times and, for an ordered
+destination, its users with a job out: a slow source or a failing user grows its own queue only.
+What the receiver can take is the destination's: its requests in flight (``max_in_flight``), its
+rate and its pauses (:mod:`exactly.delivery.pacing`) are shared by its buckets, which
+:meth:`Destination.take` serves in turn, one job each, so a source with a million jobs queued
+delays a source with ten by at most one request per turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from exactly.delivery.base import AWAITING_RETRY, Job
+from exactly.delivery.pacing import Pace
+from exactly.delivery.settings import DestinationSettings
+
+
+@dataclass
+class Bucket:
+    """One source's jobs for one destination, as paged in from the JobDB."""
+
+    name: str
+    ordered: bool
+    ready: deque[Job] = field(default_factory=deque)
+    retries: list[tuple[float, int, Job]] = field(default_factory=list)  # a heap by retry time
+    taken: int = 0  # taken and not yet answered (being recorded, waiting to leave, in flight)
+    cursor: int = 0  # the highest job id paged in
+    caught_up: bool = False
+    paged_at: float = 0.0
+    users_out: set[str] = field(default_factory=set)  # ordered: users with a job taken
+
+    @property
+    def held(self) -> int:
+        return len(self.ready) + len(self.retries) + self.taken
+
+    @property
+    def idle(self) -> bool:
+        return self.held == 0 and self.caught_up
+
+    def place(self, jobs: list[Job], now: float) -> None:
+        """Jobs paged in: ready now, or waiting for their retry time (an ordered bucket keeps
+        every job in ``ready``, by id, and :meth:`next_jobs` skips those not yet due)."""
+        for job in jobs:
+            self.cursor = max(self.cursor, job.id)
+            if job.state == AWAITING_RETRY and job.retry_at is not None and job.retry_at > now:
+                heapq.heappush(self.retries, (job.retry_at, job.id, job))
+            else:
+                self.ready.append(job)
+        if self.ordered and self.retries:
+            jobs_by_id = [*self.ready, *(entry[2] for entry in self.retries)]
+            self.ready, self.retries = deque(sorted(jobs_by_id, key=_id)), []
+
+    def due(self, now: float) -> None:
+        """Move the jobs whose retry time has come to ``ready``."""
+        while self.retries and self.retries[0][0] <= now:
+            self.ready.append(heapq.heappop(self.retries)[2])
+
+    def again(self, job: Job) -> None:
+        """A job to retry at its ``retry_at``."""
+        assert job.retry_at is not None
+        if self.ordered:
+            self.ready = deque(sorted([*self.ready, job], key=_id))
+        else:
+            heapq.heappush(self.retries, (job.retry_at, job.id, job))
+
+    def next_jobs(self, limit: int, now: float) -> tuple[list[Job], float | None]:
+        """Up to ``limit`` jobs that may be taken now, removed from ``ready``; and, for an
+        ordered bucket, the seconds until a held-back job's retry time.
+
+        An ordered bucket sends a user's next job only when the one before it has ended: a user
+        with a job out or waiting to retry holds back that user's later jobs, never another's.
+        """
+        if not self.ordered:
+            count = min(limit, len(self.ready))
+            return [self.ready.popleft() for _ in range(count)], None
+        taken: list[Job] = []
+        kept: deque[Job] = deque()
+        blocked = set(self.users_out)
+        wait: float | None = None
+        while self.ready:
+            job = self.ready.popleft()
+            user = job.user_id or ""
+            if len(taken) >= limit or user in blocked:
+                kept.append(job)
+                continue
+            blocked.add(user)
+            if job.retry_at is not None and job.retry_at > now:
+                kept.append(job)
+                wait = job.retry_at - now if wait is None else min(wait, job.retry_at - now)
+                continue
+            taken.append(job)
+        self.ready = kept
+        return taken, wait
+
+    def give_back(self, jobs: list[Job]) -> None:
+        """Jobs from :meth:`next_jobs` that were not taken after all, in their places."""
+        if not jobs:
+            return
+        if self.ordered:
+            self.ready = deque(sorted([*self.ready, *jobs], key=_id))
+        else:
+            self.ready.extendleft(reversed(jobs))
+
+
+@dataclass
+class Destination:
+    """One receiver: its settings, HTTP session, pacing, buckets and the jobs on their way."""
+
+    settings: DestinationSettings
+    pace: Pace
+    session: Any = None  # aiohttp.ClientSession, made inside the event loop
+    buckets: list[Bucket] = field(default_factory=list)
+    outbox: deque[tuple[Bucket, Job]] = field(default_factory=deque)  # recorded, not yet sent
+    senders: int = 0
+    turn: int = 0  # the bucket served first at the next take
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    @property
+    def taken(self) -> int:
+        return sum(bucket.taken for bucket in self.buckets)
+
+    @property
+    def reserve(self) -> int:
+        """Jobs taken at once: twice ``max_in_flight``, so the next jobs' ``executing`` commits
+        while the current requests are out; only ``max_in_flight`` when paced or ordered, where
+        a job taken early would wait recorded. Senders bound the requests to ``max_in_flight``."""
+        settings = self.settings
+        if settings.rate is not None or settings.ordered or self.pace.limit() is not None:
+            return settings.max_in_flight
+        return 2 * settings.max_in_flight
+
+    def take(self, now: float) -> tuple[list[tuple[Bucket, Job]], float | None]:
+        """Jobs to record ``executing`` and send, one bucket after another in turn, up to the
+        reserve; and the seconds until an ordered job held back for its retry time is due."""
+        room = self.reserve - self.taken
+        wait: float | None = None
+        if room <= 0 or not self.buckets:
+            return [], None
+        count = len(self.buckets)
+        start = self.turn % count
+        order = self.buckets[start:] + self.buckets[:start]
+        offers: list[deque[Job]] = []
+        for bucket in order:
+            jobs, held_back = bucket.next_jobs(room, now)
+            offers.append(deque(jobs))
+            if held_back is not None:
+                wait = held_back if wait is None else min(wait, held_back)
+        chosen: list[tuple[Bucket, Job]] = []
+        while len(chosen) < room and any(offers):
+            for bucket, offer in zip(order, offers, strict=True):
+                if offer and len(chosen) < room:
+                    chosen.append((bucket, offer.popleft()))
+        for bucket, offer in zip(order, offers, strict=True):
+            bucket.give_back(list(offer))
+        for bucket, job in chosen:
+            bucket.taken += 1
+            if bucket.ordered:
+                bucket.users_out.add(job.user_id or "")
+        self.turn = start + 1
+        return chosen, wait
+
+    def done(self, bucket: Bucket, job: Job) -> None:
+        """A taken job's attempt has ended (its outcome recorded, or the recording failed)."""
+        bucket.taken -= 1
+        if bucket.ordered:
+            bucket.users_out.discard(job.user_id or "")
+        self.wake.set()
+
+
+def _id(job: Job) -> int:
+    return job.id
