@@ -135,7 +135,7 @@ def build_stores(data: Path, ends: dict[int, int], traced: list[str]) -> None:
     with open_jobdb(f"sqlite://{data / 'jobdb'}") as jobdb:
         for start in range(0, len(ids), 10_000):
             jobs = [
-                NewJob("web", name, f"http://127.0.0.1:9/{name}", b"{}", mid)
+                NewJob("web", name, b"{}", mid)
                 for mid in ids[start : start + 10_000]
                 for name in ("warehouse", "crm")
             ]

@@ -187,10 +187,7 @@ def fill(jobdb: str, datasets: int, per: int) -> None:
     with open_jobdb(jobdb, dataset_rows=per) as db:
         for batch in range(datasets + 1):
             db.add(
-                [
-                    NewJob("web", "hook", "http://127.0.0.1:9/", b'{"n":%d}' % i, f"m{batch}-{i}")
-                    for i in range(per)
-                ],
+                [NewJob("web", "hook", b'{"n":%d}' % i, f"m{batch}-{i}") for i in range(per)],
                 query_id="fill",
                 batch_id=batch,
             )

@@ -64,11 +64,9 @@ def enqueue(
             NewJob(
                 source="web",
                 destination=target.name,
-                endpoint=target.url,
                 payload=json.dumps({"messageId": f"{target.name}-{i}", "n": i}).encode(),
                 message_id=f"{target.name}-{i}",
                 user_id=f"u{i % 2}",
-                headers=target.headers,
                 expire_at=now + expire,
             )
             for i in range(count)

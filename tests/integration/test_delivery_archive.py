@@ -53,7 +53,6 @@ def enqueue(db: JobDB, target: DestinationSettings, first: int, count: int, batc
             NewJob(
                 source="web",
                 destination=target.name,
-                endpoint=target.url,
                 payload=json.dumps({"messageId": f"e{i}", "n": i}).encode(),
                 message_id=f"e{i}",
                 expire_at=time.time() + target.expire,

@@ -63,7 +63,7 @@ def enqueue(jobdb: str, url: str, count: int) -> set[str]:
     with open_jobdb(jobdb) as db:
         db.add(
             [
-                NewJob("web", "hook", url, b'{"messageId":"%s"}' % i.encode(), i, None, {}, 0.0)
+                NewJob("web", "hook", b'{"messageId":"%s"}' % i.encode(), i, None, 0.0)
                 for i in sorted(ids)
             ],
             query_id="route",

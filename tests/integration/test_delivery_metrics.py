@@ -43,7 +43,6 @@ def add(db: JobDB, name: str, url: str, count: int, *, expire: float = 600) -> l
             NewJob(
                 source="web",
                 destination=name,
-                endpoint=url,
                 payload=b'{"messageId":"%s"}' % message_id.encode(),
                 message_id=message_id,
                 expire_at=time.time() + expire,

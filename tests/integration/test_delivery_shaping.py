@@ -38,7 +38,6 @@ def enqueue(db: JobDB, target: DestinationSettings, users: list[str], batch: int
             NewJob(
                 source="web",
                 destination=target.name,
-                endpoint=target.url,
                 payload=json.dumps({"messageId": message_id, "userId": user}).encode(),
                 message_id=message_id,
                 user_id=user,

@@ -1,9 +1,9 @@
 """The JobDB: the jobs waiting to be delivered and every attempt at delivering them.
 
 Centrifuge's layout (seed 004, DESIGN.md "Delivery"): a job is immutable once added (its bucket =
-source × destination, endpoint, headers, payload, message id, user id, created and expire times);
-what happens to it is an append-only list of *transitions* (time, attempt, state, retry time,
-status code, error type, truncated response). A job's state is its latest transition's, or
+source × destination, the destination's name, payload, message id, user id, created and expire
+times); what happens to it is an append-only list of *transitions* (time, attempt, state, retry
+time, status code, error type, truncated response). A job's state is its latest transition's, or
 ``awaiting-scheduling`` when it has none::
 
     awaiting-scheduling -> executing -> succeeded | discarded | awaiting-retry | expired
@@ -25,6 +25,9 @@ Guarantees, on every backend:
   newest, so a router whose checkpoint was lost resumes there instead of routing again.
 * **Durable on return.** :meth:`JobDB.add` and :meth:`JobDB.record` return after commit (SQLite
   with ``synchronous=FULL``; PostgreSQL and MariaDB with their default durable commit).
+* **No credentials at rest.** A job names its destination and never holds its URL or headers:
+  the director resolves them from the current settings when it sends, so nothing a destination
+  is configured with reaches the JobDB or the archive.
 * **One director.** Only the holder of :meth:`JobDB.director_lock` records transitions; the lock
   is released by the database or the kernel when its holder dies, however it dies.
 
@@ -37,7 +40,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from exactly.errors import ExactlyError
@@ -79,11 +82,9 @@ class NewJob:
 
     source: str
     destination: str
-    endpoint: str
     payload: bytes
     message_id: str
     user_id: str | None = None
-    headers: dict[str, str] = field(default_factory=dict)
     expire_at: float = 0.0  # seconds since the epoch; 0 means created + 4 h
 
     @property
@@ -98,8 +99,6 @@ class Job:
     id: int
     bucket: str
     destination: str
-    endpoint: str
-    headers: dict[str, str]
     payload: bytes
     message_id: str
     user_id: str | None

@@ -619,13 +619,13 @@ class Director:
             body=job.payload,
             timestamp=int(time.time()),
             key=destination.signing_key(),
-            extra=job.headers,
+            extra=destination.headers,
         )
         started = time.monotonic()
         try:
             tally.sent += 1
             async with bucket.session.post(  # 2. the request
-                job.endpoint, data=job.payload, headers=headers, allow_redirects=False
+                destination.url, data=job.payload, headers=headers, allow_redirects=False
             ) as answer:
                 status = answer.status
                 text = await answer.content.read(MAX_RESPONSE)

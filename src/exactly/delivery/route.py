@@ -7,7 +7,8 @@ A Spark streaming query from the ``exactly`` source with ``foreachBatch``. Per m
    the driver, in log order (partition, offset), with their stored JSON;
 3. :func:`jobs_for` makes one :class:`~exactly.delivery.base.NewJob` per (event, matching
    destination): the payload is the event's JSON as kept in ``events``, the message id its
-   ``messageId``, the headers the destination's, the expiry now + the destination's ``expire``;
+   ``messageId``, the destination its name (never its URL or headers: the director resolves
+   those when it sends), the expiry now + the destination's ``expire``;
 4. the jobs and the marker (query id, batch id, the stream, the end offsets of step 1) commit in
    one JobDB transaction (:meth:`~exactly.delivery.base.JobDB.add`); a marker at or past the
    batch id means a replay: nothing is added;
@@ -118,11 +119,9 @@ def jobs_for(
                     NewJob(
                         source=event.source or "",
                         destination=destination.name,
-                        endpoint=destination.url,
                         payload=event.payload,
                         message_id=message_id,
                         user_id=event.user_id,
-                        headers=dict(destination.headers),
                         expire_at=now + destination.expire,
                     )
                 )

@@ -42,8 +42,6 @@ _JOB_COLUMNS = ", ".join(
         "id",
         "bucket",
         "destination",
-        "endpoint",
-        "headers",
         "payload",
         "message_id",
         "user_id",
@@ -76,6 +74,7 @@ class SQLJobDB(JobDB):
         self._connection: Any = None
         self._datasets: list[Dataset] = []
         self._closed_buckets: dict[int, set[str]] = {}  # dataset -> its buckets, once not newest
+        self._legacy: dict[int, bool] = {}  # dataset -> whether its jobs table has credentials
         self._mutex = threading.RLock()  # one connection, used from one thread at a time
 
     # -- what a backend provides ---------------------------------------------------------------
@@ -182,8 +181,8 @@ class SQLJobDB(JobDB):
         self._execute(
             cursor,
             f"CREATE TABLE IF NOT EXISTS jobs_{n} (id {t['id']} PRIMARY KEY, "
-            f"bucket {t['text']} NOT NULL, destination {t['text']} NOT NULL, endpoint {t['body']} "
-            f"NOT NULL, headers {t['body']} NOT NULL, payload {t['blob']} NOT NULL, message_id "
+            f"bucket {t['text']} NOT NULL, destination {t['text']} NOT NULL, "
+            f"payload {t['blob']} NOT NULL, message_id "
             f"{t['text']} NOT NULL, user_id {t['text']}, created_at {t['real']} NOT NULL, "
             f"expire_at {t['real']} NOT NULL"
             + (
@@ -251,7 +250,7 @@ class SQLJobDB(JobDB):
             failures = 0
             while True:
                 newest = self._datasets[-1] if self._datasets else self._load_datasets(cursor)[-1]
-                if self._full(newest, len(jobs)):
+                if self._legacy_dataset(cursor, newest.number) or self._full(newest, len(jobs)):
                     try:
                         self._create_dataset(cursor, newest.number + 1)  # DDL before the txn
                     except Exception:  # tables dropped half made by drop_orphans: make them again
@@ -278,6 +277,24 @@ class SQLJobDB(JobDB):
         old = time.time() - dataset.created_at > self.dataset_minutes * 60
         return dataset.rows > 0 and (dataset.rows + adding > self.dataset_rows or old)
 
+    def _legacy_dataset(self, cursor: Any, number: int) -> bool:
+        """Whether dataset ``number``'s jobs table was made by a JobDB that stored each job's
+        endpoint and headers (NOT NULL columns, which today's jobs leave empty): such a dataset
+        takes no new jobs, ``add`` opens the next one. Its columns are read once per dataset;
+        reads name their columns, so its jobs are delivered and archived without them."""
+        known = self._legacy.get(number)
+        if known is None:
+            try:
+                self._execute(cursor, f"SELECT * FROM jobs_{number} WHERE 1 = 0")
+                cursor.fetchall()
+                columns = {str(column[0]).lower() for column in cursor.description}
+            except BaseException:
+                self._connection.rollback()
+                raise
+            self._connection.commit()
+            known = self._legacy[number] = "endpoint" in columns or "headers" in columns
+        return known
+
     def _add(
         self, cursor: Any, jobs: Sequence[NewJob], marker: tuple[str, int, str | None, str | None]
     ) -> int:
@@ -299,7 +316,9 @@ class SQLJobDB(JobDB):
         # 3. the jobs
         now = time.time()
         target = newest
-        if self._full(newest, len(jobs)):
+        if newest.number not in self._legacy:  # made by another router meanwhile: check it
+            raise _Retry
+        if self._legacy[newest.number] or self._full(newest, len(jobs)):
             target = Dataset(newest.number + 1, newest.first_id + newest.rows, 0, now)
             if not self._dataset_exists(cursor, target.number):
                 raise _Retry
@@ -314,8 +333,6 @@ class SQLJobDB(JobDB):
                 target.first_id + target.rows + i,
                 job.bucket,
                 job.destination,
-                job.endpoint,
-                json.dumps(job.headers, sort_keys=True),
                 job.payload,
                 job.message_id,
                 job.user_id,
@@ -328,7 +345,7 @@ class SQLJobDB(JobDB):
             cursor.executemany(
                 self._sql(
                     f"INSERT INTO jobs_{target.number} ({_JOB_COLUMNS}) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
                 ),
                 rows_,
             )
@@ -453,7 +470,7 @@ class SQLJobDB(JobDB):
                 with self._unless_dropped(cursor, n):
                     self._execute(
                         cursor,
-                        f"SELECT j.id, j.bucket, j.destination, j.endpoint, j.headers, j.payload, "
+                        f"SELECT j.id, j.bucket, j.destination, j.payload, "
                         f"j.message_id, j.user_id, j.created_at, j.expire_at, t.state, t.attempt, "
                         f"t.retry_at FROM jobs_{n} j LEFT JOIN job_state_transitions_{n} t ON "
                         f"t.id = (SELECT MAX(id) FROM job_state_transitions_{n} WHERE job_id = "
@@ -794,8 +811,6 @@ class SQLJobDB(JobDB):
                     "id": job.id,
                     "bucket": job.bucket,
                     "destination": job.destination,
-                    "endpoint": job.endpoint,
-                    "headers": job.headers,
                     "payload": job.payload.decode("utf-8", "replace"),
                     "message_id": job.message_id,
                     "user_id": job.user_id,
@@ -946,19 +961,17 @@ def _transition(r: Sequence[Any]) -> Transition:
 
 
 def _job(row: Sequence[Any]) -> Job:
-    payload = row[5]
+    """A job from :data:`_JOB_COLUMNS` followed by its latest state, attempt and retry time."""
     return Job(
         id=int(row[0]),
         bucket=str(row[1]),
         destination=str(row[2]),
-        endpoint=str(row[3]),
-        headers=json.loads(row[4]),
-        payload=bytes(payload),
-        message_id=str(row[6]),
-        user_id=None if row[7] is None else str(row[7]),
-        created_at=float(row[8]),
-        expire_at=float(row[9]),
-        state=AWAITING_SCHEDULING if row[10] is None else str(row[10]),
-        attempt=0 if row[11] is None else int(row[11]),
-        retry_at=None if row[12] is None else float(row[12]),
+        payload=bytes(row[3]),
+        message_id=str(row[4]),
+        user_id=None if row[5] is None else str(row[5]),
+        created_at=float(row[6]),
+        expire_at=float(row[7]),
+        state=AWAITING_SCHEDULING if row[8] is None else str(row[8]),
+        attempt=0 if row[9] is None else int(row[9]),
+        retry_at=None if row[10] is None else float(row[10]),
     )
