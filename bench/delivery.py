@@ -55,9 +55,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.servers import free_port
 
-from exactly.delivery import open_jobdb
-from exactly.delivery.base import NewJob
 from exactly.delivery.director import Director
+from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb.base import NewJob
 from exactly.delivery.settings import DestinationSettings
 
 PAYLOAD = json.dumps(
@@ -247,8 +247,8 @@ def _direct(db_url: str, url: str, concurrency: int, answer: Any) -> None:
 
 def counted_drain(url: str, count: int, concurrency: int) -> dict[str, float]:
     """(e): deliveries/s of a drain of ``count`` jobs, and what its JobDB and senders did."""
-    from exactly.delivery.base import Job
-    from exactly.delivery.sqlite import SqliteJobDB
+    from exactly.delivery.jobdb.base import Job
+    from exactly.delivery.jobdb.sqlite import SqliteJobDB
 
     figures = dict.fromkeys(("queries", "found", "query_s", "commits", "steps", "senders"), 0.0)
 

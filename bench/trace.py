@@ -122,8 +122,8 @@ def build_stores(data: Path, ends: dict[int, int], traced: list[str]) -> None:
     """The aggregate database with 1,200 markers over ``events`` (1,000 kept) and a JobDB with
     two jobs (two destinations) per traced id and per 100,000 other ids: three datasets."""
     from exactly.aggregate import Batch, open_db
-    from exactly.delivery import open_jobdb
-    from exactly.delivery.base import EXECUTING, SUCCEEDED, NewJob, Transition
+    from exactly.delivery.jobdb import open_jobdb
+    from exactly.delivery.jobdb.base import EXECUTING, SUCCEEDED, NewJob, Transition
 
     batches = 1_200
     with open_db(f"sqlite://{data / 'aggregates.db'}") as db:

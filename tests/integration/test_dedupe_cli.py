@@ -176,8 +176,8 @@ def test_status_covers_every_stage_from_the_config(tmp_path: Path) -> None:
     from exactly.aggregate import open_db
     from exactly.aggregate.base import Batch
     from exactly.aggregate.spec import EVENT_COUNTS
-    from exactly.delivery import open_jobdb
-    from exactly.delivery.base import NewJob
+    from exactly.delivery.jobdb import open_jobdb
+    from exactly.delivery.jobdb.base import NewJob
 
     data = tmp_path / "data"
     (tmp_path / "exactly.toml").write_text(

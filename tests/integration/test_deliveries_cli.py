@@ -11,8 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from exactly.delivery import open_jobdb
-from exactly.delivery.base import EXECUTING, NewJob, Transition
+from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb.base import EXECUTING, NewJob, Transition
 from tests.receiver import Receiver
 
 

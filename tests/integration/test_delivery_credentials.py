@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 
 from exactly.cli import app
 from exactly.config import load_settings
-from exactly.delivery import BACKENDS, open_jobdb
 from exactly.delivery.archive import BACKENDS as ARCHIVES
 from exactly.delivery.archive import Archive, open_archive
 from exactly.delivery.director import Director
+from exactly.delivery.jobdb import BACKENDS, open_jobdb
 from exactly.delivery.route import Event, jobs_for
 from exactly.delivery.settings import DestinationSettings
 from exactly.log import open_log
@@ -90,7 +90,7 @@ def jobdb_bytes(url: str) -> bytes:
     if url.startswith("sqlite://"):
         files = sorted(Path(url.removeprefix("sqlite://")).iterdir())
         return b"".join(path.read_bytes() for path in files if path.is_file())
-    from exactly.delivery.sql import SQLJobDB
+    from exactly.delivery.jobdb.sql import SQLJobDB
 
     dump: list[bytes] = []
     with open_jobdb(url) as db:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from exactly.delivery import open_jobdb
-from exactly.delivery.base import SUCCEEDED, NewJob
+from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb.base import SUCCEEDED, NewJob
 from tests.aggregate_db import postgres_missing
 from tests.conftest import require
 from tests.receiver import Receiver

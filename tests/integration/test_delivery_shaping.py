@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from exactly.delivery import open_jobdb
-from exactly.delivery.base import SUCCEEDED, JobDB, NewJob
 from exactly.delivery.director import Director
+from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb.base import SUCCEEDED, JobDB, NewJob
 from exactly.delivery.settings import DestinationSettings
 from tests.receiver import Received, Receiver
 

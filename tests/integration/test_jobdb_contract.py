@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from exactly.delivery import BACKENDS, open_jobdb
-from exactly.delivery.base import (
+from exactly.delivery.jobdb import BACKENDS, open_jobdb
+from exactly.delivery.jobdb.base import (
     ARCHIVED,
     AWAITING_RETRY,
     AWAITING_SCHEDULING,
@@ -126,7 +126,7 @@ LEGACY_JOBS = (
 def test_a_dataset_made_when_jobs_kept_credentials_takes_no_new_jobs(url: str) -> None:
     """Its NOT NULL endpoint and headers would refuse today's jobs: they go to a new dataset,
     while its own jobs are still pending, traced and archived (without those columns)."""
-    from exactly.delivery.sql import SQLJobDB
+    from exactly.delivery.jobdb.sql import SQLJobDB
 
     now = time.time()
     with open_jobdb(url) as db:
@@ -372,7 +372,7 @@ def test_move_marker_only_raises_it(db: JobDB) -> None:
 
 
 def dataset_tables(db: JobDB) -> set[int]:
-    from exactly.delivery.sql import SQLJobDB
+    from exactly.delivery.jobdb.sql import SQLJobDB
 
     assert isinstance(db, SQLJobDB)
     with db._mutex:
@@ -382,7 +382,7 @@ def dataset_tables(db: JobDB) -> set[int]:
 
 
 def test_tables_a_crash_left_unlisted_are_dropped(db: JobDB) -> None:
-    from exactly.delivery.sql import SQLJobDB
+    from exactly.delivery.jobdb.sql import SQLJobDB
 
     assert isinstance(db, SQLJobDB)
     for batch in range(3):
@@ -448,7 +448,7 @@ def _hold_replay(url: str, ready: Any) -> None:
 
 
 def test_one_replay_of_a_destination_at_a_time(url: str) -> None:
-    from exactly.delivery.base import ReplayRunning
+    from exactly.delivery.jobdb.base import ReplayRunning
 
     context = multiprocessing.get_context("spawn")
     ready = context.Event()

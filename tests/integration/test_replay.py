@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from exactly.delivery import open_jobdb
 from exactly.delivery.archive import BACKENDS, Archive, archive_name, open_archive
-from exactly.delivery.base import (
+from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb.base import (
     AWAITING_SCHEDULING,
     DISCARDED,
     EXECUTING,

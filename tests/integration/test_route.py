@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from exactly.delivery import BACKENDS, open_jobdb
-from exactly.delivery.base import JobDB, JobDBError
+from exactly.delivery.jobdb import BACKENDS, open_jobdb
+from exactly.delivery.jobdb.base import JobDB, JobDBError
 from exactly.delivery.route import Event, RoutePlan, drive, jobs_for
 from exactly.delivery.settings import DestinationSettings
 from exactly.log import open_log

@@ -19,8 +19,8 @@ from exactly.config import Settings
 from exactly.dedupe.job import DedupePlan
 from exactly.dedupe.job import prepare as prepare_dedupe
 from exactly.dedupe.job import run as run_dedupe
-from exactly.delivery import open_jobdb
-from exactly.delivery.base import (
+from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb.base import (
     AWAITING_RETRY,
     EXECUTING,
     SUCCEEDED,

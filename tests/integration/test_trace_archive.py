@@ -6,9 +6,9 @@ import time
 from pathlib import Path
 
 from exactly.config import Settings
-from exactly.delivery import open_jobdb
 from exactly.delivery.archive import archive_name, open_archive
-from exactly.delivery.base import EXECUTING, SUCCEEDED, NewJob, Transition
+from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb.base import EXECUTING, SUCCEEDED, NewJob, Transition
 from exactly.events import partition_for
 from exactly.log import Record, open_log
 from exactly.trace import trace

@@ -51,9 +51,9 @@ def deliver(
     Every job is recorded executing before its request leaves, so after a crash only the requests
     that were in flight are sent again, with the same Idempotency-Key and webhook-id.
     """
-    from exactly.delivery import open_jobdb
     from exactly.delivery.archive import open_archive
     from exactly.delivery.director import Director
+    from exactly.delivery.jobdb import open_jobdb
 
     settings = context(ctx).settings
     if not settings.destinations:

@@ -27,8 +27,8 @@ def deliveries(
     Read from the JobDB's live datasets; jobs of archived (dropped) datasets are not counted. The
     rate is the deliveries of the last minute per second, beside the destination's ``rate`` limit.
     """
-    from exactly.delivery import open_jobdb
-    from exactly.delivery.base import AWAITING_RETRY, DISCARDED, EXPIRED, SUCCEEDED, Summary
+    from exactly.delivery.jobdb import open_jobdb
+    from exactly.delivery.jobdb.base import AWAITING_RETRY, DISCARDED, EXPIRED, SUCCEEDED, Summary
 
     settings = context(ctx).settings
     with open_jobdb(jobdb or settings.jobdb_url) as database:

@@ -39,7 +39,7 @@ import aiohttp
 import uvloop
 
 from exactly.delivery.archive import Archive, archive_name
-from exactly.delivery.base import (
+from exactly.delivery.jobdb.base import (
     AWAITING_RETRY,
     DISCARDED,
     EXECUTING,
@@ -359,7 +359,7 @@ class Director:
         self._archived_at = time.time()
         loop = asyncio.get_running_loop()
         if self._archive_db is None:
-            from exactly.delivery import open_jobdb
+            from exactly.delivery.jobdb import open_jobdb
 
             self._archive_db = open_jobdb(self.jobdb.url)
         aside = self._archive_db

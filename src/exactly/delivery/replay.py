@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from exactly.delivery.archive import Archive
-from exactly.delivery.base import (
+from exactly.delivery.jobdb.base import (
     ARCHIVED,
     ARCHIVING,
     AWAITING_SCHEDULING,
@@ -249,7 +249,7 @@ def replay(
     """Replay ``destination``'s finished jobs; see the module docstring for the steps.
 
     With ``dry_run`` it selects as the real run would (resuming included) and writes nothing.
-    Raises :class:`~exactly.delivery.base.ReplayRunning` if a replay of the destination runs.
+    Raises :class:`~exactly.delivery.jobdb.base.ReplayRunning` if a replay of the destination runs.
     """
     with jobdb.replay_lock(destination.name):
         return _replay(
