@@ -55,9 +55,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.servers import free_port
 
-from exactly.delivery import open_jobdb
-from exactly.delivery.base import NewJob
 from exactly.delivery.director import Director
+from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb.base import NewJob
 from exactly.delivery.settings import DestinationSettings
 
 PAYLOAD = json.dumps(
@@ -206,7 +206,7 @@ def director_rate(backend: str, url: str, count: int, concurrency: int) -> float
     )
     with empty_jobdb(backend) as jobdb_url, open_jobdb(jobdb_url) as db:
         jobs = [
-            NewJob("web", "bench", url, PAYLOAD, f"m{i}", expire_at=time.time() + 3600)
+            NewJob("web", "bench", PAYLOAD, f"m{i}", expire_at=time.time() + 3600)
             for i in range(count)
         ]
         for batch, start in enumerate(range(0, count, 10_000)):
@@ -217,13 +217,14 @@ def director_rate(backend: str, url: str, count: int, concurrency: int) -> float
         return count / seconds
 
 
-def _fill(db_url: str, url: str, count: int) -> None:
-    """Add ``count`` jobs for ``url`` straight into the JobDB, 10,000 per transaction."""
+def _fill(db_url: str, count: int) -> None:
+    """Add ``count`` jobs for the destination ``bench`` straight into the JobDB, 10,000 per
+    transaction."""
     expire = time.time() + 4 * 3600
     with open_jobdb(db_url) as db:
         for batch, start in enumerate(range(0, count, 10_000)):
             jobs = [
-                NewJob("web", "bench", url, PAYLOAD, f"m{i}", expire_at=expire)
+                NewJob("web", "bench", PAYLOAD, f"m{i}", expire_at=expire)
                 for i in range(start, min(count, start + 10_000))
             ]
             db.add(jobs, query_id="bench", batch_id=batch)
@@ -246,8 +247,8 @@ def _direct(db_url: str, url: str, concurrency: int, answer: Any) -> None:
 
 def counted_drain(url: str, count: int, concurrency: int) -> dict[str, float]:
     """(e): deliveries/s of a drain of ``count`` jobs, and what its JobDB and senders did."""
-    from exactly.delivery.base import Job
-    from exactly.delivery.sqlite import SqliteJobDB
+    from exactly.delivery.jobdb.base import Job
+    from exactly.delivery.jobdb.sqlite import SqliteJobDB
 
     figures = dict.fromkeys(("queries", "found", "query_s", "commits", "steps", "senders"), 0.0)
 
@@ -277,7 +278,7 @@ def counted_drain(url: str, count: int, concurrency: int) -> dict[str, float]:
         max_in_flight=concurrency,
     )
     with empty_jobdb("sqlite") as db_url:
-        _fill(db_url, url, count)
+        _fill(db_url, count)
         with Counting(db_url) as db:
             director = CountingDirector(db, [target], poll_seconds=0.05, report=lambda _: None)
             figures["deliveries_per_s"] = count / timed(lambda: director.run(until_drained=True))
@@ -299,7 +300,7 @@ def director_process(
     (stopped after ``seconds`` when given); (delivery seconds, delivered, peak RSS in MB)."""
     context = multiprocessing.get_context("spawn")
     with empty_jobdb("sqlite") as db_url:
-        _fill(db_url, url, count)
+        _fill(db_url, count)
         answer = context.Queue()
         process = context.Process(target=_direct, args=(db_url, url, concurrency, answer))
         process.start()

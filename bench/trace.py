@@ -122,8 +122,8 @@ def build_stores(data: Path, ends: dict[int, int], traced: list[str]) -> None:
     """The aggregate database with 1,200 markers over ``events`` (1,000 kept) and a JobDB with
     two jobs (two destinations) per traced id and per 100,000 other ids: three datasets."""
     from exactly.aggregate import Batch, open_db
-    from exactly.delivery import open_jobdb
-    from exactly.delivery.base import EXECUTING, SUCCEEDED, NewJob, Transition
+    from exactly.delivery.jobdb import open_jobdb
+    from exactly.delivery.jobdb.base import EXECUTING, SUCCEEDED, NewJob, Transition
 
     batches = 1_200
     with open_db(f"sqlite://{data / 'aggregates.db'}") as db:
@@ -135,7 +135,7 @@ def build_stores(data: Path, ends: dict[int, int], traced: list[str]) -> None:
     with open_jobdb(f"sqlite://{data / 'jobdb'}") as jobdb:
         for start in range(0, len(ids), 10_000):
             jobs = [
-                NewJob("web", name, f"http://127.0.0.1:9/{name}", b"{}", mid)
+                NewJob("web", name, b"{}", mid)
                 for mid in ids[start : start + 10_000]
                 for name in ("warehouse", "crm")
             ]

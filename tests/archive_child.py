@@ -11,8 +11,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from exactly.delivery import open_jobdb
 from exactly.delivery.archive import archive_name, open_archive
+from exactly.delivery.jobdb import open_jobdb
 
 
 def main(jobdb_url: str, archive_url: str) -> None:

@@ -30,7 +30,7 @@ from exactly.config import load_settings
 from exactly.dedupe.job import DedupePlan, prepare
 from exactly.dedupe.job import run as dedupe
 from exactly.dedupe.window import Bounds
-from exactly.delivery import open_jobdb
+from exactly.delivery.jobdb import open_jobdb
 from exactly.delivery.route import RoutePlan
 from exactly.delivery.route import drive as route
 from exactly.log import open_log

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from exactly.config import load_settings
-from exactly.delivery import open_jobdb
+from exactly.delivery.jobdb import open_jobdb
 from exactly.delivery.route import RoutePlan, drive
 from exactly.spark.session import build_session
 

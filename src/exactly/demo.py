@@ -346,7 +346,7 @@ def run_pipeline(
 
 def _wait_until_done(settings: Settings, up: UpService, say: Callable[[str], None]) -> None:
     """Until every query has read its topic's end and no job is queued or retrying."""
-    from exactly.delivery.base import AWAITING_RETRY
+    from exactly.delivery.jobdb.base import AWAITING_RETRY
     from exactly.log import open_log
     from exactly.up import watch
 

@@ -269,7 +269,7 @@ def _counted(settings: Settings, kept: list[tuple[int, int | None]], result: Tra
 
 
 def _delivered(settings: Settings, message_id: str, result: Trace) -> None:
-    from exactly.delivery import open_jobdb
+    from exactly.delivery.jobdb import open_jobdb
 
     if _missing(settings.jobdb_url):
         return

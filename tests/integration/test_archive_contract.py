@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from exactly.delivery import open_jobdb
 from exactly.delivery.archive import BACKENDS, Archive, ArchiveError, archive_name, open_archive
 from exactly.delivery.archive.directory import DirectoryArchive
 from exactly.delivery.archive.s3 import S3Archive
-from exactly.delivery.base import SUCCEEDED, Dataset, NewJob, Transition
+from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb.base import SUCCEEDED, Dataset, NewJob, Transition
 from exactly.errors import ConfigError
 from tests.archives import MotoServer, archive_url
 from tests.seeds import crash_rng
@@ -187,10 +187,7 @@ def fill(jobdb: str, datasets: int, per: int) -> None:
     with open_jobdb(jobdb, dataset_rows=per) as db:
         for batch in range(datasets + 1):
             db.add(
-                [
-                    NewJob("web", "hook", "http://127.0.0.1:9/", b'{"n":%d}' % i, f"m{batch}-{i}")
-                    for i in range(per)
-                ],
+                [NewJob("web", "hook", b'{"n":%d}' % i, f"m{batch}-{i}") for i in range(per)],
                 query_id="fill",
                 batch_id=batch,
             )

@@ -176,8 +176,8 @@ def test_status_covers_every_stage_from_the_config(tmp_path: Path) -> None:
     from exactly.aggregate import open_db
     from exactly.aggregate.base import Batch
     from exactly.aggregate.spec import EVENT_COUNTS
-    from exactly.delivery import open_jobdb
-    from exactly.delivery.base import NewJob
+    from exactly.delivery.jobdb import open_jobdb
+    from exactly.delivery.jobdb.base import NewJob
 
     data = tmp_path / "data"
     (tmp_path / "exactly.toml").write_text(
@@ -191,10 +191,7 @@ def test_status_covers_every_stage_from_the_config(tmp_path: Path) -> None:
         rows = [("web", "track", "A", "2024-01-01 00:00:00", 3, 0)]
         db.commit(Batch("q1", 4, "cp", "events", {0: 3}, {"event_counts": rows}, 3), [EVENT_COUNTS])
     with open_jobdb(f"sqlite://{data / 'jobdb'}") as jobdb:
-        jobs = [
-            NewJob("web", "hook", "http://127.0.0.1:9/hook", b"{}", f"m{n}", None, {}, 0.0)
-            for n in range(2)
-        ]
+        jobs = [NewJob("web", "hook", b"{}", f"m{n}", None, 0.0) for n in range(2)]
         jobdb.add(jobs, query_id="route", batch_id=0)
     done = subprocess.run(
         [*EXACTLY, "status", "--json"], capture_output=True, text=True, cwd=tmp_path, check=True

@@ -11,8 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from exactly.delivery import open_jobdb
-from exactly.delivery.base import EXECUTING, NewJob, Transition
+from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb.base import EXECUTING, NewJob, Transition
 from tests.receiver import Receiver
 
 
@@ -23,7 +23,7 @@ def run_cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def jobs(name: str, url: str, count: int) -> list[NewJob]:
     return [
-        NewJob("web", name, url, b'{"messageId":"%s-%d"}' % (name.encode(), n), f"{name}-{n}")
+        NewJob("web", name, b'{"messageId":"%s-%d"}' % (name.encode(), n), f"{name}-{n}")
         for n in range(count)
     ]
 

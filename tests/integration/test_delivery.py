@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from exactly.delivery import open_jobdb
-from exactly.delivery.base import (
+from exactly.delivery.director import Director
+from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb.base import (
     AWAITING_RETRY,
     DISCARDED,
     EXECUTING,
@@ -23,7 +24,6 @@ from exactly.delivery.base import (
     NewJob,
     Transition,
 )
-from exactly.delivery.director import Director
 from exactly.delivery.settings import DestinationSettings
 from tests.receiver import Receiver
 from tests.servers import free_port
@@ -64,11 +64,9 @@ def enqueue(
             NewJob(
                 source="web",
                 destination=target.name,
-                endpoint=target.url,
                 payload=json.dumps({"messageId": f"{target.name}-{i}", "n": i}).encode(),
                 message_id=f"{target.name}-{i}",
                 user_id=f"u{i % 2}",
-                headers=target.headers,
                 expire_at=now + expire,
             )
             for i in range(count)
@@ -255,8 +253,8 @@ def test_finished_datasets_are_archived_then_dropped(tmp_path: Path, receiver: R
 
 
 def test_a_jobdb_that_refuses_writes_stops_the_director(tmp_path: Path, receiver: Receiver) -> None:
-    from exactly.delivery.base import JobDBError
-    from exactly.delivery.sqlite import SqliteJobDB
+    from exactly.delivery.jobdb.base import JobDBError
+    from exactly.delivery.jobdb.sqlite import SqliteJobDB
 
     class Failing(SqliteJobDB):
         writes = 0
@@ -285,7 +283,7 @@ def test_a_jobdb_that_refuses_writes_stops_the_director(tmp_path: Path, receiver
 def test_jobs_are_paged_in_runs_not_per_answer(tmp_path: Path, receiver: Receiver) -> None:
     """A bucket pages more in once it has room for a run of jobs: paging whenever an answer freed
     room made a JobDB query per answer or two, and the outcomes' commits waited behind them."""
-    from exactly.delivery.sqlite import SqliteJobDB
+    from exactly.delivery.jobdb.sqlite import SqliteJobDB
 
     pages: list[int] = []
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from exactly.delivery import open_jobdb
 from exactly.delivery.archive import BACKENDS, Archive, open_archive
-from exactly.delivery.base import EXPIRED, SUCCEEDED, JobDB, NewJob, Transition
 from exactly.delivery.director import Director
+from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb.base import EXPIRED, SUCCEEDED, JobDB, NewJob, Transition
 from exactly.delivery.replay import replay
 from exactly.delivery.settings import DestinationSettings
 from tests.archives import MotoServer, archive_url
@@ -53,7 +53,6 @@ def enqueue(db: JobDB, target: DestinationSettings, first: int, count: int, batc
             NewJob(
                 source="web",
                 destination=target.name,
-                endpoint=target.url,
                 payload=json.dumps({"messageId": f"e{i}", "n": i}).encode(),
                 message_id=f"e{i}",
                 expire_at=time.time() + target.window,

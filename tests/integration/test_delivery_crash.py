@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from exactly.delivery import BACKENDS, open_jobdb
-from exactly.delivery.base import EXECUTING, SUCCEEDED, JobDB, NewJob
+from exactly.delivery.jobdb import BACKENDS, open_jobdb
+from exactly.delivery.jobdb.base import EXECUTING, SUCCEEDED, JobDB, NewJob
 from tests.jobdb import jobdb_url
 from tests.receiver import Receiver
 from tests.seeds import crash_seed
@@ -50,7 +50,6 @@ def enqueue(db: JobDB, name: str, url: str, count: int) -> None:
             NewJob(
                 source="web",
                 destination=name,
-                endpoint=url,
                 payload=b'{"messageId":"%s-%d"}' % (name.encode(), i),
                 message_id=f"{name}-{i}",
                 expire_at=time.time() + 3600,
@@ -269,7 +268,6 @@ def trickle(db: JobDB, url: str, start: int, count: int, per_second: float, batc
                 NewJob(
                     source="web",
                     destination="good",
-                    endpoint=url,
                     payload=b'{"messageId":"good-%d"}' % i,
                     message_id=f"good-{i}",
                     expire_at=time.time() + 3600,

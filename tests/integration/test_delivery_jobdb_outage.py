@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from exactly.delivery import open_jobdb
-from exactly.delivery.base import SUCCEEDED, NewJob
+from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb.base import SUCCEEDED, NewJob
 from tests.aggregate_db import postgres_missing
 from tests.conftest import require
 from tests.receiver import Receiver
@@ -63,7 +63,7 @@ def enqueue(jobdb: str, url: str, count: int) -> set[str]:
     with open_jobdb(jobdb) as db:
         db.add(
             [
-                NewJob("web", "hook", url, b'{"messageId":"%s"}' % i.encode(), i, None, {}, 0.0)
+                NewJob("web", "hook", b'{"messageId":"%s"}' % i.encode(), i, None, 0.0)
                 for i in sorted(ids)
             ],
             query_id="route",

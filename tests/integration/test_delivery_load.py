@@ -5,6 +5,7 @@ URL corrected after jobs were queued. Real receivers on loopback, a real directo
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -13,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from exactly.delivery import open_jobdb
-from exactly.delivery.base import EXPIRED, SUCCEEDED, JobDB, NewJob
 from exactly.delivery.director import REMOVED, Director
+from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb.base import AWAITING_RETRY, EXPIRED, SUCCEEDED, JobDB, NewJob
 from exactly.delivery.settings import DestinationSettings
 from tests.receiver import Receiver
 from tests.servers import free_port
@@ -51,7 +52,6 @@ def enqueue(
     *,
     sources: int = 1,
     window: float = 60.0,
-    endpoint: str = "http://127.0.0.1:9/",
 ) -> None:
     """``count`` jobs for each of ``sources`` sources, added as one micro-batch."""
     now = time.time()
@@ -60,7 +60,6 @@ def enqueue(
             NewJob(
                 source=f"s{source}",
                 destination=name,
-                endpoint=endpoint,
                 payload=json.dumps(
                     {"messageId": f"{name}-{source}-{i}", "source": source}
                 ).encode(),
@@ -182,7 +181,19 @@ def test_jobs_of_a_removed_destination_expire(db: JobDB, receiver: Receiver) -> 
 
 def test_queued_jobs_go_to_the_url_configured_now(db: JobDB, receiver: Receiver) -> None:
     """Jobs queued while the URL was wrong go to the corrected one after a restart."""
-    enqueue(db, "moved", 3, endpoint=f"http://127.0.0.1:{free_port()}/old")
+    enqueue(db, "moved", 3)
+    wrong = destination("moved", f"http://127.0.0.1:{free_port()}/old")
+    director = Director(db, [wrong], poll_seconds=0.05, report=lambda _: None)
+    thread = threading.Thread(target=director.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while db.states().get("moved", {}).get(AWAITING_RETRY, 0) < 3:
+            assert time.monotonic() < deadline, db.states()
+            time.sleep(0.05)
+    finally:
+        director.stop()
+        thread.join(30)
     run(db, destination("moved", f"{receiver.url}/ok", headers={"X-Key": "now"}))
     assert db.states()["moved"] == {SUCCEEDED: 3}
     assert {(r.path, r.headers["X-Key"]) for r in receiver.requests} == {("/ok", "now")}

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exactly.delivery import open_jobdb
-from exactly.delivery.base import DISCARDED, EXPIRED, SUCCEEDED, JobDB, NewJob
+from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb.base import DISCARDED, EXPIRED, SUCCEEDED, JobDB, NewJob
 from tests.receiver import Receiver
 from tests.servers import free_port
 
@@ -43,7 +43,6 @@ def add(db: JobDB, name: str, url: str, count: int, *, expire: float = 600) -> l
             NewJob(
                 source="web",
                 destination=name,
-                endpoint=url,
                 payload=b'{"messageId":"%s"}' % message_id.encode(),
                 message_id=message_id,
                 expire_at=time.time() + expire,

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from exactly.delivery import open_jobdb
-from exactly.delivery.base import SUCCEEDED, JobDB, NewJob
 from exactly.delivery.director import Director
+from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb.base import SUCCEEDED, JobDB, NewJob
 from exactly.delivery.settings import DestinationSettings
 from tests.receiver import Received, Receiver
 
@@ -38,7 +38,6 @@ def enqueue(db: JobDB, target: DestinationSettings, users: list[str], batch: int
             NewJob(
                 source="web",
                 destination=target.name,
-                endpoint=target.url,
                 payload=json.dumps({"messageId": message_id, "userId": user}).encode(),
                 message_id=message_id,
                 user_id=user,

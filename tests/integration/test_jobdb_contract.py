@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from exactly.delivery import BACKENDS, open_jobdb
-from exactly.delivery.base import (
+from exactly.delivery.jobdb import BACKENDS, open_jobdb
+from exactly.delivery.jobdb.base import (
     ARCHIVED,
     AWAITING_RETRY,
     AWAITING_SCHEDULING,
@@ -48,11 +48,9 @@ def jobs(
         NewJob(
             source=source,
             destination=destination,
-            endpoint="http://127.0.0.1:9/in",
             payload=b'{"messageId":"m%d","event":"x\\u00e9"}' % i,
             message_id=f"m{i}",
             user_id=f"u{i % 3}",
-            headers={"X-Team": "a"},
         )
         for i in range(start, start + count)
     ]
@@ -65,7 +63,7 @@ def test_added_jobs_are_pending_in_order(db: JobDB) -> None:
     first = found[0]
     assert first.state == AWAITING_SCHEDULING and first.attempt == 0
     assert first.payload == b'{"messageId":"m0","event":"x\\u00e9"}'
-    assert first.headers == {"X-Team": "a"} and first.user_id == "u0"
+    assert first.destination == "hook" and first.user_id == "u0"
     assert first.expire_at > first.created_at
     assert db.buckets() == ["web/hook"]
     assert db.pending("web/other") == []
@@ -114,6 +112,54 @@ def test_a_jobdb_from_before_stream_markers_gains_their_columns(url: str) -> Non
         assert db.marker("q") == 0 and db.end_offsets("s") is None
         db.add(jobs(1, start=1), query_id="q", batch_id=1, stream="s", end_offsets={0: 3})
         assert db.end_offsets("s") == {0: 3}
+
+
+# dataset tables as a JobDB made them when each job kept its endpoint and headers
+LEGACY_JOBS = (
+    "CREATE TABLE jobs_{n} (id {id} PRIMARY KEY, bucket {text} NOT NULL, destination {text} "
+    "NOT NULL, endpoint {body} NOT NULL, headers {body} NOT NULL, payload {blob} NOT NULL, "
+    "message_id {text} NOT NULL, user_id {text}, created_at {real} NOT NULL, "
+    "expire_at {real} NOT NULL)"
+)
+
+
+def test_a_dataset_made_when_jobs_kept_credentials_takes_no_new_jobs(url: str) -> None:
+    """Its NOT NULL endpoint and headers would refuse today's jobs: they go to a new dataset,
+    while its own jobs are still pending, traced and archived (without those columns)."""
+    from exactly.delivery.jobdb.sql import SQLJobDB
+
+    now = time.time()
+    with open_jobdb(url) as db:
+        assert isinstance(db, SQLJobDB)
+        with db._mutex:
+            cursor = db._cursor()  # dataset 1 made as today, then replaced by an old one
+            db._execute(cursor, "DROP TABLE jobs_1")
+            db._connection.commit()
+            db._execute(cursor, LEGACY_JOBS.format(n=1, **db.types))
+            db._connection.commit()
+            db._execute(
+                cursor,
+                "INSERT INTO jobs_1 (id, bucket, destination, endpoint, headers, payload, "
+                "message_id, user_id, created_at, expire_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (1, "web/hook", "hook", "http://u:pw@h/", "{}", b"{}", "old", None, now, now + 60),
+            )
+            db._execute(cursor, "UPDATE jobdb_datasets SET n_rows = 1 WHERE number = 1")
+            db._connection.commit()
+    with open_jobdb(url) as db:
+        assert db.add(jobs(2), query_id="q", batch_id=0) == 2
+        assert db.add(jobs(1, start=2), query_id="q", batch_id=1) == 1
+        assert [(d.number, d.rows) for d in db.datasets()] == [(1, 1), (2, 3)]
+        old, *new = db.pending("web/hook")
+        assert (old.id, old.message_id, old.payload) == (1, "old", b"{}")
+        assert [job.message_id for job in new] == ["m0", "m1", "m2"]
+        assert [job.message_id for job, _ in db.jobs_with("old")] == ["old"]
+        db.record([Transition(old.id, EXECUTING, 1), Transition(old.id, SUCCEEDED, 1)])
+        assert db.archivable() == [1]
+        archived: list[dict[str, Any]] = []
+        db.archive(1, archived.extend)
+        assert [record["message_id"] for record in archived] == ["old"]
+        assert not {"endpoint", "headers"} & set(archived[0])
+        assert [d.number for d in db.datasets()] == [2]
 
 
 def test_transitions_set_the_state(db: JobDB) -> None:
@@ -326,7 +372,7 @@ def test_move_marker_only_raises_it(db: JobDB) -> None:
 
 
 def dataset_tables(db: JobDB) -> set[int]:
-    from exactly.delivery.sql import SQLJobDB
+    from exactly.delivery.jobdb.sql import SQLJobDB
 
     assert isinstance(db, SQLJobDB)
     with db._mutex:
@@ -336,7 +382,7 @@ def dataset_tables(db: JobDB) -> set[int]:
 
 
 def test_tables_a_crash_left_unlisted_are_dropped(db: JobDB) -> None:
-    from exactly.delivery.sql import SQLJobDB
+    from exactly.delivery.jobdb.sql import SQLJobDB
 
     assert isinstance(db, SQLJobDB)
     for batch in range(3):
@@ -402,7 +448,7 @@ def _hold_replay(url: str, ready: Any) -> None:
 
 
 def test_one_replay_of_a_destination_at_a_time(url: str) -> None:
-    from exactly.delivery.base import ReplayRunning
+    from exactly.delivery.jobdb.base import ReplayRunning
 
     context = multiprocessing.get_context("spawn")
     ready = context.Event()

@@ -40,8 +40,8 @@ from pathlib import Path
 import pytest
 
 from exactly.aggregate import open_db
-from exactly.delivery import open_jobdb
-from exactly.delivery.base import SUCCEEDED
+from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb.base import SUCCEEDED
 from exactly.log import Log, Record, open_log
 from tests import short_reads
 from tests.aggregate_db import postgres_missing, postgres_schema

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from exactly.delivery import open_jobdb
 from exactly.delivery.archive import BACKENDS, Archive, archive_name, open_archive
-from exactly.delivery.base import (
+from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb.base import (
     AWAITING_SCHEDULING,
     DISCARDED,
     EXECUTING,
@@ -50,13 +50,12 @@ def target(url: str = "http://127.0.0.1:9/now", **options: object) -> Destinatio
 
 
 def add_finished(db: JobDB, first: int, count: int, *, batch: int) -> None:
-    """Jobs m<first>.. of hook, made for an old URL, each ended as OUTCOME[i % 3]."""
+    """Jobs m<first>.. of hook, each ended as OUTCOME[i % 3]."""
     db.add(
         [
             NewJob(
                 "web",
                 "hook",
-                "http://127.0.0.1:9/old",
                 b'{"messageId":"m%d"}' % i,
                 f"m{i}",
                 user_id=f"u{i}",
@@ -106,8 +105,8 @@ def test_replay_takes_each_message_once_by_its_latest_outcome(
         assert {job.message_id for job in new} == wanted and len(new) == 24
         assert [job.message_id for job in new] == sorted(wanted, key=lambda m: int(m[1:]))
         for job in new:
-            assert job.state == AWAITING_SCHEDULING and job.endpoint == hook.url
-            assert job.headers == {"X-Now": "1"} and job.user_id == f"u{job.message_id[1:]}"
+            assert job.state == AWAITING_SCHEDULING and job.destination == hook.name
+            assert job.user_id == f"u{job.message_id[1:]}"
             assert job.payload == b'{"messageId":"%s"}' % job.message_id.encode()
             assert started + 7200 - 5 < job.expire_at < time.time() + 7200 + 5
         # the same command again: every message's latest job is the pending copy
@@ -184,7 +183,7 @@ def test_a_sigkilled_replay_run_again_enqueues_no_message_twice(tmp_path: Path) 
         for batch in range(total // 500):
             db.add(
                 [
-                    NewJob("web", "hook", "http://x/", b"{}", f"m{i}", expire_at=time.time() + 60)
+                    NewJob("web", "hook", b"{}", f"m{i}", expire_at=time.time() + 60)
                     for i in range(batch * 500, batch * 500 + 500)
                 ],
                 query_id="route",

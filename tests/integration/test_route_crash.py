@@ -33,8 +33,8 @@ from pathlib import Path
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from exactly.delivery import open_jobdb
-from exactly.delivery.base import EXECUTING, SUCCEEDED
+from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb.base import EXECUTING, SUCCEEDED
 from exactly.log import Log, open_log
 from tests.aggregate_stream import EventStream, append
 from tests.job_child import kill_at_random_points

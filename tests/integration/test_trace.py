@@ -19,8 +19,8 @@ from exactly.config import Settings
 from exactly.dedupe.job import DedupePlan
 from exactly.dedupe.job import prepare as prepare_dedupe
 from exactly.dedupe.job import run as run_dedupe
-from exactly.delivery import open_jobdb
-from exactly.delivery.base import (
+from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb.base import (
     AWAITING_RETRY,
     EXECUTING,
     SUCCEEDED,
@@ -86,9 +86,7 @@ def pipeline(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> I
         job.run(spark, plan, db, specs, job.prepare(log, db, plan, specs))
     now = time.time()
     with open_jobdb(settings.jobdb_url) as jobdb:
-        jobs = [
-            NewJob("web", name, f"http://127.0.0.1:9/{name}", b"{}", KEPT) for name in ("a", "b")
-        ]
+        jobs = [NewJob("web", name, b"{}", KEPT) for name in ("a", "b")]
         jobdb.add(jobs, query_id="route-test", batch_id=0)
         (a, _), (b, _) = sorted(jobdb.jobs_with(KEPT), key=lambda found: found[0].destination)
         jobdb.record(

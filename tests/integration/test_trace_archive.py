@@ -6,9 +6,9 @@ import time
 from pathlib import Path
 
 from exactly.config import Settings
-from exactly.delivery import open_jobdb
 from exactly.delivery.archive import archive_name, open_archive
-from exactly.delivery.base import EXECUTING, SUCCEEDED, NewJob, Transition
+from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb.base import EXECUTING, SUCCEEDED, NewJob, Transition
 from exactly.events import partition_for
 from exactly.log import Record, open_log
 from exactly.trace import trace
@@ -21,12 +21,8 @@ def test_a_job_of_an_archived_dataset_is_traced_from_the_archive(tmp_path: Path)
         log.append("raw", partition_for("m-1", 2), [Record(b'{"sourceId": "web"}', b"m-1")])
     now = time.time()
     with open_jobdb(settings.jobdb_url, dataset_rows=1) as jobdb:
-        jobdb.add(
-            [NewJob("web", "hook", "http://127.0.0.1:9/", b"{}", "m-1")], query_id="q", batch_id=0
-        )
-        jobdb.add(
-            [NewJob("web", "hook", "http://127.0.0.1:9/", b"{}", "m-2")], query_id="q", batch_id=1
-        )
+        jobdb.add([NewJob("web", "hook", b"{}", "m-1")], query_id="q", batch_id=0)
+        jobdb.add([NewJob("web", "hook", b"{}", "m-2")], query_id="q", batch_id=1)
         ((job, _),) = jobdb.jobs_with("m-1")
         jobdb.record(
             [

@@ -17,7 +17,7 @@ from exactly.console.state import (
     totals,
     with_parts,
 )
-from exactly.delivery.base import AWAITING_SCHEDULING, SUCCEEDED, Summary
+from exactly.delivery.jobdb.base import AWAITING_SCHEDULING, SUCCEEDED, Summary
 from exactly.up.supervisor import Part, Running
 from exactly.up.watch import Snapshot, Stage
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exactly.delivery.base import JobDBError
+from exactly.delivery.jobdb.base import JobDBError
 from exactly.delivery.patience import Patience
 
 

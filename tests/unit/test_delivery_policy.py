@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from standardwebhooks.webhooks import Webhook
 
-from exactly.delivery.base import AWAITING_RETRY, DISCARDED, EXPIRED, SUCCEEDED
+from exactly.delivery.jobdb.base import AWAITING_RETRY, DISCARDED, EXPIRED, SUCCEEDED
 from exactly.delivery.policy import next_step, outcome, retry_after
 from exactly.delivery.settings import signing_key
 from exactly.delivery.signing import request_headers

@@ -14,7 +14,7 @@ from exactly.errors import ConfigError, ExactlyError
 from exactly.urls import scrub
 
 if TYPE_CHECKING:
-    from exactly.delivery.base import JobDB
+    from exactly.delivery.jobdb.base import JobDB
 
 JOBDB = typer.Option(
     "--jobdb",
@@ -29,8 +29,8 @@ def opened_jobdb(url: str, **options: Any) -> Iterator[JobDB]:
     """The JobDB at ``url``, connected once before any work: a database that does not exist, a
     wrong password or a server that does not answer stops the command with one line naming the
     JobDB (password masked) and the driver's reason, not the driver's traceback."""
-    from exactly.delivery import open_jobdb
-    from exactly.delivery.base import JobDBError
+    from exactly.delivery.jobdb import open_jobdb
+    from exactly.delivery.jobdb.base import JobDBError
 
     database = open_jobdb(url, **options)
     try:

@@ -27,7 +27,7 @@ def deliveries(
     Read from the JobDB's live datasets; jobs of archived (dropped) datasets are not counted. The
     rate is the deliveries of the last minute per second, beside the destination's ``rate`` limit.
     """
-    from exactly.delivery.base import AWAITING_RETRY, DISCARDED, EXPIRED, SUCCEEDED, Summary
+    from exactly.delivery.jobdb.base import AWAITING_RETRY, DISCARDED, EXPIRED, SUCCEEDED, Summary
 
     settings = context(ctx).settings
     with opened_jobdb(jobdb or settings.jobdb_url) as database:

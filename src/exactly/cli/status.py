@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # the command imports them when it runs, so other commands st
     from exactly.aggregate.commit import Marker
     from exactly.config import Settings
     from exactly.dedupe.status import DedupeStatus
-    from exactly.delivery.base import Summary
+    from exactly.delivery.jobdb.base import Summary
     from exactly.log import Log
 
 T = TypeVar("T")
@@ -187,8 +187,8 @@ def _destinations(settings: Settings) -> list[Summary] | None:
     """Per destination (each configured one too), its jobs in the JobDB by state."""
     if not _exists(settings.jobdb_url):
         return None
-    from exactly.delivery import open_jobdb
-    from exactly.delivery.base import Summary
+    from exactly.delivery.jobdb import open_jobdb
+    from exactly.delivery.jobdb.base import Summary
 
     with open_jobdb(settings.jobdb_url) as jobdb:
         found = jobdb.summary(time.time())
@@ -209,7 +209,7 @@ def _render_topics(url: str, topics: list[TopicStatus]) -> str:
 
 
 def _render_destinations(url: str, destinations: list[Summary]) -> str:
-    from exactly.delivery.base import AWAITING_RETRY, DISCARDED, EXPIRED, SUCCEEDED
+    from exactly.delivery.jobdb.base import AWAITING_RETRY, DISCARDED, EXPIRED, SUCCEEDED
 
     lines = [f"delivery {url}"]
     for entry in destinations:

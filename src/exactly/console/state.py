@@ -37,7 +37,7 @@ from exactly.up import watch
 
 if TYPE_CHECKING:
     from exactly.aggregate.base import AggregateDB
-    from exactly.delivery.base import Summary
+    from exactly.delivery.jobdb.base import Summary
     from exactly.log import Log
     from exactly.up.supervisor import Running, Supervisor
 
@@ -67,7 +67,7 @@ class ArchivedDeliveries:
 
     def succeeded(self) -> Counter[str]:
         from exactly.delivery.archive import open_archive
-        from exactly.delivery.base import SUCCEEDED
+        from exactly.delivery.jobdb.base import SUCCEEDED
         from exactly.delivery.replay import outcome
 
         archive = open_archive(self.url)
@@ -249,7 +249,7 @@ def totals(
     now: watch.Snapshot, counted: int | None, archived: Counter[str] | None = None
 ) -> dict[str, Any]:
     """The totals; delivered per destination: succeeded in the JobDB and in the archive."""
-    from exactly.delivery.base import SUCCEEDED
+    from exactly.delivery.jobdb.base import SUCCEEDED
 
     archived = archived or Counter()
     return {
@@ -362,9 +362,9 @@ def with_parts(stages: list[dict[str, Any]], parts: list[dict[str, Any]]) -> lis
 
 
 def destination_entry(entry: Summary, archived: int = 0) -> dict[str, Any]:
-    """One destination from its JobDB :class:`~exactly.delivery.base.Summary` and the jobs
+    """One destination from its JobDB :class:`~exactly.delivery.jobdb.base.Summary` and the jobs
     that succeeded in its archived datasets."""
-    from exactly.delivery.base import AWAITING_RETRY, DISCARDED, EXPIRED, SUCCEEDED
+    from exactly.delivery.jobdb.base import AWAITING_RETRY, DISCARDED, EXPIRED, SUCCEEDED
 
     states = entry.states
     age = entry.oldest_pending_seconds

@@ -44,7 +44,8 @@ import aiohttp
 import uvloop
 
 from exactly.delivery.archive import Archive, archive_name
-from exactly.delivery.base import (
+from exactly.delivery.failures import failure
+from exactly.delivery.jobdb.base import (
     AWAITING_RETRY,
     DISCARDED,
     EXECUTING,
@@ -56,7 +57,6 @@ from exactly.delivery.base import (
     JobDBError,
     Transition,
 )
-from exactly.delivery.failures import failure
 from exactly.delivery.metrics import DeliveryMetrics, Gauges
 from exactly.delivery.pacing import Pace, result_of
 from exactly.delivery.patience import Patience
@@ -168,6 +168,7 @@ class Director:
         self._buckets: dict[str, Bucket] = {}
         self._removed: set[str] = set()  # buckets whose destination is no longer configured
         self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="jobdb")
         self._archiver = ThreadPoolExecutor(1, thread_name_prefix="archive")
         self._archiving: asyncio.Task[None] | None = None
@@ -244,9 +245,15 @@ class Director:
                     await loop.run_in_executor(self._executor, self.jobdb.close)
                 await asyncio.sleep(pause)
 
+    def stop(self) -> None:
+        """Ask a director running in another thread to stop, as SIGTERM does."""
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+
     async def deliver(self, *, until_drained: bool = False) -> None:
         """Deliver until stopped (or, with ``until_drained``, until nothing is pending)."""
         loop = asyncio.get_running_loop()
+        self._loop = loop
         self._stop = asyncio.Event()
         for number in (signal.SIGTERM, signal.SIGINT):
             # ValueError: uvloop, not on the main thread (tests run the director in a thread)
@@ -332,7 +339,7 @@ class Director:
         self._archived_at = time.time()
         loop = asyncio.get_running_loop()
         if self._archive_db is None:
-            from exactly.delivery import open_jobdb
+            from exactly.delivery.jobdb import open_jobdb
 
             self._archive_db = open_jobdb(self.jobdb.url)
         aside = self._archive_db

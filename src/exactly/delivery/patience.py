@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from exactly.backoff import backoff
-from exactly.delivery.base import JobDBError
+from exactly.delivery.jobdb.base import JobDBError
 
 
 @dataclass

@@ -18,7 +18,7 @@ import email.utils
 from collections.abc import Callable
 
 from exactly.backoff import backoff
-from exactly.delivery.base import (
+from exactly.delivery.jobdb.base import (
     AWAITING_RETRY,
     DISCARDED,
     EXPIRED,

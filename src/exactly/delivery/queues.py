@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from exactly.delivery.base import AWAITING_RETRY, Job
+from exactly.delivery.jobdb.base import AWAITING_RETRY, Job
 from exactly.delivery.pacing import Pace
 from exactly.delivery.settings import DestinationSettings
 

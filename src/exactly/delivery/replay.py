@@ -4,8 +4,9 @@
 job of ``D`` from the archive and from the JobDB's live datasets (what is not archived yet), keeps
 one per message, and enqueues a new job for each message whose **latest job** ended in one of the
 states and whose **first job** was made (routed) in ``[since, until)``. The new job carries the
-same payload and message id, so the same ``Idempotency-Key`` / ``webhook-id``; its endpoint and
-headers are the destination's as configured now, and its expiry is fresh (now + ``expire``).
+same payload and message id, so the same ``Idempotency-Key`` / ``webhook-id``; like every job it
+names its destination, whose URL and headers the director reads from the settings when it sends,
+and its expiry is fresh (now + ``expire``).
 
 Deciding on the latest job makes a replay safe to repeat: a message already replayed has a newer
 job, pending or delivered, and is left alone; one whose replayed job failed again is replayed
@@ -48,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from exactly.delivery.archive import Archive
-from exactly.delivery.base import (
+from exactly.delivery.jobdb.base import (
     ARCHIVED,
     ARCHIVING,
     AWAITING_SCHEDULING,
@@ -248,7 +249,7 @@ def replay(
     """Replay ``destination``'s finished jobs; see the module docstring for the steps.
 
     With ``dry_run`` it selects as the real run would (resuming included) and writes nothing.
-    Raises :class:`~exactly.delivery.base.ReplayRunning` if a replay of the destination runs.
+    Raises :class:`~exactly.delivery.jobdb.base.ReplayRunning` if a replay of the destination runs.
     """
     with jobdb.replay_lock(destination.name):
         return _replay(
@@ -335,11 +336,9 @@ def _replay(
                     NewJob(
                         source=source,
                         destination=name,
-                        endpoint=destination.url,
                         payload=bytes(payload),
                         message_id=message_id,
                         user_id=user_id,
-                        headers=dict(destination.headers),
                         expire_at=now() + destination.window,
                     )
                 )

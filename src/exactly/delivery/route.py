@@ -5,18 +5,19 @@ A Spark streaming query from the ``exactly`` source with ``foreachBatch``. Per m
 1. Spark records the batch's offset range in its checkpoint (``offsets/<batch id>``);
 2. the events that some destination's ``sources`` and ``events`` filters match are collected to
    the driver, in log order (partition, offset), with their stored JSON;
-3. :func:`jobs_for` makes one :class:`~exactly.delivery.base.NewJob` per (event, matching
+3. :func:`jobs_for` makes one :class:`~exactly.delivery.jobdb.base.NewJob` per (event, matching
    destination): the payload is the event's JSON as kept in ``events``, the message id its
-   ``messageId``, the headers the destination's, the expiry now + the destination's ``expire``;
+   ``messageId``, the destination its name (never its URL or headers: the director resolves
+   those when it sends), the expiry now + the destination's ``expire``;
 4. the jobs and the marker (query id, batch id, the stream, the end offsets of step 1) commit in
-   one JobDB transaction (:meth:`~exactly.delivery.base.JobDB.add`); a marker at or past the
+   one JobDB transaction (:meth:`~exactly.delivery.jobdb.base.JobDB.add`); a marker at or past the
    batch id means a replay: nothing is added;
 5. Spark commits the batch (``commits/<batch id>``).
 
 A crash anywhere repeats at most the last batch, whose marker stops it at 4. A JobDB that fails
 at step 4 (a lost connection, a server restarting) is tried again on a new connection for
 ``jobdb_patience`` seconds: the marker makes a retry of a commit whose answer was lost add
-nothing. Past that the query stops with one :class:`~exactly.delivery.base.JobDBError`. A
+nothing. Past that the query stops with one :class:`~exactly.delivery.jobdb.base.JobDBError`. A
 checkpoint that is lost (or new, over a JobDB the same checkpoint path filled) starts from the
 end offsets of the last batch the JobDB took from this stream, so the JobDB, not the checkpoint,
 is the source of truth. No HTTP request is made here: delivering is the director's (``exactly
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from exactly.delivery.base import JobDB, NewJob
+from exactly.delivery.jobdb.base import JobDB, NewJob
 from exactly.delivery.patience import Patience
 from exactly.delivery.settings import DestinationSettings
 from exactly.errors import ConfigError, ExactlyError, StreamError
@@ -118,11 +119,9 @@ def jobs_for(
                     NewJob(
                         source=event.source or "",
                         destination=destination.name,
-                        endpoint=destination.url,
                         payload=event.payload,
                         message_id=message_id,
                         user_id=event.user_id,
-                        headers=dict(destination.headers),
                         expire_at=now + destination.window,
                     )
                 )

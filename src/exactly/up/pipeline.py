@@ -154,7 +154,7 @@ def _aggregate(settings: Settings, spark: SparkSession, trigger_seconds: float) 
 
 
 def _route(settings: Settings, spark: SparkSession, trigger_seconds: float) -> None:
-    from exactly.delivery import open_jobdb
+    from exactly.delivery.jobdb import open_jobdb
     from exactly.delivery.route import RoutePlan, default_checkpoint, drive
 
     plan = RoutePlan(

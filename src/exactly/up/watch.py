@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from exactly.config import Settings
-from exactly.delivery.base import Summary
+from exactly.delivery.jobdb.base import Summary
 from exactly.errors import ExactlyError
 from exactly.log import Log
 from exactly.spark.checkpoint import committed_end
@@ -81,7 +81,7 @@ def take(settings: Settings, log: Log, watched: list[Stage]) -> Snapshot:
 
 
 def _deliveries(settings: Settings) -> dict[str, Summary]:
-    from exactly.delivery import open_jobdb
+    from exactly.delivery.jobdb import open_jobdb
 
     found: dict[str, Summary] = {}
     try:

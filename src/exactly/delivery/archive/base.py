@@ -1,8 +1,9 @@
 """The archive: where finished jobs go, with their history, before their dataset is dropped.
 
 An archive holds one file (or object) per dataset, named by :func:`archive_name`, of gzip JSON
-lines: one job per line with its transitions (``SQLJobDB._records``). Backends store whole files;
-the encoding is written once here, so every backend holds the same bytes for the same dataset.
+lines: one job per line with its transitions (``jobdb/sql/archiving.py``). Backends store whole
+files; the encoding is written once here, so every backend holds the same bytes for the same
+dataset.
 
 Guarantees, on every backend:
 
@@ -27,7 +28,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
-from exactly.delivery.base import Dataset
+from exactly.delivery.jobdb.base import Dataset
 from exactly.errors import ExactlyError
 from exactly.urls import redact
 

@@ -1,9 +1,9 @@
 """The JobDB: the jobs waiting to be delivered and every attempt at delivering them.
 
 Centrifuge's layout (seed 004, DESIGN.md "Delivery"): a job is immutable once added (its bucket =
-source × destination, endpoint, headers, payload, message id, user id, created and expire times);
-what happens to it is an append-only list of *transitions* (time, attempt, state, retry time,
-status code, error type, truncated response). A job's state is its latest transition's, or
+source × destination, the destination's name, payload, message id, user id, created and expire
+times); what happens to it is an append-only list of *transitions* (time, attempt, state, retry
+time, status code, error type, truncated response). A job's state is its latest transition's, or
 ``awaiting-scheduling`` when it has none::
 
     awaiting-scheduling -> executing -> succeeded | discarded | awaiting-retry | expired
@@ -25,11 +25,22 @@ Guarantees, on every backend:
   newest, so a router whose checkpoint was lost resumes there instead of routing again.
 * **Durable on return.** :meth:`JobDB.add` and :meth:`JobDB.record` return after commit (SQLite
   with ``synchronous=FULL``; PostgreSQL and MariaDB with their default durable commit).
+* **No credentials at rest.** A job names its destination and never holds its URL or headers:
+  the director resolves them from the current settings when it sends, so nothing a destination
+  is configured with reaches the JobDB or the archive.
 * **One director.** Only the holder of :meth:`JobDB.director_lock` records transitions; the lock
   is released by the database or the kernel when its holder dies, however it dies.
 
+Who calls what (:class:`JobDB` groups its methods so): the **router** (``route.py``, and replay
+enqueuing) adds jobs with their marker; the **director** (``director.py``) holds the lock, pages
+jobs in, records transitions and, as upkeep, archives and drops datasets; the **readers**
+(``exactly deliveries``, ``trace``, ``replay``, the console) count and look up jobs beside it. A
+backend must implement the router's and the director's methods (abstract); the readers' have a
+default that says the backend cannot answer them, and the upkeep hooks (``keep_lock``,
+``drop_orphans``) a default that has nothing to do.
+
 Backends give a connection, their SQL dialect and their lock; the SQL itself is written once in
-``sql.py``.
+the ``sql`` package.
 """
 
 from __future__ import annotations
@@ -37,7 +48,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from exactly.errors import ExactlyError
@@ -79,11 +90,9 @@ class NewJob:
 
     source: str
     destination: str
-    endpoint: str
     payload: bytes
     message_id: str
     user_id: str | None = None
-    headers: dict[str, str] = field(default_factory=dict)
     expire_at: float = 0.0  # seconds since the epoch; 0 means created + 4 h
 
     @property
@@ -98,8 +107,6 @@ class Job:
     id: int
     bucket: str
     destination: str
-    endpoint: str
-    headers: dict[str, str]
     payload: bytes
     message_id: str
     user_id: str | None
@@ -157,10 +164,9 @@ class Summary:
 
 
 class JobDB(ABC):
-    """The interface every JobDB backend keeps; open one with :func:`exactly.delivery.open_jobdb`.
-
-    The SQL that implements it is written once, in :mod:`exactly.delivery.sql`.
-    """
+    """The interface every JobDB backend keeps; open one with
+    :func:`exactly.delivery.jobdb.open_jobdb`. The SQL that implements it for every backend is
+    in :mod:`exactly.delivery.jobdb.sql`."""
 
     url: str
 
@@ -180,17 +186,8 @@ class JobDB(ABC):
     def close(self) -> None:
         """Close the connection (the next call opens another)."""
 
-    @abstractmethod
-    def director_lock(self, *, wait: bool = True) -> AbstractContextManager[None]:
-        """Hold the director's lock while inside; wait for it, or raise DirectorLockHeld."""
+    # -- the router's ----------------------------------------------------------------------------
 
-    def keep_lock(self) -> None:  # noqa: B027 (a lock that cannot be lost needs nothing)
-        """Check the director lock is still held, taking it again if the connection that held
-        it was lost (a restarted server, a terminated backend); raise DirectorLockHeld if another
-        director took it meanwhile. A lock that cannot be lost (SQLite's flock) has nothing to
-        check."""
-
-    # the router's side
     @abstractmethod
     def add(
         self,
@@ -215,7 +212,12 @@ class JobDB(ABC):
     def end_offsets(self, stream: str) -> dict[int, int] | None:
         """Where the newest batch added from ``stream`` ended (by any query id), or None."""
 
-    # the director's side
+    # -- the director's --------------------------------------------------------------------------
+
+    @abstractmethod
+    def director_lock(self, *, wait: bool = True) -> AbstractContextManager[None]:
+        """Hold the director's lock while inside; wait for it, or raise DirectorLockHeld."""
+
     @abstractmethod
     def buckets(self) -> list[str]:
         """Buckets that have jobs in a live dataset."""
@@ -234,24 +236,9 @@ class JobDB(ABC):
         """Append ``transitions`` in one transaction, durable on return."""
 
     @abstractmethod
-    def history(self, job_id: int) -> list[Transition]:
-        """Every transition of ``job_id``, oldest first."""
-
-    # what people look at
-    @abstractmethod
     def datasets(self) -> list[Dataset]:
         """The live datasets, oldest first."""
 
-    @abstractmethod
-    def states(self) -> dict[str, dict[str, int]]:
-        """Per destination, how many jobs are in each latest state (live datasets only)."""
-
-    @abstractmethod
-    def summary(self, now: float | None = None) -> dict[str, Summary]:
-        """Per destination: jobs per state, the oldest pending job's age, the last error and the
-        jobs that succeeded in the minute before ``now``."""
-
-    # archiving
     @abstractmethod
     def archivable(self) -> list[int]:
         """Closed datasets (not the newest) whose jobs are all terminal, archiving or archived."""
@@ -267,28 +254,53 @@ class JobDB(ABC):
         """Archive dataset ``number`` through ``write(records)`` and drop its tables (with
         ``drop=False`` stop before the drop: the next call finds it archived and drops it)."""
 
-    # replay
-    @abstractmethod
+    # -- the director's upkeep: nothing to do unless a backend needs it ---------------------------
+
+    def keep_lock(self) -> None:  # noqa: B027 (a lock that cannot be lost needs nothing)
+        """Check the director lock is still held, taking it again if the connection that held
+        it was lost (a restarted server, a terminated backend); raise DirectorLockHeld if another
+        director took it meanwhile. A lock that cannot be lost (SQLite's flock) has nothing to
+        check."""
+
+    def drop_orphans(self) -> list[int]:
+        """Drop dataset tables no dataset lists (left by a crash); the dataset numbers dropped.
+        A backend without such tables has none."""
+        return []
+
+    # -- the readers' (deliveries, trace, replay, the console) -----------------------------------
+
+    def history(self, job_id: int) -> list[Transition]:
+        """Every transition of ``job_id``, oldest first."""
+        raise self._cannot("history")
+
+    def states(self) -> dict[str, dict[str, int]]:
+        """Per destination, how many jobs are in each latest state (live datasets only)."""
+        raise self._cannot("states")
+
+    def summary(self, now: float | None = None) -> dict[str, Summary]:
+        """Per destination: jobs per state, the oldest pending job's age, the last error and the
+        jobs that succeeded in the minute before ``now``."""
+        raise self._cannot("summary")
+
     def jobs_of(self, destination: str, *, after: int = 0, limit: int = 10_000) -> list[Job]:
         """Up to ``limit`` jobs of ``destination`` in the live datasets with ids above ``after``,
         by id, each with its outcome as ``state``: its latest state other than ``archiving`` and
         ``archived``. A dataset dropped meanwhile is skipped (its jobs are in the archive)."""
+        raise self._cannot("jobs_of")
 
-    @abstractmethod
     def jobs_with(self, message_id: str) -> list[tuple[Job, list[Transition]]]:
         """Every job of ``message_id`` in the live datasets, each with its transitions oldest
         first (``exactly trace``; archived datasets are in the archive)."""
+        raise self._cannot("jobs_with")
 
-    @abstractmethod
     def move_marker(self, query_id: str, batch_id: int) -> None:
         """Raise the marker of ``query_id`` to ``batch_id`` without adding jobs (never lower)."""
+        raise self._cannot("move_marker")
 
-    # upkeep
-    @abstractmethod
-    def drop_orphans(self) -> list[int]:
-        """Drop dataset tables no dataset lists (left by a crash); the dataset numbers dropped."""
-
-    @abstractmethod
     def replay_lock(self, destination: str) -> AbstractContextManager[None]:
         """Hold ``destination``'s replay lock while inside, or raise ReplayRunning at once; the
         database or the kernel releases it when its holder dies, however it dies."""
+        raise self._cannot("replay_lock")
+
+    def _cannot(self, what: str) -> JobDBError:
+        return JobDBError(f"the JobDB {self.describe()} cannot answer {what}")

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from exactly.delivery.base import DirectorLockHeld, ReplayRunning
-from exactly.delivery.sql import MARKER_COLUMNS, SQLJobDB
+from exactly.delivery.jobdb.base import DirectorLockHeld, ReplayRunning
+from exactly.delivery.jobdb.sql import MARKER_COLUMNS, SQLJobDB
 
 
 class SqliteJobDB(SQLJobDB):

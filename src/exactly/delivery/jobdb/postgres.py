@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 
 import psycopg
 
-from exactly.delivery.base import DirectorLockHeld, ReplayRunning
-from exactly.delivery.sql import MARKER_COLUMNS, SQLJobDB
+from exactly.delivery.jobdb.base import DirectorLockHeld, ReplayRunning
+from exactly.delivery.jobdb.sql import MARKER_COLUMNS, SQLJobDB
 
 _LOCK = "SELECT pg_try_advisory_lock(hashtext('exactly-director:' || current_schema()))"
 

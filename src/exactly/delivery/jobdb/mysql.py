@@ -18,8 +18,8 @@ from urllib.parse import unquote, urlsplit
 
 import pymysql
 
-from exactly.delivery.base import DirectorLockHeld, ReplayRunning
-from exactly.delivery.sql import MARKER_COLUMNS, SQLJobDB
+from exactly.delivery.jobdb.base import DirectorLockHeld, ReplayRunning
+from exactly.delivery.jobdb.sql import MARKER_COLUMNS, SQLJobDB
 
 
 class MySQLJobDB(SQLJobDB):

@@ -1,0 +1,28 @@
+"""The JobDB's SQL, written once for every backend and split by who uses it.
+
+* ``schema.py``: :class:`SQLSchema`, what a backend provides (connection, dialect, locks), the
+  tables and the datasets; the ground of the others;
+* ``routing.py``: the router's ``add`` with its marker, ``marker``, ``end_offsets``;
+* ``directing.py``: the director's ``buckets``, ``pending``, ``unpaged``, ``record``,
+  ``datasets``;
+* ``archiving.py``: the director's upkeep, ``archivable``, ``archive``, ``drop_orphans``;
+* ``reading.py``: the readers', ``history``, ``states``, ``summary``, ``jobs_of``, ``jobs_with``;
+* ``rows.py``: a job's columns and how a row becomes a job or a transition.
+
+A backend (``sqlite.py``, ``postgres.py``, ``mysql.py`` beside this package) subclasses
+:class:`SQLJobDB`.
+"""
+
+from __future__ import annotations
+
+from exactly.delivery.jobdb.sql.archiving import Archiving
+from exactly.delivery.jobdb.sql.directing import Directing
+from exactly.delivery.jobdb.sql.reading import Reading
+from exactly.delivery.jobdb.sql.routing import Routing
+from exactly.delivery.jobdb.sql.schema import MARKER_COLUMNS, SQLSchema
+
+__all__ = ["MARKER_COLUMNS", "SQLJobDB", "SQLSchema"]
+
+
+class SQLJobDB(Routing, Directing, Archiving, Reading):
+    """The JobDB in SQL, for every backend: they give a connection, a dialect and a lock."""

@@ -1,0 +1,191 @@
+"""The readers' side of the shared SQL: a job's history, counts per destination (``exactly
+deliveries``, the console), the jobs of a destination (replay) and of a message (trace)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from exactly.delivery.jobdb.base import (
+    ARCHIVED,
+    ARCHIVING,
+    AWAITING_RETRY,
+    AWAITING_SCHEDULING,
+    DISCARDED,
+    EXPIRED,
+    PENDING,
+    SUCCEEDED,
+    Job,
+    Summary,
+    Transition,
+)
+from exactly.delivery.jobdb.sql.rows import JOB_COLUMNS, TRANSITION_COLUMNS, job_of, transition_of
+from exactly.delivery.jobdb.sql.schema import SQLSchema
+
+_T = TypeVar("_T")
+
+
+class Reading(SQLSchema):
+    """Reads beside the director, each over the live datasets (archived ones are dropped)."""
+
+    def history(self, job_id: int) -> list[Transition]:
+        """Every transition of ``job_id``, oldest first."""
+        with self._mutex:
+            cursor = self._cursor()
+            number = self._dataset_of(cursor, job_id)
+            self._execute(
+                cursor,
+                f"SELECT {TRANSITION_COLUMNS} FROM job_state_transitions_{number} "
+                "WHERE job_id = ? ORDER BY id",
+                (job_id,),
+            )
+            rows = cursor.fetchall()
+            self._connection.commit()
+            return [transition_of(r) for r in rows]
+
+    def states(self) -> dict[str, dict[str, int]]:
+        """Per destination, how many jobs are in each latest state (live datasets only)."""
+        return self._while_datasets_stand(self._states)
+
+    def _states(self) -> dict[str, dict[str, int]]:
+        with self._mutex:
+            cursor = self._cursor()
+            counts: dict[str, dict[str, int]] = {}
+            for dataset in self._load_datasets(cursor):
+                n = dataset.number
+                self._execute(
+                    cursor,
+                    f"SELECT j.destination, t.state, COUNT(*) FROM jobs_{n} j LEFT JOIN "
+                    f"job_state_transitions_{n} t ON t.id = (SELECT MAX(id) FROM "
+                    f"job_state_transitions_{n} WHERE job_id = j.id) GROUP BY j.destination, "
+                    "t.state",
+                )
+                for destination, state, count in cursor.fetchall():
+                    into = counts.setdefault(str(destination), {})
+                    key = AWAITING_SCHEDULING if state is None else str(state)
+                    into[key] = into.get(key, 0) + int(count)
+            self._connection.commit()
+            return counts
+
+    def summary(self, now: float | None = None) -> dict[str, Summary]:
+        """Per destination: jobs per state, the oldest pending job's age and the last error.
+
+        Counts cover the live datasets (archived datasets are dropped, with their counts).
+        """
+        return self._while_datasets_stand(lambda: self._summary(now))
+
+    def _while_datasets_stand(self, read: Callable[[], _T]) -> _T:
+        """``read``, again if a dataset it went through was dropped meanwhile.
+
+        A reader beside the director (``exactly deliveries``, ``up``'s view, the console) can
+        list the datasets just before the director drops an archived one; its next query then
+        finds no table. The list is read again and, if it changed, so is everything else.
+        """
+        for attempt in range(1, 4):
+            try:
+                return read()
+            except Exception:
+                with self._mutex:
+                    with contextlib.suppress(Exception):
+                        self._connection.rollback()
+                    before = [d.number for d in self._datasets]
+                    after = [d.number for d in self._load_datasets(self._cursor())]
+                    self._connection.commit()
+                if before == after or attempt == 3:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _summary(self, now: float | None) -> dict[str, Summary]:
+        now = time.time() if now is None else now
+        found: dict[str, Summary] = {}
+        for destination, states in self.states().items():
+            found[destination] = Summary(destination, dict(states))
+        with self._mutex:
+            cursor = self._cursor()
+            last: dict[str, tuple[int, int]] = {}  # destination -> (dataset, transition id)
+            for dataset in self._datasets:
+                n = dataset.number
+                self._execute(
+                    cursor,
+                    f"SELECT j.destination, MIN(j.created_at) FROM jobs_{n} j LEFT JOIN "
+                    f"job_state_transitions_{n} t ON t.id = (SELECT MAX(id) FROM "
+                    f"job_state_transitions_{n} WHERE job_id = j.id) WHERE t.state IS NULL OR "
+                    "t.state IN (?, ?, ?) GROUP BY j.destination",
+                    PENDING,
+                )
+                for destination, oldest in cursor.fetchall():
+                    entry = found.setdefault(str(destination), Summary(str(destination), {}))
+                    age = max(0.0, now - float(oldest))
+                    entry.oldest_pending_seconds = max(entry.oldest_pending_seconds or 0.0, age)
+                self._execute(
+                    cursor,
+                    f"SELECT j.destination, MAX(t.id) FROM job_state_transitions_{n} t JOIN "
+                    f"jobs_{n} j ON j.id = t.job_id WHERE t.state IN (?, ?, ?) AND (t.status_code "
+                    "IS NOT NULL OR t.error_type IS NOT NULL) GROUP BY j.destination",
+                    (AWAITING_RETRY, DISCARDED, EXPIRED),
+                )
+                for destination, step in cursor.fetchall():
+                    last[str(destination)] = (n, int(step))
+                self._execute(
+                    cursor,
+                    f"SELECT j.destination, COUNT(*) FROM job_state_transitions_{n} t JOIN "
+                    f"jobs_{n} j ON j.id = t.job_id WHERE t.state = ? AND t.time > ? AND "
+                    "t.time <= ? GROUP BY j.destination",
+                    (SUCCEEDED, now - 60.0, now),
+                )
+                for destination, count in cursor.fetchall():
+                    entry = found.setdefault(str(destination), Summary(str(destination), {}))
+                    entry.succeeded_last_minute += int(count)
+            for destination, (n, step) in last.items():
+                self._execute(
+                    cursor,
+                    "SELECT time, status_code, error_type, response "
+                    f"FROM job_state_transitions_{n} WHERE id = ?",
+                    (step,),
+                )
+                at, status, error_type, response = cursor.fetchone()
+                what = str(status) if status is not None else str(error_type)
+                text = " ".join(str(response or "").split())[:200]
+                found[destination].last_error = f"{what}: {text}" if text else what
+                found[destination].last_error_at = float(at)
+            self._connection.commit()
+        return found
+
+    def jobs_of(self, destination: str, *, after: int = 0, limit: int = 10_000) -> list[Job]:
+        """Jobs of ``destination`` by id above ``after``, with their outcome as ``state``."""
+        return self._page(
+            after,
+            limit,
+            " AND state NOT IN (?, ?)",
+            (ARCHIVING, ARCHIVED),
+            "j.destination = ?",
+            (destination,),
+        )
+
+    def jobs_with(self, message_id: str) -> list[tuple[Job, list[Transition]]]:
+        """Every job of ``message_id`` in the live datasets with its transitions (by the index
+        ``jobs_N_message``; a dataset created before that index is scanned)."""
+        with self._mutex:
+            cursor = self._cursor()
+            found: list[tuple[Job, list[Transition]]] = []
+            for dataset in self._load_datasets(cursor):
+                n = dataset.number
+                with self._unless_dropped(cursor, n):
+                    self._execute(
+                        cursor,
+                        f"SELECT {JOB_COLUMNS} FROM jobs_{n} WHERE message_id = ? ORDER BY id",
+                        (message_id,),
+                    )
+                    jobs = [job_of((*row, None, None, None)) for row in cursor.fetchall()]
+                    for job in jobs:
+                        self._execute(
+                            cursor,
+                            f"SELECT {TRANSITION_COLUMNS} FROM job_state_transitions_{n} "
+                            "WHERE job_id = ? ORDER BY id",
+                            (job.id,),
+                        )
+                        found.append((job, [transition_of(r) for r in cursor.fetchall()]))
+            self._connection.commit()
+            return found

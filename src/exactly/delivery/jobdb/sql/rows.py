@@ -1,0 +1,44 @@
+"""A job's columns and how a row becomes a :class:`Job` or a :class:`Transition` (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from exactly.delivery.jobdb.base import AWAITING_SCHEDULING, Job, Transition
+
+#: the columns of ``jobs_N`` every read names (a dataset from an older version has more)
+JOB_COLUMNS = "id, bucket, destination, payload, message_id, user_id, created_at, expire_at"
+#: the columns of ``job_state_transitions_N`` read back, in :class:`Transition`'s order
+TRANSITION_COLUMNS = "job_id, state, attempt, time, retry_at, status_code, error_type, response"
+
+
+def transition_of(r: Sequence[Any]) -> Transition:
+    """A transition from :data:`TRANSITION_COLUMNS`."""
+    return Transition(
+        int(r[0]),
+        str(r[1]),
+        int(r[2]),
+        float(r[3]),
+        None if r[4] is None else float(r[4]),
+        None if r[5] is None else int(r[5]),
+        r[6],
+        r[7],
+    )
+
+
+def job_of(row: Sequence[Any]) -> Job:
+    """A job from :data:`JOB_COLUMNS` followed by its latest state, attempt and retry time."""
+    return Job(
+        id=int(row[0]),
+        bucket=str(row[1]),
+        destination=str(row[2]),
+        payload=bytes(row[3]),
+        message_id=str(row[4]),
+        user_id=None if row[5] is None else str(row[5]),
+        created_at=float(row[6]),
+        expire_at=float(row[7]),
+        state=AWAITING_SCHEDULING if row[8] is None else str(row[8]),
+        attempt=0 if row[9] is None else int(row[9]),
+        retry_at=None if row[10] is None else float(row[10]),
+    )

@@ -1,0 +1,294 @@
+"""The shared SQL's ground: what a backend provides, the connection, the tables and datasets.
+
+:class:`SQLSchema` is the base of the other modules of this package (one per side of the JobDB)
+and of :class:`~exactly.delivery.jobdb.sql.SQLJobDB`, which composes them. A backend gives a
+DB-API connection (``_connect``), how to start a write transaction (``_begin``), its placeholder
+(``_sql``), its column types, its marker upsert, how to list and lock tables, and the director's
+lock. Tables: ``jobdb_datasets`` and ``jobdb_markers``, then per dataset N ``jobs_N`` and
+``job_state_transitions_N``. One connection per JobDB, used under a mutex.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from abc import abstractmethod
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar
+
+from exactly.delivery.jobdb.base import Dataset, Job, JobDB, JobDBError
+from exactly.delivery.jobdb.sql.rows import JOB_COLUMNS, job_of
+
+MARKER_COLUMNS = "query_id, batch_id, stream, end_offsets, committed_at"
+JOINED_COLUMNS = ", ".join(f"j.{column}" for column in JOB_COLUMNS.split(", "))
+
+
+class SQLSchema(JobDB):
+    """The JobDB in SQL, for every backend: they give a connection, a dialect and a lock."""
+
+    scheme: ClassVar[str]
+    #: SQL types: ``id`` (64-bit int), ``serial`` (auto-increment primary key), ``text`` (short,
+    #: indexable), ``body`` (long text), ``blob``, ``real``
+    types: ClassVar[dict[str, str]]
+    #: indexes declared inside CREATE TABLE (MariaDB, where each DDL statement commits)
+    inline_indexes: ClassVar[bool] = False
+
+    def __init__(
+        self, url: str, *, dataset_rows: int = 100_000, dataset_minutes: float = 60.0
+    ) -> None:
+        self.url = url
+        self.dataset_rows = dataset_rows
+        self.dataset_minutes = dataset_minutes
+        self._connection: Any = None
+        self._datasets: list[Dataset] = []
+        self._closed_buckets: dict[int, set[str]] = {}  # dataset -> its buckets, once not newest
+        self._legacy: dict[int, bool] = {}  # dataset -> whether its jobs table has credentials
+        self._mutex = threading.RLock()  # one connection, used from one thread at a time
+
+    # -- what a backend provides ---------------------------------------------------------------
+
+    @abstractmethod
+    def _connect(self) -> Any:
+        """A new DB-API connection, outside autocommit."""
+
+    @abstractmethod
+    def _begin(self, cursor: Any) -> None:
+        """Start a write transaction (SQLite takes its write lock here)."""
+
+    @abstractmethod
+    def _upsert_marker(self) -> str:
+        """SQL setting the marker of ``query_id``: ``?`` for query id, batch id, stream, end
+        offsets and commit time, in the order of :data:`MARKER_COLUMNS`."""
+
+    def _sql(self, text: str) -> str:
+        """``text`` with the backend's placeholder for ``?``."""
+        return text
+
+    _for_update = " FOR UPDATE"
+
+    @abstractmethod
+    def _list_tables(self) -> str:
+        """SQL listing the names of the tables in this JobDB's database (or schema)."""
+
+    def _lock_datasets(self, cursor: Any, tables: Sequence[str]) -> None:
+        """Begin a transaction routers wait for (SQLite: its write lock, ``BEGIN IMMEDIATE``)."""
+        self._begin(cursor)
+
+    def _unlock_datasets(self, cursor: Any) -> None:
+        self._connection.commit()
+
+    # -- connection ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._connection is not None:
+                try:
+                    self._connection.close()
+                finally:
+                    self._connection = None
+
+    def _cursor(self) -> Any:
+        if self._connection is None:
+            self._connection = self._connect()
+            self._create_schema()
+        return self._connection.cursor()
+
+    def _execute(self, cursor: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+        cursor.execute(self._sql(sql), tuple(params))
+        return cursor
+
+    # -- tables and datasets -------------------------------------------------------------------
+
+    def _create_schema(self) -> None:
+        t = self.types
+        cursor = self._connection.cursor()
+        self._execute(
+            cursor,
+            f"CREATE TABLE IF NOT EXISTS jobdb_datasets (number {t['id']} PRIMARY KEY, "
+            f"first_id {t['id']} NOT NULL, n_rows {t['id']} NOT NULL, created_at {t['real']} "
+            "NOT NULL)",
+        )
+        self._execute(
+            cursor,
+            f"CREATE TABLE IF NOT EXISTS jobdb_markers (query_id {t['text']} PRIMARY KEY, "
+            f"batch_id {t['id']} NOT NULL, stream {t['body']}, end_offsets {t['body']}, "
+            f"committed_at {t['real']})",
+        )
+        self._connection.commit()
+        self._add_marker_columns(cursor)
+        if not self._load_datasets(cursor):
+            self._create_dataset(cursor, 1)
+            try:
+                self._begin(cursor)
+                self._execute(cursor, "SELECT COUNT(*) FROM jobdb_datasets")
+                if int(cursor.fetchone()[0]) == 0:
+                    self._execute(
+                        cursor,
+                        "INSERT INTO jobdb_datasets (number, first_id, n_rows, created_at) "
+                        "VALUES (?, ?, ?, ?)",
+                        (1, 1, 0, time.time()),
+                    )
+                self._connection.commit()
+            except Exception:  # noqa: BLE001 (another process created it first)
+                self._connection.rollback()
+            self._load_datasets(cursor)
+
+    def _add_marker_columns(self, cursor: Any) -> None:
+        """Give a JobDB made before markers kept their position the columns for it."""
+        try:
+            self._execute(cursor, "SELECT stream FROM jobdb_markers WHERE 1 = 0")
+            cursor.fetchall()
+            self._connection.commit()
+            return
+        except Exception:  # noqa: BLE001 (no such column, in each dialect's words)
+            self._connection.rollback()
+        t = self.types
+        for column, kind in (("stream", "body"), ("end_offsets", "body"), ("committed_at", "real")):
+            self._execute(cursor, f"ALTER TABLE jobdb_markers ADD COLUMN {column} {t[kind]}")
+        self._connection.commit()
+
+    def _create_dataset(self, cursor: Any, number: int) -> None:
+        """Create dataset ``number``'s tables, before the transaction that registers it.
+
+        SQLite and PostgreSQL create both tables with their indexes in one transaction;
+        MariaDB commits on DDL, so there each table is one statement with its index inline.
+        Either way a table exists whole or not at all (:meth:`drop_orphans` may drop them
+        meanwhile: the registering transaction checks that both exist, or starts again).
+        """
+        t = self.types
+        n = number
+        inline = self.inline_indexes
+        self._begin(cursor)
+        self._execute(
+            cursor,
+            f"CREATE TABLE IF NOT EXISTS jobs_{n} (id {t['id']} PRIMARY KEY, "
+            f"bucket {t['text']} NOT NULL, destination {t['text']} NOT NULL, "
+            f"payload {t['blob']} NOT NULL, message_id "
+            f"{t['text']} NOT NULL, user_id {t['text']}, created_at {t['real']} NOT NULL, "
+            f"expire_at {t['real']} NOT NULL"
+            + (
+                f", INDEX jobs_{n}_bucket (bucket, id), INDEX jobs_{n}_message (message_id))"
+                if inline
+                else ")"
+            ),
+        )
+        self._execute(
+            cursor,
+            f"CREATE TABLE IF NOT EXISTS job_state_transitions_{n} (id {t['serial']}, "
+            f"job_id {t['id']} NOT NULL, time {t['real']} NOT NULL, attempt {t['id']} NOT NULL, "
+            f"state {t['text']} NOT NULL, retry_at {t['real']}, status_code {t['id']}, "
+            f"error_type {t['text']}, response {t['body']}"
+            + (f", INDEX job_state_transitions_{n}_job (job_id, id))" if inline else ")"),
+        )
+        if not inline:
+            self._execute(
+                cursor, f"CREATE INDEX IF NOT EXISTS jobs_{n}_bucket ON jobs_{n} (bucket, id)"
+            )
+            self._execute(
+                cursor,
+                f"CREATE INDEX IF NOT EXISTS jobs_{n}_message ON jobs_{n} (message_id)",
+            )
+            self._execute(
+                cursor,
+                f"CREATE INDEX IF NOT EXISTS job_state_transitions_{n}_job "
+                f"ON job_state_transitions_{n} (job_id, id)",
+            )
+        self._connection.commit()
+
+    def _load_datasets(self, cursor: Any) -> list[Dataset]:
+        self._execute(
+            cursor,
+            "SELECT number, first_id, n_rows, created_at FROM jobdb_datasets ORDER BY number",
+        )
+        self._datasets = [Dataset(int(a), int(b), int(c), float(d)) for a, b, c, d in cursor]
+        self._connection.commit()
+        return self._datasets
+
+    def _legacy_dataset(self, cursor: Any, number: int) -> bool:
+        """Whether dataset ``number``'s jobs table was made by a JobDB that stored each job's
+        endpoint and headers (NOT NULL columns, which today's jobs leave empty): such a dataset
+        takes no new jobs, ``add`` opens the next one. Its columns are read once per dataset;
+        reads name their columns, so its jobs are delivered and archived without them."""
+        known = self._legacy.get(number)
+        if known is None:
+            try:
+                self._execute(cursor, f"SELECT * FROM jobs_{number} WHERE 1 = 0")
+                cursor.fetchall()
+                columns = {str(column[0]).lower() for column in cursor.description}
+            except BaseException:
+                self._connection.rollback()
+                raise
+            self._connection.commit()
+            known = self._legacy[number] = "endpoint" in columns or "headers" in columns
+        return known
+
+    # -- reads over the live datasets ----------------------------------------------------------
+
+    def _dataset_of(self, cursor: Any, job_id: int) -> int:
+        for dataset in self._datasets:
+            if dataset.holds(job_id):
+                return dataset.number
+        for dataset in self._load_datasets(cursor):
+            if dataset.holds(job_id):
+                return dataset.number
+        raise JobDBError(f"job {job_id} is in no live dataset of {self.describe()}")
+
+    @contextlib.contextmanager
+    def _unless_dropped(self, cursor: Any, number: int) -> Iterator[None]:
+        """Reads of dataset ``number``; their failure is passed over if the dataset was dropped
+        meanwhile (archived: nothing of it is pending or to trace any more), else raised."""
+        try:
+            yield
+        except Exception:
+            self._connection.rollback()
+            if self._dataset_exists(cursor, number):
+                self._connection.rollback()
+                raise
+            self._connection.rollback()
+
+    def _dataset_exists(self, cursor: Any, number: int) -> bool:
+        """Whether both of dataset ``number``'s tables exist (in a transaction, the locks taken
+        keep them until commit)."""
+        try:
+            self._execute(cursor, f"SELECT 1 FROM jobs_{number} WHERE id = -1")
+            cursor.fetchall()
+            self._execute(cursor, f"SELECT 1 FROM job_state_transitions_{number} WHERE id = -1")
+            cursor.fetchall()
+            return True
+        except Exception:  # noqa: BLE001 (no such table, in each dialect's words)
+            return False
+
+    def _page(
+        self,
+        after: int,
+        limit: int,
+        latest: str,
+        latest_args: tuple[Any, ...],
+        where: str,
+        where_args: tuple[Any, ...],
+    ) -> list[Job]:
+        """Up to ``limit`` jobs by id with ids above ``after``, over the live datasets, each with
+        its newest transition that SQL condition ``latest`` admits, kept where ``where`` holds.
+
+        A dataset dropped meanwhile (archived) is passed over.
+        """
+        with self._mutex:
+            cursor = self._cursor()
+            found: list[Job] = []
+            for dataset in self._load_datasets(cursor):
+                if dataset.first_id + dataset.rows <= after + 1 or len(found) >= limit:
+                    continue
+                n = dataset.number
+                with self._unless_dropped(cursor, n):
+                    self._execute(
+                        cursor,
+                        f"SELECT {JOINED_COLUMNS}, t.state, t.attempt, t.retry_at "
+                        f"FROM jobs_{n} j LEFT JOIN job_state_transitions_{n} t ON "
+                        f"t.id = (SELECT MAX(id) FROM job_state_transitions_{n} WHERE job_id = "
+                        f"j.id{latest}) WHERE {where} AND j.id > ? ORDER BY j.id LIMIT ?",
+                        (*latest_args, *where_args, after, limit - len(found)),
+                    )
+                    found.extend(job_of(row) for row in cursor.fetchall())
+            self._connection.commit()
+            return found
