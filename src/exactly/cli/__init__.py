@@ -125,7 +125,7 @@ def _register() -> None:
     app.command("audit")(aggregate.audit)
     app.command("route")(route.route)
     app.command("deliver")(deliver.deliver)
-    app.command("deliveries")(deliveries.deliveries)
+    app.add_typer(deliveries.app, name="deliveries")
     app.command("up")(up.up)
     app.command("pipeline", hidden=True)(up.pipeline)
     app.command("replay")(replay.replay)

@@ -6,6 +6,7 @@ import json
 import sys
 import time
 from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
@@ -14,24 +15,39 @@ from rich.table import Column, Table
 
 from exactly.cli.context import context
 from exactly.cli.deliver import JOBDB, opened_jobdb
+from exactly.config import Settings
+from exactly.delivery.jobdb.base import Control
+from exactly.errors import ConfigError
+
+app = typer.Typer(
+    help="What is queued and delivered per destination; pause, resume or expire one.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
 
 
+@app.callback()
 def deliveries(
     ctx: typer.Context,
     jobdb: Annotated[str | None, JOBDB] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
-    """Per destination: queued, retrying, succeeded, discarded, expired, oldest queued, rate, last
-    error.
+    """Per destination: queued, retrying, succeeded, discarded, expired, oldest queued, rate,
+    whether sending is paused, last error.
 
     Read from the JobDB's live datasets; jobs of archived (dropped) datasets are not counted. The
     rate is the deliveries of the last minute per second, beside the destination's ``rate`` limit.
+    A destination is "paused" by an operator (``exactly deliveries pause``) or "failing since"
+    a time when its breaker opened after consecutive failures (it is probed until it answers).
     """
+    if ctx.invoked_subcommand is not None:
+        return
     from exactly.delivery.jobdb.base import AWAITING_RETRY, DISCARDED, EXPIRED, SUCCEEDED, Summary
 
     settings = context(ctx).settings
     with opened_jobdb(jobdb or settings.jobdb_url) as database:
         found = database.summary(time.time())
+        controls = database.controls()
     for destination in settings.destinations:
         found.setdefault(destination.name, Summary(destination.name, {}))
     limits = {destination.name: destination.rate for destination in settings.destinations}
@@ -42,6 +58,7 @@ def deliveries(
                 "queued": entry.queued,
                 "rate_per_second": round(entry.rate_per_second, 3),
                 "rate_limit": limits.get(name),
+                "sending": _sending(controls.get(name)),
             }
             for name, entry in sorted(found.items())
         ]
@@ -60,6 +77,7 @@ def deliveries(
                 "expired",
                 "oldest queued",
                 "rate",
+                "sending",
             )
         ),
         Column("last error", overflow="fold", min_width=10),
@@ -76,7 +94,94 @@ def deliveries(
             "-" if age is None else f"{age:.0f} s",
             f"{entry.rate_per_second:.1f}/s"
             + ("" if limits.get(name) is None else f" (max {limits[name]:g})"),
+            _sending(controls.get(name)),
             (entry.last_error or "")[:40],
         )
     # piped output is not cut to 80 columns; a terminal keeps its own width
     Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160).print(table)
+
+
+def _sending(control: Control | None) -> str:
+    """``yes``, ``paused`` (by an operator) or ``paused (failing since HH:MM:SS)``."""
+    if control is None:
+        return "yes"
+    if control.held:
+        return "paused"
+    if control.breaker_open and control.failing_since is not None:
+        since = datetime.fromtimestamp(control.failing_since, UTC).strftime("%H:%M:%S")
+        return f"paused (failing since {since})"
+    return "yes"
+
+
+DESTINATION = typer.Argument(help="The destination's name, as in [[destinations]].")
+
+
+def _known(ctx: typer.Context, name: str) -> Settings:
+    settings = context(ctx).settings
+    names = [destination.name for destination in settings.destinations]
+    if name not in names:
+        raise ConfigError(
+            f"no destination named {name!r} in [[destinations]]"
+            + (f": use one of {', '.join(names)}" if names else "")
+        )
+    return settings
+
+
+@app.command()
+def pause(
+    ctx: typer.Context,
+    destination: Annotated[str, DESTINATION],
+    jobdb: Annotated[str | None, JOBDB] = None,
+) -> None:
+    """Stop sending to a destination until it is resumed.
+
+    Its jobs wait. It takes effect within a second, whether a director runs or not.
+    """
+    from exactly.delivery import operators
+
+    settings = _known(ctx, destination)
+    with opened_jobdb(jobdb or settings.jobdb_url) as database:
+        print(operators.pause(database, destination))
+
+
+@app.command()
+def resume(
+    ctx: typer.Context,
+    destination: Annotated[str, DESTINATION],
+    jobdb: Annotated[str | None, JOBDB] = None,
+) -> None:
+    """Send to a paused destination again."""
+    from exactly.delivery import operators
+
+    settings = _known(ctx, destination)
+    with opened_jobdb(jobdb or settings.jobdb_url) as database:
+        print(operators.resume(database, destination))
+
+
+@app.command()
+def expire(
+    ctx: typer.Context,
+    destination: Annotated[str, DESTINATION],
+    before: Annotated[
+        str | None,
+        typer.Option(
+            help="Only jobs created before this time: 2026-11-23T10:00:00Z (UTC when no zone is "
+            "given), a date, or a duration back from now (6h, 2d). Default: now, every pending "
+            "job.",
+        ),
+    ] = None,
+    jobdb: Annotated[str | None, JOBDB] = None,
+) -> None:
+    """Expire a destination's pending jobs, a backlog nobody wants delivered any more.
+
+    They are archived like any finished job and can be sent again with exactly replay --state
+    expired. Jobs whose request is out finish first.
+    """
+    from exactly.delivery import operators
+    from exactly.delivery.replay import parse_time
+
+    settings = _known(ctx, destination)
+    now = time.time()
+    when = parse_time(before, now, "--before") or now
+    with opened_jobdb(jobdb or settings.jobdb_url) as database:
+        print(operators.expire(database, destination, when))

@@ -34,6 +34,7 @@ import random
 import signal
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -52,12 +53,14 @@ from exactly.delivery.jobdb.base import (
     EXPIRED,
     MAX_RESPONSE,
     SUCCEEDED,
+    Control,
     Job,
     JobDB,
     JobDBError,
     Transition,
 )
 from exactly.delivery.metrics import DeliveryMetrics, Gauges
+from exactly.delivery.operators import BY_OPERATOR
 from exactly.delivery.pacing import Pace, result_of
 from exactly.delivery.patience import Patience
 from exactly.delivery.policy import next_step, retry_after
@@ -279,6 +282,7 @@ class Director:
                 if time.time() - self._lock_checked_at >= 1.0:
                     self._lock_checked_at = time.time()
                     await self._db(self.jobdb.keep_lock)
+                    await self._apply_controls()
                 if self.metrics is not None and time.time() - self._measured_at >= 1.0:
                     await self._measure(self.metrics)
                 if until_drained and await self._drained():
@@ -471,6 +475,74 @@ class Director:
             )
             self.report(f"bucket {name}: {len(jobs)} jobs expired ({REMOVED})")
 
+    async def _apply_controls(self) -> None:
+        """Apply what operators set (a pause, an expiry asked for) and report each breaker."""
+        controls = await self._db(self.jobdb.controls)
+        for name, destination in self._destinations.items():
+            control = controls.get(name, Control(name))
+            if destination.pace.held != control.held:
+                destination.pace.held = control.held
+                self.report(f"{name}: {'paused' if control.held else 'resumed'} by an operator")
+                destination.wake.set()
+            if control.expire_asked is not None and control.expired is None:
+                before = control.expire_before or control.expire_asked
+                count = await self._expire_before(destination, before)
+                await self._db(self.jobdb.set_control, name, expired=count)
+                self.report(f"{name}: {count} jobs expired by an operator")
+            pace = destination.pace
+            since = pace.failing_since if pace.open else None
+            if (control.breaker_open, control.failing_since) != (pace.open, since):
+                await self._db(
+                    self.jobdb.set_control, name, breaker_open=pace.open, failing_since=since
+                )
+                if pace.open:
+                    self.report(f"{name}: paused after {pace.failures} failed requests; probing")
+                elif control.breaker_open:
+                    self.report(f"{name}: answering again; sending resumed")
+        for name, control in controls.items():  # asked of a destination with no jobs here
+            asked = control.expire_asked is not None and control.expired is None
+            if asked and name not in self._destinations:
+                await self._db(self.jobdb.set_control, name, expired=0)
+
+    async def _expire_before(self, destination: Destination, before: float) -> int:
+        """Expire the destination's pending jobs created before ``before`` (an operator's
+        ask): those held in memory, those recorded but not sent, and those not yet paged in;
+        only jobs whose request is out finish as they would."""
+        gone: list[Job] = []
+        for bucket in destination.buckets:
+            gone += bucket.drop(lambda job: job.created_at < before)
+            after = bucket.cursor
+            while True:
+                page = await self._db(
+                    self.jobdb.pending, bucket.name, after=after, limit=self.page_size
+                )
+                gone += [job for job in page if job.created_at < before]
+                if len(page) < self.page_size:
+                    break
+                after = page[-1].id
+        unsent = [entry for entry in destination.outbox if entry[1].created_at < before]
+        if unsent:  # recorded executing, not sent: ended with the attempt they were given
+            destination.outbox = deque(
+                entry for entry in destination.outbox if entry[1].created_at >= before
+            )
+        now = time.time()
+        steps = [
+            Transition(job.id, EXPIRED, job.attempt, time=now, error_type=BY_OPERATOR)
+            for job in gone
+        ]
+        steps += [
+            Transition(job.id, EXPIRED, job.attempt + 1, time=now, error_type=BY_OPERATOR)
+            for _, job in unsent
+        ]
+        try:
+            if steps:
+                await self._writer_of().record(steps)
+        finally:
+            for bucket, job in unsent:
+                destination.done(bucket, job)
+        self.tallies[destination.name].expired += len(steps)
+        return len(steps)
+
     def _writer_of(self) -> _Writer:
         assert self._writer is not None
         return self._writer
@@ -654,6 +726,7 @@ class Director:
 
 
 REMOVED = "destination removed"
+
 LAST_TRY = 5.0  # seconds past its expiry a job's last try may still leave
 
 

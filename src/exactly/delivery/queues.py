@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +98,16 @@ class Bucket:
             taken.append(job)
         self.ready = kept
         return taken, wait
+
+    def drop(self, matches: Callable[[Job], bool]) -> list[Job]:
+        """Remove the waiting jobs (ready or to retry) that ``matches``; those removed."""
+        dropped = [job for job in self.ready if matches(job)]
+        dropped += [entry[2] for entry in self.retries if matches(entry[2])]
+        if dropped:
+            self.ready = deque(job for job in self.ready if not matches(job))
+            self.retries = [entry for entry in self.retries if not matches(entry[2])]
+            heapq.heapify(self.retries)
+        return dropped
 
     def give_back(self, jobs: list[Job]) -> None:
         """Jobs from :meth:`next_jobs` that were not taken after all, in their places."""

@@ -142,6 +142,31 @@ class Dataset:
         return self.first_id <= job_id < self.first_id + self.rows
 
 
+@dataclass(frozen=True, slots=True)
+class Control:
+    """What is set for one destination besides its jobs: an operator's pause, an expiry an
+    operator asked for (and its result, once the director has applied it), and the breaker's
+    state as the director last reported it."""
+
+    destination: str
+    held: bool = False
+    expire_before: float | None = None  # asked: expire pending jobs created before this
+    expire_asked: float | None = None  # when it was asked
+    expired: int | None = None  # how many the director expired for that ask
+    failing_since: float | None = None
+    breaker_open: bool = False
+
+
+CONTROL_FIELDS = (
+    "held",
+    "expire_before",
+    "expire_asked",
+    "expired",
+    "failing_since",
+    "breaker_open",
+)
+
+
 @dataclass(slots=True)
 class Summary:
     """One destination's jobs at a glance (``exactly deliveries``)."""
@@ -301,6 +326,16 @@ class JobDB(ABC):
         """Hold ``destination``'s replay lock while inside, or raise ReplayRunning at once; the
         database or the kernel releases it when its holder dies, however it dies."""
         raise self._cannot("replay_lock")
+
+    # -- controls: written by operators' commands and by the director, read by both -------------
+
+    def controls(self) -> dict[str, Control]:
+        """Every destination's :class:`Control` that was ever set, by name."""
+        raise self._cannot("controls")
+
+    def set_control(self, destination: str, **fields: Any) -> None:
+        """Set some of ``destination``'s control fields (:data:`CONTROL_FIELDS`), durably."""
+        raise self._cannot("set_control")
 
     def _cannot(self, what: str) -> JobDBError:
         return JobDBError(f"the JobDB {self.describe()} cannot answer {what}")

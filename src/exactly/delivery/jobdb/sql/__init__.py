@@ -7,6 +7,8 @@
   ``datasets``;
 * ``archiving.py``: the director's upkeep, ``archivable``, ``archive``, ``drop_orphans``;
 * ``reading.py``: the readers', ``history``, ``states``, ``summary``, ``jobs_of``, ``jobs_with``;
+* ``controls.py``: ``controls`` and ``set_control``, what operators and the director set per
+  destination;
 * ``rows.py``: a job's columns and how a row becomes a job or a transition.
 
 A backend (``sqlite.py``, ``postgres.py``, ``mysql.py`` beside this package) subclasses
@@ -16,6 +18,7 @@ A backend (``sqlite.py``, ``postgres.py``, ``mysql.py`` beside this package) sub
 from __future__ import annotations
 
 from exactly.delivery.jobdb.sql.archiving import Archiving
+from exactly.delivery.jobdb.sql.controls import Controls
 from exactly.delivery.jobdb.sql.directing import Directing
 from exactly.delivery.jobdb.sql.reading import Reading
 from exactly.delivery.jobdb.sql.routing import Routing
@@ -24,5 +27,5 @@ from exactly.delivery.jobdb.sql.schema import MARKER_COLUMNS, SQLSchema
 __all__ = ["MARKER_COLUMNS", "SQLJobDB", "SQLSchema"]
 
 
-class SQLJobDB(Routing, Directing, Archiving, Reading):
+class SQLJobDB(Routing, Directing, Archiving, Reading, Controls):
     """The JobDB in SQL, for every backend: they give a connection, a dialect and a lock."""

@@ -1,0 +1,99 @@
+"""Controls in the shared SQL: one row per destination in ``jobdb_destinations``.
+
+Operators' commands (``exactly deliveries pause|resume|expire``) write a row while the director
+runs; the director reads the rows every second, applies them and reports its breaker there, so
+``exactly deliveries`` and the console can show a destination as paused.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from exactly.delivery.jobdb.base import CONTROL_FIELDS, Control, JobDBError
+from exactly.delivery.jobdb.sql.schema import SQLSchema
+
+
+class Controls(SQLSchema):
+    """:meth:`controls` and :meth:`set_control` over ``jobdb_destinations``."""
+
+    _controls_created = False
+
+    def _create_controls(self, cursor: Any) -> None:
+        if self._controls_created:
+            return
+        t = self.types
+        self._execute(
+            cursor,
+            f"CREATE TABLE IF NOT EXISTS jobdb_destinations (name {t['text']} PRIMARY KEY, "
+            f"held {t['id']} NOT NULL, expire_before {t['real']}, expire_asked {t['real']}, "
+            f"expired {t['id']}, failing_since {t['real']}, breaker_open {t['id']} NOT NULL, "
+            f"updated_at {t['real']} NOT NULL)",
+        )
+        self._connection.commit()
+        self._controls_created = True
+
+    def controls(self) -> dict[str, Control]:
+        with self._mutex:
+            cursor = self._cursor()
+            self._create_controls(cursor)
+            self._execute(
+                cursor, f"SELECT name, {', '.join(CONTROL_FIELDS)} FROM jobdb_destinations"
+            )
+            rows = cursor.fetchall()
+            self._connection.commit()
+        return {
+            str(name): Control(
+                str(name),
+                held=bool(held),
+                expire_before=_real(before),
+                expire_asked=_real(asked),
+                expired=None if expired is None else int(expired),
+                failing_since=_real(since),
+                breaker_open=bool(breaker),
+            )
+            for name, held, before, asked, expired, since, breaker in rows
+        }
+
+    def set_control(self, destination: str, **fields: Any) -> None:
+        unknown = set(fields) - set(CONTROL_FIELDS)
+        if unknown:
+            raise JobDBError(f"no control named {sorted(unknown)[0]!r}")
+        values = {
+            name: int(value) if isinstance(value, bool) else value for name, value in fields.items()
+        }
+        with self._mutex:
+            cursor = self._cursor()
+            self._create_controls(cursor)
+            for _ in range(3):  # two writers may insert the same new row at once
+                try:
+                    self._upsert_control(cursor, destination, values)
+                    self._connection.commit()
+                    return
+                except Exception:  # noqa: BLE001 (each driver's duplicate key error)
+                    self._connection.rollback()
+            self._upsert_control(cursor, destination, values)
+            self._connection.commit()
+
+    def _upsert_control(self, cursor: Any, destination: str, values: dict[str, Any]) -> None:
+        self._begin(cursor)
+        now = time.time()
+        self._execute(cursor, "SELECT name FROM jobdb_destinations WHERE name = ?", (destination,))
+        if cursor.fetchone() is None:
+            self._execute(
+                cursor,
+                "INSERT INTO jobdb_destinations (name, held, breaker_open, updated_at) "
+                "VALUES (?, 0, 0, ?)",
+                (destination, now),
+            )
+        if values:
+            assignments = ", ".join(f"{name} = ?" for name in values)
+            self._execute(
+                cursor,
+                f"UPDATE jobdb_destinations SET {assignments}, updated_at = ? WHERE name = ?",
+                (*values.values(), now, destination),
+            )
+
+
+def _real(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]
