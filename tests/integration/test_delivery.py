@@ -175,7 +175,7 @@ def test_refused_connections_are_retried(db: JobDB) -> None:
     run(db, target)
     assert final_states(db, "nobody") == {EXPIRED: 1}
     retried = [step for step in db.history(1) if step.state == AWAITING_RETRY]
-    assert retried and all(step.error_type == "ClientConnectorError" for step in retried)
+    assert retried and all(step.error_type == "refused" for step in retried)
 
 
 def test_a_crash_left_executing_is_sent_again(db: JobDB, receiver: Receiver) -> None:

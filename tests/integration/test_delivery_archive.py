@@ -84,8 +84,10 @@ def test_expired_jobs_are_archived_dropped_replayed_and_delivered(
     archive: Archive, tmp_path: Path
 ) -> None:
     with Receiver() as receiver:
-        receiver.down = True  # 503 until the jobs expire
-        target = destination("flaky", f"{receiver.url}/flap", expire="1s")
+        receiver.down = True  # 503 until the jobs expire; every job tried (no breaker)
+        target = destination(
+            "flaky", f"{receiver.url}/flap", expire="1s", breaker={"open_after": None}
+        )
         with open_jobdb(f"sqlite://{tmp_path / 'jobdb'}", dataset_rows=20) as db:
             for batch in range(5):
                 enqueue(db, target, batch * 20, 20, batch)

@@ -130,7 +130,7 @@ def test_jobs_for_matches_each_destination_filter() -> None:
     signup = jobs[2]
     assert signup.destination == "ios-signups" and signup.expire_at == now + 3600
     assert signup.user_id == "u1"
-    assert jobs[0].expire_at == now + 4 * 3600
+    assert jobs[0].expire_at == now + 24 * 3600
     assert jobs[-1].message_id == "1-7"  # no messageId: its place in the log
 
 
