@@ -87,6 +87,7 @@ def test_deliveries_shows_every_figure_per_destination(tmp_path: Path) -> None:
 
     assert row("hook")[1:8] == ["0", "0", "30", "0", "0", "-", "0.5/s (max 50)"]
     assert row("refusing")[1:7] == ["0", "0", "0", "2", "0", "-"]
-    assert row("refusing")[8].startswith("404: status 404")
+    assert row("refusing")[9].startswith("404: status 404")
+    assert row("refusing")[8] == "yes"
     assert row("later")[1:6] == ["4", "0", "0", "0", "0"] and row("later")[6].endswith(" s")
     assert row("busy")[1:8] == ["0", "1", "0", "0", "2", row("busy")[6], "0.0/s"]

@@ -145,4 +145,4 @@ def test_a_failing_destination_shows_as_paused(tmp_path: Path, receiver: Receive
         receiver.down = False
         with open_jobdb(url) as db:
             wait_for(lambda: db.states()["hook"] == {SUCCEEDED: 20}, 60)
-        assert "failing since" not in cli(config, "deliveries")
+        wait_for(lambda: "failing since" not in cli(config, "deliveries"), 10)

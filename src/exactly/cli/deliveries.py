@@ -6,7 +6,6 @@ import json
 import sys
 import time
 from dataclasses import asdict
-from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
@@ -16,7 +15,6 @@ from rich.table import Column, Table
 from exactly.cli.context import context
 from exactly.cli.deliver import JOBDB, opened_jobdb
 from exactly.config import Settings
-from exactly.delivery.jobdb.base import Control
 from exactly.errors import ConfigError
 
 app = typer.Typer(
@@ -47,7 +45,6 @@ def deliveries(
     settings = context(ctx).settings
     with opened_jobdb(jobdb or settings.jobdb_url) as database:
         found = database.summary(time.time())
-        controls = database.controls()
     for destination in settings.destinations:
         found.setdefault(destination.name, Summary(destination.name, {}))
     limits = {destination.name: destination.rate for destination in settings.destinations}
@@ -58,7 +55,7 @@ def deliveries(
                 "queued": entry.queued,
                 "rate_per_second": round(entry.rate_per_second, 3),
                 "rate_limit": limits.get(name),
-                "sending": _sending(controls.get(name)),
+                "sending": entry.sending,
             }
             for name, entry in sorted(found.items())
         ]
@@ -94,23 +91,11 @@ def deliveries(
             "-" if age is None else f"{age:.0f} s",
             f"{entry.rate_per_second:.1f}/s"
             + ("" if limits.get(name) is None else f" (max {limits[name]:g})"),
-            _sending(controls.get(name)),
+            entry.sending,
             (entry.last_error or "")[:40],
         )
     # piped output is not cut to 80 columns; a terminal keeps its own width
     Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160).print(table)
-
-
-def _sending(control: Control | None) -> str:
-    """``yes``, ``paused`` (by an operator) or ``paused (failing since HH:MM:SS)``."""
-    if control is None:
-        return "yes"
-    if control.held:
-        return "paused"
-    if control.breaker_open and control.failing_since is not None:
-        since = datetime.fromtimestamp(control.failing_since, UTC).strftime("%H:%M:%S")
-        return f"paused (failing since {since})"
-    return "yes"
 
 
 DESTINATION = typer.Argument(help="The destination's name, as in [[destinations]].")

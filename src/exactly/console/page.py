@@ -146,8 +146,9 @@ def _destinations(document: dict[str, Any]) -> str:
                     figure(document, f"{at}.expired", "n"),
                     figure(document, f"{at}.oldest_queued_seconds", "s"),
                     figure(document, f"{at}.per_second", "r"),
+                    figure(document, f"{at}.sending", "t"),
                     figure(document, f"{at}.last_error", "t"),
                 ]
             )
         )
-    return "\n".join(rows) or '<tr><td colspan="9">no destinations configured</td></tr>'
+    return "\n".join(rows) or '<tr><td colspan="10">no destinations configured</td></tr>'

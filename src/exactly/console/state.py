@@ -379,6 +379,7 @@ def destination_entry(entry: Summary, archived: int = 0) -> dict[str, Any]:
         "per_second": round(entry.rate_per_second, 1),
         "last_error": entry.last_error,
         "last_error_at": entry.last_error_at,
+        "sending": entry.sending,
     }
 
 

@@ -49,6 +49,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from exactly.errors import ExactlyError
@@ -157,6 +158,18 @@ class Control:
     breaker_open: bool = False
 
 
+def sending(control: Control | None) -> str:
+    """``yes``, ``paused`` (by an operator) or ``paused (failing since HH:MM:SS UTC)``."""
+    if control is None:
+        return "yes"
+    if control.held:
+        return "paused"
+    if control.breaker_open and control.failing_since is not None:
+        since = datetime.fromtimestamp(control.failing_since, UTC).strftime("%H:%M:%S")
+        return f"paused (failing since {since})"
+    return "yes"
+
+
 CONTROL_FIELDS = (
     "held",
     "expire_before",
@@ -177,6 +190,7 @@ class Summary:
     last_error: str | None = None
     last_error_at: float | None = None
     succeeded_last_minute: int = 0
+    sending: str = "yes"  # or "paused", "paused (failing since HH:MM:SS)": :func:`sending`
 
     @property
     def queued(self) -> int:

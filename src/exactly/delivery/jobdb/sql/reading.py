@@ -20,6 +20,7 @@ from exactly.delivery.jobdb.base import (
     Job,
     Summary,
     Transition,
+    sending,
 )
 from exactly.delivery.jobdb.sql.rows import JOB_COLUMNS, TRANSITION_COLUMNS, job_of, transition_of
 from exactly.delivery.jobdb.sql.schema import SQLSchema
@@ -74,7 +75,11 @@ class Reading(SQLSchema):
 
         Counts cover the live datasets (archived datasets are dropped, with their counts).
         """
-        return self._while_datasets_stand(lambda: self._summary(now))
+        found = self._while_datasets_stand(lambda: self._summary(now))
+        for name, control in self.controls().items():
+            if name in found:
+                found[name].sending = sending(control)
+        return found
 
     def _while_datasets_stand(self, read: Callable[[], _T]) -> _T:
         """``read``, again if a dataset it went through was dropped meanwhile.
