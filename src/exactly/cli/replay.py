@@ -62,8 +62,8 @@ def replay(
     A replay that is interrupted (even by SIGKILL) is resumed by running the same command again;
     no message is enqueued twice. `exactly deliver` then sends them.
     """
+    from exactly.cli.deliver import opened_jobdb
     from exactly.delivery.archive import open_archive
-    from exactly.delivery.jobdb import open_jobdb
     from exactly.delivery.replay import parse_states, parse_time
     from exactly.delivery.replay import replay as run_replay
 
@@ -88,7 +88,7 @@ def replay(
     def say(message: str) -> None:
         print(f"replay: {message}", file=sys.stderr, flush=True)
 
-    with open_jobdb(
+    with opened_jobdb(
         jobdb or settings.jobdb_url,
         dataset_rows=options.dataset_rows,
         dataset_minutes=options.dataset_minutes,

@@ -30,7 +30,7 @@ def route(
     Each micro-batch's jobs commit with its batch marker in one JobDB transaction, so a replayed
     batch adds nothing; `exactly deliver` sends them. No HTTP request is made here.
     """
-    from exactly.delivery.jobdb import open_jobdb
+    from exactly.cli.deliver import opened_jobdb
     from exactly.delivery.route import RoutePlan, default_checkpoint, drive, say_line
     from exactly.errors import ConfigError
     from exactly.spark.session import build_session
@@ -55,7 +55,7 @@ def route(
             say_line(f"batch {batch}: {jobs} jobs for {events} events {how}")
 
     options = settings.delivery
-    with open_jobdb(
+    with opened_jobdb(
         jobdb or settings.jobdb_url,
         dataset_rows=options.dataset_rows,
         dataset_minutes=options.dataset_minutes,
