@@ -86,7 +86,7 @@ def test_expired_jobs_are_archived_dropped_replayed_and_delivered(
     with Receiver() as receiver:
         receiver.down = True  # 503 until the jobs expire; every job tried (no breaker)
         target = destination(
-            "flaky", f"{receiver.url}/flap", expire="1s", breaker={"open_after": None}
+            "flaky", f"{receiver.url}/flap", expire="1s", breaker={"open_after": 0}
         )
         with open_jobdb(f"sqlite://{tmp_path / 'jobdb'}", dataset_rows=20) as db:
             for batch in range(5):

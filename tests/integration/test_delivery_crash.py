@@ -31,7 +31,9 @@ from tests.seeds import crash_seed
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 
-def config(tmp_path: Path, receivers: dict[str, str], *, max_in_flight: int = 4) -> Path:
+def config(
+    tmp_path: Path, receivers: dict[str, str], *, max_in_flight: int = 4, breaker: int = 20
+) -> Path:
     path = tmp_path / "exactly.toml"
     text = f'data_dir = "{tmp_path / "data"}"\n'
     for name, url in receivers.items():
@@ -39,6 +41,7 @@ def config(tmp_path: Path, receivers: dict[str, str], *, max_in_flight: int = 4)
             f'[[destinations]]\nname = "{name}"\nurl = "{url}"\nsecret = "{SECRET}"\n'
             f'timeout = "1s"\nmax_in_flight = {max_in_flight}\n'
             '[destinations.backoff]\nmin = "50ms"\nmax = "300ms"\n'
+            f"[destinations.breaker]\nopen_after = {breaker}\n"
         )
     path.write_text(text)
     return path
@@ -289,7 +292,8 @@ def test_a_destination_down_with_a_backlog_leaves_another_latency(tmp_path: Path
     with Receiver() as good_receiver, Receiver() as bad_receiver:
         bad_receiver.down = True
         urls = {"good": good_receiver.url + "/ok", "bad": bad_receiver.url + "/flap"}
-        config_path = config(tmp_path, urls, max_in_flight=8)
+        # no breaker: the bad destination keeps failing hard beside the good one
+        config_path = config(tmp_path, urls, max_in_flight=8, breaker=0)
         url = f"sqlite://{tmp_path / 'jobdb'}"
         with open_jobdb(url, dataset_rows=10**7) as db:
             director = deliver(config_path, url)

@@ -446,7 +446,7 @@ class Director:
             pace = Pace(
                 rate=settings.rate,
                 burst=settings.burst,
-                open_after=settings.breaker.open_after,
+                open_after=settings.breaker.open_after or None,
                 probe_minimum=settings.backoff.minimum,
                 probe_maximum=settings.backoff.maximum,
                 jitter=self.jitter or random.random,

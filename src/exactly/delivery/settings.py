@@ -98,8 +98,8 @@ class BreakerSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    open_after: int | None = Field(
-        20, ge=1, description="consecutive failed requests that pause the destination (none: never)"
+    open_after: int = Field(
+        20, ge=0, description="consecutive failed requests that pause the destination (0: never)"
     )
 
 
