@@ -430,8 +430,9 @@ class Director:
         return all(name in known for name in await self._db(self.jobdb.buckets))
 
     def _open_bucket(self, name: str) -> Destination | None:
-        """The destination a new bucket belongs to, the bucket added to it; None (and the
-        bucket's jobs expired) when the destination is no longer configured."""
+        """Add a new bucket to its destination; the destination when it is new too (its
+        scheduler is then to be started), else None. A bucket whose destination is no longer
+        configured is set aside: its jobs are expired (:meth:`_expire_removed`)."""
         settings = self.destinations.get(name.rpartition("/")[2])
         if settings is None:
             self._removed.add(name)
