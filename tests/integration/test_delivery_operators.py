@@ -43,9 +43,8 @@ def configure(tmp_path: Path, url: str, jobdb: str, **options: object) -> Path:
     text = f'data_dir = "{tmp_path / "data"}"\n[delivery]\njobdb = "{jobdb}"\n'
     text += f'[[destinations]]\nname = "hook"\nurl = "{url}"\n'
     text += "".join(f"{key} = {json.dumps(value)}\n" for key, value in options.items())
-    text += (
-        '[destinations.backoff]\nmin = "1s"\nmax = "2s"\n[destinations.breaker]\nopen_after = 3\n'
-    )
+    text += '[destinations.backoff]\nmin = "1s"\nmax = "2s"\n'
+    text += '[destinations.breaker]\nopen_after = 3\nfailing_for = "1s"\n'
     config = tmp_path / "exactly.toml"
     config.write_text(text)
     return config
@@ -133,7 +132,7 @@ def test_a_failing_destination_shows_as_paused(tmp_path: Path, receiver: Receive
         {
             "name": "hook",
             "url": f"{receiver.url}/flap",
-            "breaker": {"open_after": 3},
+            "breaker": {"open_after": 3, "failing_for": "1s"},
             "backoff": {"min": "1s", "max": "2s"},
         }
     )

@@ -66,3 +66,16 @@ def test_an_operator_pause_holds_everything() -> None:
     assert pace.take(0.0) > 0
     pace.held = False
     assert pace.take(0.0) == 0.0
+
+
+def test_a_run_of_failures_shorter_than_failing_for_keeps_the_breaker_closed() -> None:
+    """A receiver failing each first try: 25 first tries fail within a second, then the
+    retries succeed; the breaker must not open on the run alone."""
+    pace = Pace(open_after=20, failing_for=30.0)
+    for at in range(25):
+        pace.answered(FAILED, 100.0 + at / 25)
+    assert not pace.open
+    pace.answered(SUCCESS, 105.0)
+    for at in range(25):
+        pace.answered(FAILED, 106.0 + at * 2)
+    assert pace.open and pace.failing_since == 106.0

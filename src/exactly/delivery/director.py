@@ -448,6 +448,7 @@ class Director:
                 rate=settings.rate,
                 burst=settings.burst,
                 open_after=settings.breaker.open_after or None,
+                failing_for=settings.breaker.failing_for,
                 probe_minimum=settings.backoff.minimum,
                 probe_maximum=settings.backoff.maximum,
                 jitter=self.jitter or random.random,

@@ -13,9 +13,11 @@ director asks :meth:`Pace.take` before each request and tells :meth:`Pace.answer
   was throttled when none is configured (a multiplicative decrease, as in TCP's congestion
   control, and a regrowth like its slow start).
 * **Failing** (no answer, a connection error, 5xx, 408): after ``open_after`` consecutive
-  failures the breaker opens. Then one request at a time is a probe, the next after a growing
-  delay (the destination's backoff); the first success closes the breaker. A refused request
-  (another 4xx) is an answer, so it closes the breaker too.
+  failures spanning at least ``failing_for`` seconds the breaker opens (the span keeps a receiver
+  that fails each first try and takes the retries from being taken for down: new jobs' first
+  tries come in runs, the successful retries seconds later). Then one request at a time is a
+  probe, the next after a growing delay (the destination's backoff); the first success closes
+  the breaker. A refused request (another 4xx) is an answer, so it closes the breaker too.
 * **Paused by an operator** (``exactly deliveries pause``): nothing leaves until resumed.
 """
 
@@ -45,6 +47,7 @@ class Pace:
     rate: float | None = None
     burst: int = 1
     open_after: int | None = None
+    failing_for: float = 0.0
     probe_minimum: float = 5.0
     probe_maximum: float = 300.0
     jitter: Callable[[], float] = random.random
@@ -133,6 +136,8 @@ class Pace:
         if self.failing_since is None:
             self.failing_since = now
         if self.open_after is None or self.failures < self.open_after:
+            return
+        if now - self.failing_since < self.failing_for:
             return
         self.probes += 1
         delay = backoff(

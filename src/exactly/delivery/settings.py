@@ -101,6 +101,14 @@ class BreakerSettings(BaseModel):
     open_after: int = Field(
         20, ge=0, description="consecutive failed requests that pause the destination (0: never)"
     )
+    failing_for: float = Field(
+        30.0, ge=0, description="... and no success for this long (seconds or '30s')"
+    )
+
+    @field_validator("failing_for", mode="before")
+    @classmethod
+    def _durations(cls, value: object) -> object:
+        return seconds(value, "breaker.failing_for")
 
 
 class DestinationSettings(BaseModel):
