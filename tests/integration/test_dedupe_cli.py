@@ -224,11 +224,10 @@ def test_status_covers_every_stage_from_the_config(tmp_path: Path) -> None:
 def test_status_of_a_fresh_data_dir_creates_nothing(tmp_path: Path) -> None:
     done = run("status", cwd=tmp_path)
     assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr == f"nothing has run in {tmp_path.resolve() / '.exactly'} yet\n"
+    assert done.stderr == f"nothing has run in {tmp_path.resolve() / 'data'} yet\n"
     done = run("status", "--json", cwd=tmp_path)  # no stage to report: the same line
     assert done.returncode == 1 and done.stdout == "" and "nothing has run" in done.stderr
     assert not (tmp_path / "data").exists()
-    assert not (tmp_path / ".exactly").exists()
 
 
 def test_an_unreachable_database_is_one_line_and_hides_no_other_stage(tmp_path: Path) -> None:
