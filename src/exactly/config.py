@@ -2,7 +2,12 @@
 
 Precedence, highest first: command-line flags, ``EXACTLY_*`` environment variables (nested keys
 joined by ``__``, e.g. ``EXACTLY_LOG__URL``), the TOML file (``./exactly.toml`` or ``--config``),
-defaults. Every embedded default lives under ``data_dir`` (default ``./.exactly``).
+defaults. Every embedded default lives under ``data_dir`` (default ``.exactly``).
+
+A relative path written in the file is relative to the file's directory, so a command finds the
+same data wherever it runs from (:func:`anchor_paths`); so is the default ``data_dir`` when there
+is a file. Paths given as flags or ``EXACTLY_*`` variables, and every path when there is no file,
+are relative to the working directory, as a shell user expects.
 """
 
 from __future__ import annotations
@@ -288,7 +293,57 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls)
+        return init_settings, env_settings, FileSource(settings_cls)
+
+
+class FileSource(TomlConfigSettingsSource):
+    """The TOML file, its relative paths made relative to the file's directory."""
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        document = super()._read_file(file_path)
+        return anchor_paths(document, Path(file_path).resolve().parent)
+
+
+def anchor_paths(document: dict[str, Any], base: Path) -> dict[str, Any]:
+    """``document`` (a config file's content) with each relative path in it joined to ``base``.
+
+    The paths: ``data_dir`` (``.exactly`` when not given), the embedded stores' URLs (``[log]
+    url`` and ``[delivery] jobdb`` as ``sqlite://DIR``, ``[aggregate] url`` as
+    ``sqlite://FILE``, ``[dedupe] store`` as ``rocksdb://DIR`` or ``spark-state://DIR``) and
+    ``[delivery] archive`` (a directory or ``file://DIR``). A server's URL is left as written, and
+    so are ``file:PATH`` secret references, which each process (a Spark executor too) reads from
+    its own working directory.
+    """
+    found = dict(document)
+    data_dir = found.get("data_dir", ".exactly")
+    found["data_dir"] = _anchored(data_dir, base) if isinstance(data_dir, str) else data_dir
+    for section, key, schemes in (
+        ("log", "url", ("sqlite",)),
+        ("aggregate", "url", ("sqlite",)),
+        ("dedupe", "store", ("rocksdb", "spark-state")),
+        ("delivery", "jobdb", ("sqlite",)),
+        ("delivery", "archive", ("file", "")),
+    ):
+        table = found.get(section)
+        if isinstance(table, dict) and isinstance(table.get(key), str):
+            found[section] = {**table, key: _anchored_url(table[key], base, schemes)}
+    return found
+
+
+def _anchored(path: str, base: Path) -> str:
+    given = Path(path).expanduser()
+    return str(given if given.is_absolute() else base / given)
+
+
+def _anchored_url(url: str, base: Path, schemes: tuple[str, ...]) -> str:
+    """``url`` with its relative path joined to ``base`` when its scheme is one of ``schemes``
+    (``""``: a plain path); a URL of another scheme, or naming no path, is returned as given."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    if scheme not in schemes or rest in ("", "/"):
+        return url
+    return f"{scheme}{sep}{_anchored(rest, base)}"
 
 
 def read_toml(path: Path) -> dict[str, Any]:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import calendar
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -37,6 +36,7 @@ from exactly.dedupe.recovery import source_offset
 from exactly.errors import LogError
 from exactly.events.partition import partition_for
 from exactly.log import Log, LogRecord, open_log
+from exactly.urls import embedded_path
 
 REJECTED_HEADER = "exactly.rejected"  # as the dedupe task writes it (exactly.dedupe.task)
 EVENTS = "events"
@@ -349,10 +349,8 @@ def _delivery(
 
 def _missing(url: str) -> bool:
     """An embedded store (``sqlite://`` or a directory) not created yet: nothing to read."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return not Path(url).exists()
-    return scheme in ("sqlite", "file") and not Path(rest).exists()
+    path = embedded_path(url)
+    return path is not None and not path.exists()
 
 
 __all__ = ["NotIndexed", "Trace", "trace"]

@@ -94,6 +94,16 @@ def resolve(name: str, value: str) -> str:
     return value
 
 
+def embedded_path(url: str) -> Path | None:
+    """The file or directory an embedded store's URL names (``sqlite://PATH``, ``file://DIR`` or
+    a plain path), or None for a server's URL: what a reader checks before opening, since opening
+    an embedded store creates it."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return Path(url) if url else None
+    return Path(rest) if scheme in ("sqlite", "file") and rest else None
+
+
 def scrub(text: str, secrets: Iterable[str]) -> str:
     """``text`` with each of ``secrets`` masked: for messages that come from a client library."""
     # a secret of 1 to 3 characters would mask every such piece of the text, and guards little

@@ -165,8 +165,11 @@ def test_doctor_starts_spark(tmp_path: Path, java: str) -> None:
 
 def test_stats_before_any_aggregate_says_so_and_creates_nothing(tmp_path: Path) -> None:
     done = run("stats", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("no events counted yet: no database at ")
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == f"nothing has run in {tmp_path.resolve() / '.exactly'} yet\n"
+    (tmp_path / ".exactly").mkdir()
+    done = run("stats", cwd=tmp_path)
+    assert done.returncode == 1 and "no aggregates.db (exactly aggregate" in done.stderr
     assert not (tmp_path / ".exactly" / "aggregates.db").exists()
 
 
@@ -178,8 +181,8 @@ def test_stats_json_is_one_object_per_row(tmp_path: Path) -> None:
     from exactly.aggregate.spec import EVENT_COUNTS
 
     done = run("stats", "--json", cwd=tmp_path)
-    assert done.returncode == 0 and done.stdout == ""  # nothing counted: no rows
-    assert done.stderr.startswith("no events counted yet")
+    assert done.returncode == 1 and done.stdout == ""  # nothing counted: no rows
+    assert done.stderr.startswith("nothing has run in")
     with open_db(f"sqlite://{tmp_path / '.exactly' / 'aggregates.db'}") as db:
         db.prepare([EVENT_COUNTS], "cp", fresh=True)
         rows = [

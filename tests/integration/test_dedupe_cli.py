@@ -69,7 +69,7 @@ def test_bad_input_is_one_line(tmp_path: Path, args: list[str], message: str) ->
 
 
 def test_status_before_and_after_a_run(tmp_path: Path) -> None:
-    assert "nothing has run" in run("status", cwd=tmp_path).stdout
+    assert "nothing has run" in run("status", cwd=tmp_path).stderr
     data = tmp_path / "data"
     log_url = f"sqlite://{data / 'log'}"
     plan = DedupePlan(
@@ -223,13 +223,10 @@ def test_status_covers_every_stage_from_the_config(tmp_path: Path) -> None:
 
 def test_status_of_a_fresh_data_dir_creates_nothing(tmp_path: Path) -> None:
     done = run("status", cwd=tmp_path)
-    assert done.returncode == 0 and "nothing has run" in done.stdout
-    assert json.loads(run("status", "--json", cwd=tmp_path).stdout) == {
-        "log": None,
-        "dedupe": [],
-        "aggregate": None,
-        "delivery": None,
-    }
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == f"nothing has run in {tmp_path.resolve() / 'data'} yet\n"
+    done = run("status", "--json", cwd=tmp_path)  # no stage to report: the same line
+    assert done.returncode == 1 and done.stdout == "" and "nothing has run" in done.stderr
     assert not (tmp_path / "data").exists()
 
 

@@ -31,7 +31,7 @@ def test_precedence_flag_over_env_over_file(
     )
     monkeypatch.setenv("EXACTLY_LOG__URL", "kafka://env:1")
     settings = load_settings()
-    assert settings.data_dir == Path("from-file")
+    assert settings.data_dir == tmp_path.resolve() / "from-file"  # the file's directory
     assert settings.log_url == "kafka://env:1"
     assert settings.spark.master == "local[1]"
     assert load_settings(log_url="kafka://flag:1").log_url == "kafka://flag:1"
@@ -90,6 +90,52 @@ def test_dedupe_store_and_bounds_from_the_file_or_the_environment(
     monkeypatch.setenv("EXACTLY_DEDUPE__REDIS", "redis://r1:6379/0")  # gone: in the store URL
     with pytest.raises(ConfigError, match=r"dedupe\.redis"):
         load_settings()
+
+
+def test_relative_paths_in_the_file_follow_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path.resolve() / "a"
+    home.mkdir()
+    (home / "exactly.toml").write_text(
+        'data_dir = "data"\n[log]\nurl = "sqlite://log"\n'
+        '[aggregate]\nurl = "sqlite://db/aggregates.db"\n[dedupe]\nstore = "rocksdb://ids"\n'
+        '[delivery]\njobdb = "sqlite://jobs"\narchive = "old"\n'
+    )
+    elsewhere = tmp_path / "b"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    settings = load_settings(Path("../a/exactly.toml"))
+    assert settings.data_dir == home / "data"
+    assert settings.log_url == f"sqlite://{home / 'log'}"
+    assert settings.aggregate_url == f"sqlite://{home / 'db' / 'aggregates.db'}"
+    assert settings.dedupe.store == f"rocksdb://{home / 'ids'}"
+    assert settings.jobdb_url == f"sqlite://{home / 'jobs'}"
+    assert settings.archive_url == str(home / "old")
+    # a flag or a variable is the user's own: relative to where the command runs
+    assert load_settings(Path("../a/exactly.toml"), data_dir=Path("d")).data_dir == Path("d")
+    monkeypatch.setenv("EXACTLY_DELIVERY__ARCHIVE", "env-archive")
+    assert load_settings(Path("../a/exactly.toml")).archive_url == "env-archive"
+
+
+def test_the_default_data_dir_is_beside_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path.resolve() / "a"
+    home.mkdir()
+    (home / "exactly.toml").write_text(
+        '[aggregate]\nurl = "sqlite:///abs/aggregates.db"\n[dedupe]\nstore = "rocksdb"\n'
+        '[delivery]\njobdb = "postgresql://user@host/jobs"\narchive = "file://old"\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings(home / "exactly.toml")
+    assert settings.data_dir == home / ".exactly"
+    assert settings.log_url == f"sqlite://{home / '.exactly' / 'log'}"
+    assert settings.aggregate_url == "sqlite:///abs/aggregates.db"  # absolute: as written
+    assert settings.dedupe.store == "rocksdb"  # the default place, under the data dir
+    assert settings.jobdb_url == "postgresql://user@host/jobs"  # a server: as written
+    assert settings.archive_url == f"file://{home / 'old'}"
+    assert load_settings().data_dir == Path(".exactly")  # no file: the working directory
 
 
 def test_missing_explicit_config(tmp_path: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,8 +10,9 @@ import typer
 from rich.console import Console
 from rich.table import Column, Table
 
-from exactly.cli.context import context, with_master
+from exactly.cli.context import context, stop_if_never_ran, with_master
 from exactly.cli.options import Master, MaxRecordsPerTrigger, TriggerSeconds, UntilCaughtUp
+from exactly.urls import embedded_path
 
 DB = typer.Option(
     "--db",
@@ -103,15 +103,7 @@ def stats(
     settings = context(ctx).settings
     query = StatsQuery(source, event, None if since is None else parse_since(since), by, limit)
     url = db or settings.aggregate_url
-    if url.lower().startswith("sqlite:"):
-        from exactly.aggregate.sqlite import sqlite_path
-
-        if not sqlite_path(url).exists():  # do not create an empty database just to look
-            print(
-                f"no events counted yet: no database at {sqlite_path(url)} (exactly aggregate)",
-                file=sys.stderr if as_json else sys.stdout,
-            )
-            return
+    stop_if_never_ran(settings, (embedded_path(url), "exactly aggregate"))
     with open_db(url, retry_seconds=10) as database:
         rows = event_counts(database, query)
     if as_json:
@@ -171,7 +163,13 @@ def audit(
     from exactly.spark.session import build_session
 
     settings = context(ctx).settings
-    with open_db(db or settings.aggregate_url, retry_seconds=10) as database:
+    url = db or settings.aggregate_url
+    stop_if_never_ran(
+        settings,
+        (embedded_path(settings.log_url), "exactly collect"),
+        (embedded_path(url), "exactly aggregate"),
+    )
+    with open_db(url, retry_seconds=10) as database:
         spark = build_session(settings, app_name="exactly-audit")
         specs = check(spark, configured_tables(settings))
         result = run_audit(spark, settings.log_url, topic, database, specs)

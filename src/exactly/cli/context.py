@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 
@@ -46,3 +48,32 @@ def with_master(ctx: typer.Context, master: str | None) -> Context:
         found.master = master
         found._settings = None
     return found
+
+
+def stop_if_never_ran(settings: Settings, *stores: tuple[Path | None, str]) -> None:
+    """Stop a read-only command, exit status 1, if an embedded store it reads is not there.
+
+    ``stores``: each store's file or directory (None: a server, which is asked instead) and the
+    command that makes it (``"exactly aggregate"``). Opening an embedded store creates it, so a
+    look at a data dir where nothing ran would leave empty databases behind, and from the wrong
+    directory would answer as if nothing was there. One line on stderr instead: "nothing has run
+    in DIR yet", DIR the data dir (or the store's own path outside it), naming the command that
+    makes the store when the data dir exists.
+    """
+    for path, maker in stores:
+        if path is not None and not path.exists():
+            never_ran(settings, path.resolve(), maker)
+
+
+def never_ran(settings: Settings, path: Path | None = None, maker: str = "") -> NoReturn:
+    """Say "nothing has run in DIR yet" on stderr and exit 1 (:func:`stop_if_never_ran`)."""
+    data_dir = settings.data_dir.resolve()
+    if path is not None and not path.is_relative_to(data_dir):
+        line = f"nothing has run in {path} yet ({maker} makes it)"
+    elif path is not None and data_dir.exists():
+        inside = path.relative_to(data_dir)
+        line = f"nothing has run in {data_dir} yet: no {inside} ({maker} makes it)"
+    else:
+        line = f"nothing has run in {data_dir} yet"
+    print(line, file=sys.stderr)
+    raise typer.Exit(1)

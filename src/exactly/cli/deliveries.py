@@ -6,16 +6,18 @@ import json
 import sys
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Column, Table
 
-from exactly.cli.context import context
+from exactly.cli.context import context, stop_if_never_ran
 from exactly.cli.deliver import JOBDB, opened_jobdb
 from exactly.config import Settings
 from exactly.errors import ConfigError
+from exactly.urls import embedded_path
 
 app = typer.Typer(
     help="What is queued and delivered per destination; pause, resume or expire one.",
@@ -43,7 +45,9 @@ def deliveries(
     from exactly.delivery.jobdb.base import AWAITING_RETRY, DISCARDED, EXPIRED, SUCCEEDED, Summary
 
     settings = context(ctx).settings
-    with opened_jobdb(jobdb or settings.jobdb_url) as database:
+    url = jobdb or settings.jobdb_url
+    stop_if_never_ran(settings, (_jobdb_file(url), "exactly route"))
+    with opened_jobdb(url) as database:
         found = database.summary(time.time())
     for destination in settings.destinations:
         found.setdefault(destination.name, Summary(destination.name, {}))
@@ -96,6 +100,14 @@ def deliveries(
         )
     # piped output is not cut to 80 columns; a terminal keeps its own width
     Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160).print(table)
+
+
+def _jobdb_file(url: str) -> Path | None:
+    """The embedded JobDB's file, which opening it would create; None for a server."""
+    from exactly.delivery.jobdb.sqlite import FILE
+
+    directory = embedded_path(url) if url.startswith("sqlite://") else None
+    return None if directory is None else directory / FILE
 
 
 DESTINATION = typer.Argument(help="The destination's name, as in [[destinations]].")

@@ -10,8 +10,9 @@ Every figure is read live where it is durable, so it is right after any crash:
 * **delivery**: per destination, the JobDB's jobs by state, the oldest queued, the last error.
 
 A stage that never ran (an embedded database that does not exist yet) is left out, and nothing
-is created by looking. Stores and databases come from the settings (``[dedupe] store``,
-``[aggregate] url``, ``[delivery] jobdb``), so no flag needs repeating after a run.
+is created by looking; when no stage ran, one line says so (exit status 1). Stores and databases
+come from the settings (``[dedupe] store``, ``[aggregate] url``, ``[delivery] jobdb``), so no
+flag needs repeating after a run.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypedDict, TypeVar
 
 import typer
 
-from exactly.cli.context import context
+from exactly.cli.context import context, never_ran
 from exactly.errors import ExactlyError
 from exactly.urls import redact, scrub
 
@@ -62,6 +63,10 @@ def status(
             dedupe = _dedupe(log, settings, jobs)
     marker, aggregate_error = _read(settings.aggregate_url, lambda: _marker(settings))
     destinations, jobdb_error = _read(settings.jobdb_url, lambda: _destinations(settings))
+    if not (
+        topics or dedupe or marker or destinations is not None or aggregate_error or jobdb_error
+    ):
+        never_ran(settings)
     if as_json:
         listed = None if topics is None else {"topics": topics}
         counted = None if marker is None else {"marker": asdict(marker)}
@@ -76,8 +81,7 @@ def status(
         }
         print(json.dumps(report, indent=1))
     else:
-        unread = bool(aggregate_error or jobdb_error)
-        _print(settings, topics, dedupe, marker, destinations, unread)
+        _print(settings, topics, dedupe, marker, destinations)
     for where, error in (("aggregate", aggregate_error), ("delivery", jobdb_error)):
         if error:
             print(f"error: {where}: {error}", file=sys.stderr)
@@ -91,14 +95,10 @@ def _print(
     dedupe: list[DedupeStatus],
     marker: Marker | None,
     destinations: list[Summary] | None,
-    unread: bool,
 ) -> None:
-    """The report as text: a section per stage (``unread``: a stage could not be read)."""
+    """The report as text: a section per stage."""
     from exactly.dedupe.status import render
 
-    if not (dedupe or marker or destinations or unread):
-        directory = settings.data_dir.resolve() / "status"
-        print(f"nothing has run in {settings.data_dir} yet (no status files in {directory})")
     sections = []
     if topics:
         sections.append(_render_topics(redact(settings.log_url), topics))
@@ -149,8 +149,10 @@ class TopicStatus(TypedDict):
 
 def _exists(url: str) -> bool:
     """False for an embedded (``sqlite://``) store whose file or directory is not there yet."""
-    scheme, _, rest = url.partition("://")
-    return scheme != "sqlite" or Path(rest).exists()
+    from exactly.urls import embedded_path
+
+    path = embedded_path(url) if url.startswith("sqlite://") else None
+    return path is None or path.exists()
 
 
 def _topics(log: Log) -> list[TopicStatus]:

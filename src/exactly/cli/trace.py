@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from exactly.cli.context import context
+from exactly.cli.context import context, stop_if_never_ran
 
 if TYPE_CHECKING:
     from exactly.trace import Copy, Delivery, Trace
@@ -29,8 +29,11 @@ def trace(
     their size. Needs the sqlite log (the Kafka log keeps no index by messageId).
     """
     from exactly.trace import trace as follow
+    from exactly.urls import embedded_path
 
-    found = follow(context(ctx).settings, message_id)
+    settings = context(ctx).settings
+    stop_if_never_ran(settings, (embedded_path(settings.log_url), "exactly collect"))
+    found = follow(settings, message_id)
     if as_json:
         print(json.dumps(found.to_json(), indent=1))
     elif found.found:

@@ -20,6 +20,8 @@ from typing import Any, ClassVar
 from exactly.delivery.jobdb.base import DirectorLockHeld, ReplayRunning
 from exactly.delivery.jobdb.sql import MARKER_COLUMNS, SQLJobDB
 
+FILE = "jobdb.sqlite"  # in the URL's directory
+
 
 class SqliteJobDB(SQLJobDB):
     scheme = "sqlite"
@@ -37,7 +39,7 @@ class SqliteJobDB(SQLJobDB):
         super().__init__(url, **options)
         self.directory = Path(url.partition("://")[2] or ".")
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.path = self.directory / "jobdb.sqlite"
+        self.path = self.directory / FILE
 
     def _connect(self) -> sqlite3.Connection:
         connection = sqlite3.connect(
