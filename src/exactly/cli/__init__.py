@@ -17,6 +17,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # click's plain help: Rich markup would eat every [section] named in the help, and click
+    # rewraps a docstring's paragraphs to the terminal instead of keeping its line breaks
+    rich_markup_mode=None,
 )
 
 GLOBAL_OPTIONS = ("--config", "--data-dir", "--log")
