@@ -13,6 +13,8 @@ from collections.abc import Callable
 import pytest
 from py4j.clientserver import JavaClient, JavaParameters, PythonParameters  # type: ignore[import-untyped]
 from py4j.java_gateway import (  # type: ignore[import-untyped]
+    CallbackServer,
+    CallbackServerParameters,
     GatewayClient,
     GatewayParameters,
     GatewayProperty,
@@ -65,6 +67,19 @@ def test_a_py4j_network_error_says_the_jvm_exited() -> None:
     assert type(error).__name__ == "Py4JNetworkError"
     assert one_line(error) == JVM_EXITED
     assert str(from_spark(error)) == JVM_EXITED  # a query's failure says the same
+
+
+def test_a_callback_server_that_cannot_bind_is_not_the_jvm() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        parameters = CallbackServerParameters(port=busy.getsockname()[1])
+        server = CallbackServer(
+            PythonProxyPool(), GatewayClient(), callback_server_parameters=parameters
+        )
+        error = raised(server.start)
+    assert type(error).__name__ == "Py4JNetworkError"
+    assert one_line(error) is None
 
 
 def test_other_os_errors_keep_their_message() -> None:

@@ -186,15 +186,16 @@ JVM_EXITED = (
 def jvm_exited(error: BaseException) -> bool:
     """Whether ``error`` means the Spark JVM is gone: py4j lost, or could not reopen, its socket.
 
-    py4j reports a lost connection as ``Py4JNetworkError`` but lets a refused reconnection (the
-    JVM no longer listens) through as a plain ``ConnectionRefusedError``, an ``OSError`` that
-    would otherwise read as a file problem; it is recognised by being raised inside py4j.
+    py4j reports a lost connection as ``Py4JNetworkError`` (as it does a callback server of
+    Python's own that cannot bind its port: not the JVM) but lets a refused reconnection (the JVM
+    no longer listens) through as a plain ``ConnectionRefusedError``, an ``OSError`` that would
+    otherwise read as a file problem; it is recognised by being raised inside py4j.
     """
     from py4j.protocol import Py4JNetworkError
 
     if isinstance(error, Py4JNetworkError):
-        return True
-    if not isinstance(error, OSError):
+        return "callback server" not in str(error)
+    if not isinstance(error, ConnectionError):
         return False
     frame = error.__traceback__
     while frame is not None:
