@@ -178,8 +178,8 @@ def from_spark(error: BaseException, log: str | None = None) -> ExactlyError:
 
 
 JVM_EXITED = (
-    "the Spark JVM exited (killed?); its log is DATA_DIR/logs/spark-*.log; "
-    "run the command again to resume from its checkpoint"
+    "the Spark JVM exited (killed?); see DATA_DIR/logs/spark-*.log and run the command again "
+    "(a streaming query resumes from its checkpoint)"
 )
 
 
