@@ -17,6 +17,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # click's plain help: Rich markup would eat every [section] named in the help, and click
+    # rewraps a docstring's paragraphs to the terminal instead of keeping its line breaks
+    rich_markup_mode=None,
 )
 
 GLOBAL_OPTIONS = ("--config", "--data-dir", "--log")
@@ -75,20 +78,36 @@ def main(argv: list[str] | None = None) -> None:
     args = hoist_global_options(sys.argv[1:] if argv is None else argv)
     try:
         app(args=args, prog_name="exactly")
-    except ExactlyError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(1)
-    except OSError as error:  # a read-only or full data dir, a missing permission: one line
-        where = f" {error.filename}" if error.filename else ""
-        print(
-            f"error: cannot use{where}: {error.strerror or error}; check that the data dir "
-            "(--data-dir, EXACTLY_DATA_DIR) and the files under it are writable",
-            file=sys.stderr,
-        )
+    except Exception as error:
+        message = one_line(error)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+
+
+def one_line(error: Exception) -> str | None:
+    """What the user is told of ``error``, in one line; None for a bug (then a traceback).
+
+    Spark's JVM gone comes before the ``OSError`` catch-all: py4j's refused reconnection is an
+    ``OSError`` too, and it is not the data dir's fault.
+    """
+    if isinstance(error, ExactlyError):
+        return str(error)
+    from exactly.spark.streaming import JVM_EXITED, jvm_exited
+
+    if jvm_exited(error):
+        return JVM_EXITED
+    if isinstance(error, OSError):  # a read-only or full data dir, a missing permission
+        where = f" {error.filename}" if error.filename else ""
+        return (
+            f"cannot use{where}: {error.strerror or error}; check that the data dir "
+            "(--data-dir, EXACTLY_DATA_DIR) and the files under it are writable"
+        )
+    return None
 
 
 def _register() -> None:

@@ -29,35 +29,35 @@ from exactly.urls import redact
 def collect(
     ctx: typer.Context,
     host: Annotated[
-        str | None, typer.Option(help="Address to listen on \\[collector.host; default 127.0.0.1].")
+        str | None, typer.Option(help="Address to listen on [collector.host; default 127.0.0.1].")
     ] = None,
     port: Annotated[
-        int | None, typer.Option(help="Port to listen on \\[collector.port; default 8088].")
+        int | None, typer.Option(help="Port to listen on [collector.port; default 8088].")
     ] = None,
     workers: Annotated[
         int | None,
         typer.Option(
-            help="Worker processes, each with its own appender \\[collector.workers].", min=1
+            help="Worker processes, each with its own appender [collector.workers].", min=1
         ),
     ] = None,
     source: Annotated[
         list[str] | None,
         typer.Option(
             "--source",
-            help="A source as NAME=WRITE_KEY, repeatable. Prefer \\[collector.sources] in the "
+            help="A source as NAME=WRITE_KEY, repeatable. Prefer [collector.sources] in the "
             "config or EXACTLY_COLLECTOR__SOURCES=NAME=KEY,...: keys on the command line show in "
             "ps.",
             show_default=False,
         ),
     ] = None,
     topic: Annotated[
-        str | None, typer.Option(help="Topic the events go to \\[collector.topic; default raw].")
+        str | None, typer.Option(help="Topic the events go to [collector.topic; default raw].")
     ] = None,
     partitions: Annotated[
         int | None,
         typer.Option(
             help="Partitions of the topic when it is created (an existing topic keeps its own) "
-            "\\[collector.partitions; default 8].",
+            "[collector.partitions; default 8].",
             min=1,
         ),
     ] = None,
@@ -65,14 +65,14 @@ def collect(
         int | None,
         typer.Option(
             help="Events waiting for the log, per worker, beyond which requests get 503 "
-            "\\[collector.max_queue_mb; default 64].",
+            "[collector.max_queue_mb; default 64].",
             min=1,
         ),
     ] = None,
 ) -> None:
     """Serve the tracking API (POST /v1/track, /v1/batch, ...); 200 only once events are durable.
 
-    Every option also comes from \\[collector] in the config file or EXACTLY_COLLECTOR__<NAME>.
+    Every option also comes from [collector] in the config file or EXACTLY_COLLECTOR__<NAME>.
     """
     settings = context(ctx).settings
     config = settings.collector

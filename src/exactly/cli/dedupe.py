@@ -15,7 +15,7 @@ STORE_HELP = (
     "rocksdb://DIR; redis://HOST:PORT,HOST:PORT/DB?namespace=NS&buckets=N&slot=3h"
     "&previous=HOST:PORT,...&cutover=TIME (Redis servers, sharded; a password as "
     "redis://:PASSWORD@HOST... is never shown); spark-state (Spark's "
-    "dropDuplicatesWithinWatermark) \\[dedupe.store; default rocksdb]."
+    "dropDuplicatesWithinWatermark) [dedupe.store; default rocksdb]."
 )
 
 
@@ -28,7 +28,7 @@ def dedupe(
         typer.Option(
             help="How long a messageId is remembered (24h, 7d, 90m ...): rocksdb ages out ids "
             "older than this, redis expires them, spark-state uses it as the watermark delay "
-            "\\[dedupe.window; default 24h].",
+            "[dedupe.window; default 24h].",
             show_default=False,
         ),
     ] = None,
@@ -37,21 +37,21 @@ def dedupe(
         typer.Option(
             min=1,
             help="rocksdb: messageIds kept per partition at most; the oldest age out first "
-            "\\[dedupe.max_keys].",
+            "[dedupe.max_keys].",
         ),
     ] = None,
     max_bytes: Annotated[
         str | None,
         typer.Option(
             help="rocksdb: about this much disk per partition at most (512MB, 2GiB ...) "
-            "\\[dedupe.max_bytes].",
+            "[dedupe.max_bytes].",
         ),
     ] = None,
     min_window: Annotated[
         str | None,
         typer.Option(
             help="Warn when the size bounds shrink the window below this "
-            "\\[dedupe.min_window; default 24h].",
+            "[dedupe.min_window; default 24h].",
             show_default=False,
         ),
     ] = None,
@@ -61,7 +61,7 @@ def dedupe(
             help="What makes a duplicate: the same messageId from the same source (source, so "
             "no write key can suppress another source's events) or from any source "
             "(workspace). A store keeps the scope it was built with "
-            "\\[dedupe.scope; default source].",
+            "[dedupe.scope; default source].",
             show_default=False,
         ),
     ] = None,
@@ -80,7 +80,7 @@ def dedupe(
     """Copy SOURCE to OUTPUT keeping the first record of each messageId within the window.
 
     With --scope source (the default) a messageId counts once per sourceId, with workspace once
-    in all. Every option but the topics and the checkpoint also comes from \\[dedupe] in the config
+    in all. Every option but the topics and the checkpoint also comes from [dedupe] in the config
     file or EXACTLY_DEDUPE__<NAME> (EXACTLY_DEDUPE__STORE=redis://...).
 
     Partition p of SOURCE goes to partition p of OUTPUT, values untouched, each record with its

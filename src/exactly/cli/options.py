@@ -30,7 +30,7 @@ Master = Annotated[
     str | None,
     typer.Option(
         help="Spark master URL (spark://HOST:7077, yarn, k8s://..., local[N]); default "
-        "\\[spark] master. Not local: exactly is shipped to the executors (docs/cluster.md).",
+        "[spark] master. Not local: exactly is shipped to the executors (docs/cluster.md).",
         show_default=False,
     ),
 ]

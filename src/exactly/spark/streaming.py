@@ -8,7 +8,8 @@
   each micro-batch's progress once, stop, and turn a failure into the error a task raised;
 * :data:`STOPPING`: a graceful stop for every query of the process (``exactly up`` sets it on
   SIGTERM): each query ends between two micro-batches, not inside one;
-* :func:`from_spark`: that error, recovered from the text Spark wraps it in.
+* :func:`from_spark`: that error, recovered from the text Spark wraps it in, and
+  :func:`jvm_exited`: the failure that is no query's fault, the Spark JVM gone.
 """
 
 from __future__ import annotations
@@ -163,6 +164,8 @@ def from_spark(error: BaseException, log: str | None = None) -> ExactlyError:
     """
     if isinstance(error, ExactlyError):
         return error
+    if jvm_exited(error):
+        return StreamError(JVM_EXITED)
     text = str(error)
     found = _RAISED.search(text)
     if found is not None:
@@ -172,3 +175,31 @@ def from_spark(error: BaseException, log: str | None = None) -> ExactlyError:
     first = next((line.strip() for line in text.splitlines() if line.strip()), repr(error))
     where = "" if log is None else f" (stack traces in {log})"
     return StreamError(f"the streaming query failed: {first}{where}")
+
+
+JVM_EXITED = (
+    "the Spark JVM exited (killed?); see DATA_DIR/logs/spark-*.log and run the command again "
+    "(a streaming query resumes from its checkpoint)"
+)
+
+
+def jvm_exited(error: BaseException) -> bool:
+    """Whether ``error`` means the Spark JVM is gone: py4j lost, or could not reopen, its socket.
+
+    py4j reports a lost connection as ``Py4JNetworkError`` (as it does a callback server of
+    Python's own that cannot bind its port: not the JVM) but lets a refused reconnection (the JVM
+    no longer listens) through as a plain ``ConnectionRefusedError``, an ``OSError`` that would
+    otherwise read as a file problem; it is recognised by being raised inside py4j.
+    """
+    from py4j.protocol import Py4JNetworkError
+
+    if isinstance(error, Py4JNetworkError):
+        return "callback server" not in str(error)
+    if not isinstance(error, ConnectionError):
+        return False
+    frame = error.__traceback__
+    while frame is not None:
+        if str(frame.tb_frame.f_globals.get("__name__", "")).startswith("py4j."):
+            return True
+        frame = frame.tb_next
+    return False
