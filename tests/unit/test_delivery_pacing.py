@@ -79,3 +79,30 @@ def test_a_run_of_failures_shorter_than_failing_for_keeps_the_breaker_closed() -
     for at in range(25):
         pace.answered(FAILED, 106.0 + at * 2)
     assert pace.open and pace.failing_since == 106.0
+
+
+def test_buckets_take_turns_across_takes() -> None:
+    """Three jobs taken at once, then one per freed slot: every bucket is served in turn."""
+    from exactly.delivery.jobdb.base import Job
+    from exactly.delivery.queues import Bucket, Destination
+    from exactly.delivery.settings import DestinationSettings
+
+    settings = DestinationSettings(name="d", url="http://127.0.0.1:9/", max_in_flight=3, rate=1)
+    destination = Destination(settings, Pace())
+    for source in range(5):
+        bucket = Bucket(f"s{source}/d", ordered=False)
+        jobs = [
+            Job(source * 10 + n, bucket.name, "d", b"{}", f"{source}-{n}", None, 0.0, 1e12)
+            for n in range(3)
+        ]
+        bucket.place(jobs, 0.0)
+        destination.buckets.append(bucket)
+    out, _ = destination.take(0.0)
+    served = [bucket.name[:2] for bucket, _ in out]
+    for _ in range(7):
+        bucket, job = out.pop(0)
+        destination.done(bucket, job)
+        taken, _ = destination.take(0.0)
+        served += [bucket.name[:2] for bucket, _ in taken]
+        out += taken
+    assert served == ["s0", "s1", "s2", "s3", "s4"] * 2

@@ -167,17 +167,19 @@ class Destination:
             if held_back is not None:
                 wait = held_back if wait is None else min(wait, held_back)
         chosen: list[tuple[Bucket, Job]] = []
+        last = -1  # the place in ``order`` of the bucket served last: the next take starts after
         while len(chosen) < room and any(offers):
-            for bucket, offer in zip(order, offers, strict=True):
+            for at, (bucket, offer) in enumerate(zip(order, offers, strict=True)):
                 if offer and len(chosen) < room:
                     chosen.append((bucket, offer.popleft()))
+                    last = at
         for bucket, offer in zip(order, offers, strict=True):
             bucket.give_back(list(offer))
         for bucket, job in chosen:
             bucket.taken += 1
             if bucket.ordered:
                 bucket.users_out.add(job.user_id or "")
-        self.turn = start + 1
+        self.turn = start + last + 1 if chosen else start
         return chosen, wait
 
     def done(self, bucket: Bucket, job: Job) -> None:
