@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import os
 import re
 import sys
@@ -137,10 +138,32 @@ def build_session(
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
+    query_context_loggers()
     if not master.startswith("local"):
         session.sparkContext.addPyFile(str(package_zip(scratch)))
     register(session)
     return session
+
+
+QUERY_CONTEXT_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
+
+
+def query_context_loggers() -> None:
+    """Make PySpark's two query-context loggers :class:`PySparkLogger` s, once, in this thread.
+
+    A Spark error with a query context logs itself through ``PySparkLogger.getLogger``, which
+    swaps the process-wide logger class around ``logging.getLogger``. Two errors raised at once
+    in two threads (three queries fail together when the JVM goes) can interleave the swaps and
+    create the logger as a plain ``Logger``; from then on every such error raises ``TypeError:
+    Logger._log() got an unexpected keyword argument 'file'`` instead of itself. Created here
+    first, they are only looked up later; a plain one left by such a race is replaced.
+    """
+    from pyspark.logger import PySparkLogger
+
+    for name in QUERY_CONTEXT_LOGGERS:
+        if not isinstance(logging.Logger.manager.loggerDict.get(name), PySparkLogger):
+            logging.Logger.manager.loggerDict.pop(name, None)
+            PySparkLogger.getLogger(name)
 
 
 def _log4j_file(scratch: Path) -> Path:
