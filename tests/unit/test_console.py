@@ -19,7 +19,7 @@ from exactly.console.state import (
 )
 from exactly.delivery.jobdb.base import AWAITING_SCHEDULING, SUCCEEDED, Summary
 from exactly.up.supervisor import Part, Running
-from exactly.up.watch import Snapshot, Stage
+from exactly.up.watch import History, Snapshot, Stage
 
 
 def test_duplicates_are_committed_less_kept_and_rejected_never_below_zero() -> None:
@@ -51,9 +51,10 @@ def test_totals_count_delivered_per_destination() -> None:
 
 def test_stage_rates_and_lags_from_two_snapshots() -> None:
     stages = [Stage("dedupe", "raw", __file__), Stage("aggregate", "events", __file__)]  # type: ignore[arg-type]
-    before = Snapshot(10.0, ends={"raw": 100, "events": 50}, positions={"dedupe": 40})
-    now = Snapshot(12.0, ends={"raw": 300, "events": 150}, positions={"dedupe": 140})
-    found = {s["name"]: s for s in stage_entries(stages, before, now, [])}
+    history = History()
+    history.add(Snapshot(10.0, ends={"raw": 100, "events": 50}, positions={"dedupe": 40}))
+    history.add(Snapshot(12.0, ends={"raw": 300, "events": 150}, positions={"dedupe": 140}))
+    found = {s["name"]: s for s in stage_entries(stages, history, [])}
     assert found["collector"]["per_second"] == 100.0
     assert found["dedupe"]["per_second"] == 50.0 and found["dedupe"]["lag"] == 160
     assert found["aggregate"]["done"] is None and found["aggregate"]["lag"] is None
@@ -99,7 +100,9 @@ def test_the_chart_shows_the_newest_thirty_minutes() -> None:
 
 def test_formats() -> None:
     assert show(1234567, "n") == "1,234,567"
-    assert show(None, "n") == "–"
+    assert show(None, "n") == "—"
+    assert show(0.0, "time") == "00:00:00 UTC" and show(13 * 3600 + 5, "time") == "13:00:05 UTC"
+    assert show(250.4, "ms") == "250 ms" and show(1234, "ms") == "1.2 s"
     assert show(2.25, "r") == "2.2/s" and show(1234.4, "r") == "1,234/s"
     assert show(90.0, "s") == "1m 30s"
     assert show(86_400_000, "w") == "1d"

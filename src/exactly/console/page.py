@@ -19,15 +19,23 @@ from typing import Any
 
 from exactly.units import format_duration
 
+EMPTY = "—"  # an empty cell: styled grey by the page (``.empty``)
+FAVICON = (  # an inline SVG: served at /favicon.svg and linked, so no request ends in a 404
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" '
+    'rx="3" fill="#1d2330"/><path d="M4 8.5l2.5 2.5L12 5" stroke="#43a868" stroke-width="2" '
+    'fill="none"/></svg>'
+)
+
 
 def show(value: Any, form: str) -> str:
     """A value as the page shows it: ``n`` a count, ``r`` a rate, ``s`` an age in seconds,
-    ``w`` a window in milliseconds, ``time`` a clock time, ``t`` text; a missing value is a
-    dash and a list its items."""
+    ``w`` a window in milliseconds, ``ms`` a latency in milliseconds, ``time`` a clock time
+    (UTC, 24 h: the page's one clock), ``t`` text; a missing value is :data:`EMPTY` and a list
+    its items."""
     if isinstance(value, list):
         return "; ".join(str(item) for item in value) or "none"
     if value is None or value == "":
-        return "–"
+        return EMPTY
     if form == "n":
         return f"{int(value):,}"
     if form == "r":
@@ -36,8 +44,10 @@ def show(value: Any, form: str) -> str:
         return format_duration(int(float(value) * 1000))
     if form == "w":
         return format_duration(int(value))
+    if form == "ms":
+        return f"{float(value) / 1000:.1f} s" if value >= 1000 else f"{float(value):.0f} ms"
     if form == "time":
-        return time.strftime("%H:%M:%S", time.localtime(float(value)))
+        return time.strftime("%H:%M:%S UTC", time.gmtime(float(value)))
     return str(value)
 
 
@@ -52,7 +62,10 @@ def figure(document: dict[str, Any], path: str, form: str, tag: str = "span") ->
         else:
             value = None
     text = html.escape(show(value, form))
-    return f'<{tag} data-k="{html.escape(path)}" data-f="{form}" title="{text}">{text}</{tag}>'
+    empty = ' class="empty"' if text == EMPTY else ""
+    return (
+        f'<{tag} data-k="{html.escape(path)}" data-f="{form}"{empty} title="{text}">{text}</{tag}>'
+    )
 
 
 def render(document: dict[str, Any]) -> str:
@@ -62,6 +75,7 @@ def render(document: dict[str, Any]) -> str:
         "stages": _stages(document),
         "dedupe": _dedupe(document),
         "destinations": _destinations(document),
+        "latency": _latency(document),
         "state": json.dumps(document).replace("<", "\\u003c"),
     }
     page = _template()
@@ -90,6 +104,15 @@ def _totals(document: dict[str, Any]) -> str:
     for name in document["totals"].get("delivered", {}):
         path = f"totals.delivered.{name}"
         cards.append(_card(f"delivered → {name}", figure(document, path, "n", "div")))
+    return "\n".join(cards)
+
+
+def _latency(document: dict[str, Any]) -> str:
+    cards = []
+    for key, label in (("counted", "accepted → counted"), ("delivered", "accepted → delivered")):
+        for share in ("p50", "p99"):
+            path = f"latency.{key}.{share}_ms"
+            cards.append(_card(f"{label} {share}", figure(document, path, "ms", "div")))
     return "\n".join(cards)
 
 

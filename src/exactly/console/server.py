@@ -1,6 +1,7 @@
 """The web console's HTTP server: an aiohttp application in a thread of ``exactly up``.
 
 * ``GET /``: the page, rendered with the current state; its script polls ``/api/state``;
+* ``GET /favicon.svg`` (and ``/favicon.ico``, which browsers ask for unbidden): the page's icon;
 * ``GET /api/state``: the state as JSON (:mod:`exactly.console.state`, fields in docs/up.md);
 * ``GET /api/trace/<messageId>``: every hop of one message (:func:`exactly.trace.trace`) as
   ``exactly trace --json`` prints it, plus ``text`` as ``exactly trace`` prints it; 404 (the
@@ -129,6 +130,8 @@ class Console:
 
         app = web.Application(middlewares=[web.middleware(_errors_as_json)])
         app.router.add_get("/", self._page)
+        app.router.add_get("/favicon.svg", _favicon)
+        app.router.add_get("/favicon.ico", _favicon)
         app.router.add_get("/api/state", self._state)
         app.router.add_get("/api/trace/{message_id:.+}", self._trace)
         return app
@@ -177,6 +180,16 @@ class Console:
         return web.Response(
             text=render(document), content_type="text/html", headers={"Cache-Control": "no-store"}
         )
+
+
+async def _favicon(request: web.Request) -> web.StreamResponse:
+    from aiohttp import web
+
+    from exactly.console.page import FAVICON
+
+    return web.Response(
+        text=FAVICON, content_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"}
+    )
 
 
 class Worker:

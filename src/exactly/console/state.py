@@ -13,7 +13,12 @@ keeps it durable, so it is right after any crash:
 * the dedupe store, its configured and effective window: the status file the dedupe query
   writes after each micro-batch (:mod:`exactly.dedupe.status`);
 * counted events and the latest counts per minute: the aggregate database's ``event_counts``
-  (:mod:`exactly.aggregate.stats`).
+  (:mod:`exactly.aggregate.stats`);
+* whether each query has started (its first micro-batch ran): the pipeline part's progress file
+  (:func:`exactly.up.watch.starting`);
+* end-to-end latency, accepted → counted and → delivered, p50/p99 over the last minute: the
+  aggregate markers against the log times of what they counted, and the JobDB's newest
+  successes against their events' ``receivedAt`` (:class:`Latencies`).
 
 A source that cannot be read (a database down) leaves its part of the document empty and adds a
 line to ``problems``; the rest is still shown. A reader is used from one thread at a time (it
@@ -23,11 +28,13 @@ keeps the log and the aggregate database open between calls).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import time
-from collections import Counter, defaultdict, deque
+from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +51,9 @@ if TYPE_CHECKING:
 CHART_MINUTES = 30  # minutes of counts in the chart
 CHART_SERIES = 5  # event names drawn apart; the rest are summed as "other"
 FRESH = 0.9  # seconds a document is served again instead of reading anew
-RATE_SPAN = 10.0  # seconds a rate is measured over (micro-batches commit in steps)
+LATENCY_SPAN = 60.0  # seconds of latencies the percentiles are over
+LATENCY_SAMPLES = 8  # events read per partition of each counted micro-batch
+LATENCY_DELIVERIES = 500  # newest successful deliveries read per call
 
 # the part each stage runs in
 PART_OF = {"collector": "collector", "dedupe": "pipeline", "aggregate": "pipeline"}
@@ -106,7 +115,8 @@ class Reader:
         self.supervisor = supervisor
         self.stages = watch.stages(settings)
         self.last: Reading | None = None
-        self.history: deque[watch.Snapshot] = deque()
+        self.history = watch.History()
+        self.latencies = Latencies()
         self._log: Log | None = None
         self._aggregates: AggregateDB | None = None
         self.archived = ArchivedDeliveries(settings.archive_url)
@@ -124,11 +134,8 @@ class Reader:
             return self.last.document
         problems: list[str] = []
         snapshot = self._snapshot(problems)
-        while self.history and snapshot.at - self.history[0].at > RATE_SPAN:
-            self.history.popleft()
-        before = self.history[0] if self.history else None
-        document = self._document(before, snapshot, problems)
-        self.history.append(snapshot)
+        self.history.add(snapshot)
+        document = self._document(snapshot, problems)
         self.last = Reading(snapshot, document)
         return document
 
@@ -148,9 +155,7 @@ class Reader:
             self.close()
             return watch.Snapshot(time.time())
 
-    def _document(
-        self, before: watch.Snapshot | None, now: watch.Snapshot, problems: list[str]
-    ) -> dict[str, Any]:
+    def _document(self, now: watch.Snapshot, problems: list[str]) -> dict[str, Any]:
         counted, chart = self._counts(problems)
         archived = self._archived(problems)
         destinations = [
@@ -158,16 +163,49 @@ class Reader:
             for name, entry in sorted(now.deliveries.items())
         ]
         parts = self.parts()
+        stages = stage_entries(self.stages, self.history, destinations, self.starting)
         return {
             "at": now.at,
             "totals": totals(now, counted, archived),
+            "latency": self._latency(now.at, problems),
             "parts": parts,
-            "stages": with_parts(stage_entries(self.stages, before, now, destinations), parts),
+            "stages": with_parts(stages, parts),
             "dedupe": self._dedupe(now, problems),
             "destinations": destinations,
             "counts": chart,
             "problems": problems,
         }
+
+    def starting(self, query: str) -> float | None:
+        """Seconds ``query`` has been starting (:func:`exactly.up.watch.starting`)."""
+        now = self.history.newest
+        if now is None:
+            return None
+        since = pid = None
+        if self.supervisor is not None:
+            pipeline = next((r for r in self.supervisor.parts if r.part.name == "pipeline"), None)
+            process = None if pipeline is None else pipeline.process
+            if pipeline is not None and (process is None or process.returncode is not None):
+                return None  # not running: its state says so
+            if pipeline is not None and process is not None:
+                since, pid = time.time() - (time.monotonic() - pipeline.started), process.pid
+        return watch.starting(now.progress, query, now.at, since, pid)
+
+    def _latency(self, now: float, problems: list[str]) -> dict[str, Any]:
+        """accepted → counted and → delivered over the last minute (:class:`Latencies`)."""
+        counted: list[tuple[float, float]] = []
+        delivered: list[tuple[float, float]] = []
+        try:
+            if self._aggregates is not None and self._log is not None:
+                counted = self.latencies.counted(self._log, self._aggregates, now)
+        except Exception as error:  # noqa: BLE001 - a client library's own: say it, show the rest
+            problems.append(f"latency to counted: {type(error).__name__}: {error}")
+        if self.settings.destinations:
+            try:
+                delivered = delivered_latencies(self.settings, now)
+            except Exception as error:  # noqa: BLE001 - as above
+                problems.append(f"latency to delivered: {type(error).__name__}: {error}")
+        return {"counted": percentiles(counted), "delivered": percentiles(delivered)}
 
     def parts(self) -> list[dict[str, Any]]:
         """Each part: its state, pid, restarts, time up and, once it died, its last words."""
@@ -210,7 +248,7 @@ class Reader:
         try:
             entry |= saved_window(path, plan.window)
         except FileNotFoundError:
-            entry |= {"effective_window_ms": None, "aged_out": False, "keys": None}
+            entry |= {"effective_window_ms": plan.window, "aged_out": False, "keys": None}
             entry |= {"warnings": [], "updated_at": None}
         except (OSError, ValueError, KeyError, TypeError) as error:
             problems.append(f"dedupe status {path}: {error}")
@@ -306,34 +344,39 @@ def part_entry(running: Running, stopping: bool, now: float) -> dict[str, Any]:
 
 def stage_entries(
     stages: list[watch.Stage],
-    before: watch.Snapshot | None,
-    now: watch.Snapshot,
+    history: watch.History,
     destinations: list[dict[str, Any]],
+    starting: Callable[[str], float | None] = lambda _: None,
 ) -> list[dict[str, Any]]:
-    """The collector, each query and the director: records done, per second, lag (records)."""
-    accepted = now.ends.get(watch.RAW)
-    was = before.ends.get(watch.RAW) if before else None
+    """The collector, each query and the director: records done, per second (over
+    :data:`~exactly.up.watch.RATE_WINDOW`), lag (records); a query whose first micro-batch has
+    not run yet has ``starting_seconds`` and no rate."""
+    now = history.newest
+    if now is None:
+        return []
     found = [
         {
             "name": "collector",
             "part": "collector",
             "reads": None,
-            "done": accepted,
-            "per_second": round(watch.rate(before, now, accepted, was), 1),
+            "done": now.ends.get(watch.RAW),
+            "per_second": round(history.rate(watch.end_of(watch.RAW)), 1),
             "lag": None,
+            "starting_seconds": None,
         }
     ]
     for stage in stages:
-        position = now.positions.get(stage.name)
-        was = before.positions.get(stage.name) if before else None
+        waited = starting(stage.name)
+        rate = history.rate(watch.position_of(stage.name))
         found.append(
             {
                 "name": stage.name,
                 "part": PART_OF.get(stage.name, "pipeline"),
                 "reads": stage.topic,
-                "done": position,
-                "per_second": round(watch.rate(before, now, position, was), 1),
+                "done": now.positions.get(stage.name),
+                "per_second": None if waited is not None else round(rate, 1),
                 "lag": now.lag(stage),
+                "starting_seconds": None if waited is None else round(waited),
             }
         )
     if now.deliveries or destinations:
@@ -345,6 +388,7 @@ def stage_entries(
                 "done": sum(d["succeeded"] for d in destinations),
                 "per_second": round(sum(d["per_second"] for d in destinations), 1),
                 "lag": sum(d["queued"] for d in destinations),
+                "starting_seconds": None,
             }
         )
     return found
@@ -356,6 +400,8 @@ def with_parts(stages: list[dict[str, Any]], parts: list[dict[str, Any]]) -> lis
     for stage in stages:
         part = by_name.get(stage["part"], {})
         stage["state"] = part.get("state")
+        if stage.get("starting_seconds") is not None and part.get("state") == "running":
+            stage["state"] = f"starting ({stage['starting_seconds']} s)"
         stage["restarts"] = part.get("restarts")
         stage["last_words"] = part.get("last_words") or None
     return stages
@@ -384,20 +430,17 @@ def destination_entry(entry: Summary, archived: int = 0) -> dict[str, Any]:
 
 
 def saved_window(path: Path, configured: int) -> dict[str, Any]:
-    """The effective window and the store's keys from the dedupe status file at ``path``.
-
-    A partition's window is the age of its oldest kept id once the store's bounds have aged ids
-    out; the effective window is the shortest of them, or the configured one while nothing was
-    aged out.
-    """
+    """The effective window and the store's keys from the dedupe status file at ``path``
+    (:attr:`~exactly.dedupe.status.DedupeStatus.effective_window`, as ``exactly status`` and
+    ``exactly up`` show it)."""
     from exactly.dedupe.status import read_saved
+    from exactly.dedupe.window import shortest_window
 
     saved = read_saved(json.loads(path.read_text()))
-    windows = [p.window for p in saved.partitions if p.window is not None]
     keys = [p.keys for p in saved.partitions if p.keys is not None]
     return {
-        "effective_window_ms": min([configured, *windows]),
-        "aged_out": bool(windows),
+        "effective_window_ms": shortest_window(configured, [p.window for p in saved.partitions]),
+        "aged_out": any(p.window is not None for p in saved.partitions),
         "keys": sum(keys) if keys else None,
         "warnings": saved.warnings(),
         "updated_at": saved.at / 1000 if saved.at else None,
@@ -457,3 +500,110 @@ def _minutes(present: list[str]) -> list[str]:
         found.append(moment.strftime("%Y-%m-%d %H:%M:%S"))
         moment += timedelta(minutes=1)
     return found
+
+
+# -- end-to-end latency ---------------------------------------------------------------------------
+
+
+class Latencies:
+    """accepted → counted from what is durable: each aggregate marker (its micro-batch's end
+    offsets in ``events`` and commit time) against the log times of the ``events`` records it
+    counted, which are their ``raw`` records' (the collector's accept time, kept by dedupe).
+
+    A micro-batch is read once, :data:`LATENCY_SAMPLES` records per partition evenly over its
+    range, each weighed by the records it stands for; so a call reads only the batches committed
+    since the last one (a few small reads), whatever the rate.
+    """
+
+    def __init__(self, span: float = LATENCY_SPAN) -> None:
+        self.span = span
+        self.batches: dict[tuple[str, int], tuple[float, list[tuple[float, float]]]] = {}
+
+    def counted(self, log: Log, db: AggregateDB, now: float) -> list[tuple[float, float]]:
+        """(latency in ms, weight) of the events counted in the last :attr:`span` seconds."""
+        from exactly.aggregate.commit import CommitProtocol
+
+        if not isinstance(db, CommitProtocol):
+            return []
+        markers = sorted(db.markers(watch.EVENTS), key=lambda m: (m.query_id, m.batch_id))
+        for before, marker in itertools.pairwise(markers):
+            key = (marker.query_id, marker.batch_id)
+            if before.query_id != marker.query_id or key in self.batches:
+                continue
+            committed = _seconds(marker.committed_at)
+            if committed is None or now - committed > self.span:
+                continue
+            samples = []
+            for partition, end in (marker.end_offsets or {}).items():
+                start = (before.end_offsets or {}).get(partition, 0)
+                samples += _sampled(log, partition, start, end, committed)
+            self.batches[key] = (committed, samples)
+        for key, (committed, _) in list(self.batches.items()):
+            if now - committed > self.span:
+                del self.batches[key]
+        return [sample for _, samples in self.batches.values() for sample in samples]
+
+
+def _sampled(
+    log: Log, partition: int, start: int, end: int, committed: float
+) -> list[tuple[float, float]]:
+    count = end - start
+    if count <= 0:
+        return []
+    picks = min(count, LATENCY_SAMPLES)
+    found = []
+    for i in range(picks):
+        records = log.read(
+            watch.EVENTS, partition, start + i * count // picks, max_records=1, headers=False
+        )
+        if records:
+            found.append((max(0.0, committed * 1000 - records[0].timestamp), count / picks))
+    return found
+
+
+def delivered_latencies(settings: Settings, now: float) -> list[tuple[float, float]]:
+    """(latency in ms, 1) from receivedAt to success of the newest deliveries in the last
+    :data:`LATENCY_SPAN` seconds (at most :data:`LATENCY_DELIVERIES` of them)."""
+    import orjson
+
+    from exactly.delivery.jobdb import open_jobdb
+
+    with open_jobdb(settings.jobdb_url) as jobdb:
+        recent = jobdb.recent_successes(now - LATENCY_SPAN, LATENCY_DELIVERIES)
+    found = []
+    for succeeded, payload in recent:
+        try:
+            received = _seconds(str(orjson.loads(payload).get("receivedAt")))
+        except (orjson.JSONDecodeError, AttributeError):
+            continue
+        if received is not None:
+            found.append((max(0.0, (succeeded - received) * 1000), 1.0))
+    return found
+
+
+def percentiles(samples: list[tuple[float, float]]) -> dict[str, Any]:
+    """p50 and p99 (ms) of weighted samples; None of each when there are none."""
+    total = sum(weight for _, weight in samples)
+    found: dict[str, Any] = {"p50_ms": None, "p99_ms": None, "events": round(total)}
+    if not samples:
+        return found
+    ordered = sorted(samples)
+    for name, share in (("p50_ms", 0.5), ("p99_ms", 0.99)):
+        seen = 0.0
+        for latency, weight in ordered:
+            seen += weight
+            if seen >= share * total:
+                found[name] = round(latency)
+                break
+    return found
+
+
+def _seconds(text: str) -> float | None:
+    """An ISO 8601 time (``...Z`` or with an offset; UTC when it has none) in epoch seconds."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from exactly.dedupe.job import DedupePlan, store_url
-from exactly.dedupe.window import Bounds, below_minimum
+from exactly.dedupe.window import Bounds, below_minimum, shortest_window, window_in_effect
 from exactly.errors import ConfigError, UnknownTopic
 from exactly.events.ids import DEFAULT_SCOPE
 from exactly.log import Log
@@ -44,7 +44,7 @@ class PartitionStatus:
     rejected: int
     keys: int | None = None
     bytes: int | None = None
-    window: int | None = None  # ms; None: nothing aged out (unbounded) or not known
+    window: int | None = None  # ms, the store's: None while nothing was aged out
     aged_out: int | None = None
     position: int | None = None  # the store's: one past the highest offset claimed durably
 
@@ -73,6 +73,11 @@ class DedupeStatus:
     at: int = 0
     location: str = ""  # the store's URL, redacted
     scope: str = DEFAULT_SCOPE
+
+    @property
+    def effective_window(self) -> int:
+        """The window duplicates are caught in now (ms): :func:`shortest_window`."""
+        return shortest_window(self.window, [p.window for p in self.partitions])
 
     def warnings(self) -> list[str]:
         """One line per partition whose bounded window is below the minimum."""
@@ -263,19 +268,32 @@ def prometheus(status: DedupeStatus) -> str:
     return "\n".join(lines) + "\n"
 
 
+def show_window(window: int) -> str:
+    """A window as ``status``, the console and ``up`` show it (``1d``, ``3h 20m``)."""
+    return format_duration(window)
+
+
+def saved_window(data_dir: Path, plan: DedupePlan) -> tuple[int, DedupeStatus | None]:
+    """The job's effective window from its status file (written after each micro-batch) and
+    that status; the configured window and None before the job saved one."""
+    try:
+        saved = read_saved(json.loads(status_path(data_dir, plan.source).read_text()))
+    except FileNotFoundError:
+        return plan.window, None
+    return saved.effective_window, saved
+
+
 def render(status: DedupeStatus) -> str:
     """A table for people."""
     head = (
         f"dedupe {status.source} -> {status.output} ({status.store}, scope {status.scope}, "
-        f"window {format_duration(status.window)}, store {status.location or status.store}, "
+        f"window {show_window(status.effective_window)}, store {status.location or status.store}, "
         f"checkpoint {status.checkpoint})"
     )
     columns = ("partition", "raw", "in", "passed", "duplicate", "rejected", "lag", "keys", "window")
     rows = [columns]
     for p in status.partitions:
-        window = "unbounded" if p.window is None else format_duration(p.window)
-        if p.keys is None:
-            window = "-"
+        window = "-" if p.keys is None else show_window(window_in_effect(status.window, p.window))
         rows.append(
             (
                 str(p.partition),

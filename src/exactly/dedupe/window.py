@@ -146,6 +146,20 @@ def effective_window(oldest: int | None, now: int, bounded: bool) -> int | None:
     return max(0, now - oldest)
 
 
+def window_in_effect(configured: int, aged: int | None) -> int:
+    """The window a partition catches duplicates in (ms): the configured one until the bounds
+    age ids out, then the age of its oldest kept id (``aged``) when that is shorter.
+
+    The one definition ``exactly status``, the console and ``exactly up`` show.
+    """
+    return configured if aged is None else min(configured, aged)
+
+
+def shortest_window(configured: int, aged: Sequence[int | None]) -> int:
+    """The window of a whole job: the shortest of its partitions' (:func:`window_in_effect`)."""
+    return min([configured, *(window_in_effect(configured, a) for a in aged)])
+
+
 def below_minimum(window: int | None, minimum: int | None) -> bool:
     """True when a bounded effective window is shorter than the configured minimum."""
     return window is not None and minimum is not None and window < minimum

@@ -9,6 +9,10 @@ would keep them apart, but Spark 4 finds a Python data source only in the sessio
 registered in.) Every query keeps its guarantee as when it runs alone:
 its own checkpoint, lock and marker (the stages' modules say how).
 
+Each second the process records, in ``DATA_DIR/up/queries.json``, which queries Spark has run a
+first micro-batch of (:func:`exactly.up.watch.save_progress`): until then ``exactly up`` and the
+console show a query as *starting*, not as running with a rate of 0.
+
 The dedupe query runs first far enough to create ``events`` (the others read it). A query that
 fails stops the others and the process exits with its one-line error, for ``exactly up`` to
 restart the part; SIGTERM ends every query between two micro-batches
@@ -17,9 +21,11 @@ restart the part; SIGTERM ends every query between two micro-batches
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -29,12 +35,19 @@ from exactly.errors import ExactlyError, StreamError
 from exactly.spark.streaming import STOPPING
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pyspark.sql import SparkSession
+
+    from exactly.up.watch import Progress
 
 RAW, EVENTS = "raw", "events"
 APP_NAME = (
     "exactly-up"  # the Spark application: its driver logs to DATA_DIR/logs/spark-exactly-up.log
 )
+
+
+QUERY_NAMES = ("dedupe", "aggregate", "route")  # the first word of each query's Spark name
 
 
 @dataclass(frozen=True)
@@ -60,9 +73,13 @@ def run(settings: Settings, trigger_seconds: float = 1.0) -> None:
     """Run every query until SIGTERM or SIGINT (then return) or a failure (then raise it)."""
     from exactly.log import open_log
     from exactly.spark.session import build_session, spark_log
+    from exactly.up.watch import Progress, progress_path, save_progress
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: STOPPING.set())
+    progress = Progress(os.getpid(), time.time(), {})
+    where = progress_path(settings.data_dir)
+    save_progress(where, progress)
     with open_log(settings.log_url, max_record_bytes=settings.log.max_record_bytes) as log:
         from exactly.dedupe.driver import configured_plan
         from exactly.dedupe.job import prepare
@@ -90,6 +107,8 @@ def run(settings: Settings, trigger_seconds: float = 1.0) -> None:
         while any(thread.is_alive() for thread in threads):
             for thread in threads:
                 thread.join(0.5)
+            if len(progress.first_batch) < len(threads):
+                _note_first_batches(spark, progress, where)
             if failures or (not STOPPING.is_set() and not all(t.is_alive() for t in threads)):
                 STOPPING.set()  # one query ended or failed: end the others too
     finally:
@@ -103,6 +122,25 @@ def run(settings: Settings, trigger_seconds: float = 1.0) -> None:
         raise StreamError(
             f"{name}: {type(error).__name__}: {first.strip()} (stack traces in {traces})"
         ) from error
+
+
+def _note_first_batches(spark: SparkSession, progress: Progress, where: Path) -> None:
+    """Record the queries whose first micro-batch Spark reported (``lastProgress`` is set)."""
+    from exactly.up.watch import save_progress
+
+    try:
+        fresh = {
+            name: time.time()
+            for query in spark.streams.active
+            if (name := (query.name or "").split(" ")[0]) in QUERY_NAMES
+            and name not in progress.first_batch
+            and query.lastProgress is not None
+        }
+    except Exception:  # noqa: BLE001 - a stopping session: the queries report their own failure
+        return
+    if fresh:
+        progress.first_batch.update(fresh)
+        save_progress(where, progress)
 
 
 def _in_pool(spark: SparkSession, query: Query, failures: list[tuple[str, BaseException]]) -> None:

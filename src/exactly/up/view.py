@@ -1,7 +1,9 @@
 """``exactly up``'s terminal view: each part's state, each stage's rate and lag.
 
 On a terminal it is a live table (rich) redrawn every second; otherwise (a log file, a test) one
-line per stage every ``every`` seconds. Both fit 80 columns.
+line per stage every ``every`` seconds, each starting with the time (UTC). Both fit 80 columns.
+Rates are averaged over :data:`~exactly.up.watch.RATE_WINDOW` seconds; a query whose first
+micro-batch has not run yet (its JVM starting) shows ``starting (N s)`` instead of a rate.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from exactly.config import Settings
+from exactly.dedupe.driver import configured_plan
+from exactly.dedupe.status import saved_window, show_window
 from exactly.log import Log
 from exactly.up import watch
 from exactly.up.supervisor import Supervisor
@@ -39,8 +43,9 @@ class View:
         self.stages = watch.stages(settings)
         self.every = every
         self.say = say
-        self.before: watch.Snapshot | None = None
-        self.last: watch.Snapshot | None = None
+        self.history = watch.History()
+        self.plan = configured_plan(settings)
+        self.window = self.plan.window
         self.due = 0.0
         self.live = Live(console=Console(), auto_refresh=False, transient=False) if live else None
 
@@ -60,46 +65,61 @@ class View:
         self.due = now + self.every
         try:
             taken = watch.take(self.settings, self.log, self.stages)
+            self.window = saved_window(self.settings.data_dir, self.plan)[0]
         except Exception as error:  # noqa: BLE001 - the view never stops the service it shows
             self.say(f"warning: no status this time: {type(error).__name__}: {error}")
             return
-        self.before, self.last = self.last, taken
+        self.history.add(taken)
         if self.live is not None:
             self.live.update(self.render(), refresh=True)
         else:
             for line in self.lines():
                 self.say(line)
 
+    def starting(self, query: str) -> float | None:
+        """Seconds ``query`` has been starting (:func:`watch.starting`); None once it ran."""
+        now = self.history.newest
+        if now is None:
+            return None
+        pipeline = next((r for r in self.supervisor.parts if r.part.name == "pipeline"), None)
+        since = pid = None
+        if pipeline is not None and pipeline.alive:
+            since = time.time() - (time.monotonic() - pipeline.started)
+            pid = pipeline.pid
+        elif pipeline is not None:
+            return None  # not running: the parts line says so
+        return watch.starting(now.progress, query, now.at, since, pid)
+
     def rows(self) -> list[tuple[str, str, str, str]]:
-        """(stage, total, per second, lag) for the collector, each query and each destination."""
-        now, before = self.last, self.before
+        """(stage, total, per second, lag) for the collector, each query and each destination;
+        a query not started yet shows ``starting (N s)`` for its rate."""
+        now, history = self.history.newest, self.history
         if now is None:
             return []
-        found = []
         accepted = now.ends.get(watch.RAW)
-        was = before.ends.get(watch.RAW) if before else None
-        found.append(("collector", _n(accepted), _rate(watch.rate(before, now, accepted, was)), ""))
+        found = [("collector", _n(accepted), _rate(history.rate(watch.end_of(watch.RAW))), "")]
         for stage in self.stages:
-            position = now.positions.get(stage.name)
-            was = before.positions.get(stage.name) if before else None
             lag = now.lag(stage)
+            waited = self.starting(stage.name)
+            per_second = (
+                f"starting ({waited:.0f} s)"
+                if waited is not None
+                else _rate(history.rate(watch.position_of(stage.name)))
+            )
             found.append(
                 (
                     stage.name,
-                    _n(position),
-                    _rate(watch.rate(before, now, position, was)),
+                    _n(now.positions.get(stage.name)),
+                    per_second,
                     "" if lag is None else f"{lag:,}",
                 )
             )
         for name, entry in sorted(now.deliveries.items()):
-            done = sum(entry.states.values()) - entry.queued
-            was_entry = before.deliveries.get(name) if before else None
-            was_done = sum(was_entry.states.values()) - was_entry.queued if was_entry else None
             found.append(
                 (
-                    f"→ {name}"[:22],
-                    _n(done),
-                    _rate(watch.rate(before, now, done, was_done)),
+                    f"→ {name}"[:NAME_WIDTH],
+                    _n(watch.delivered_of(name)(now)),
+                    _rate(history.rate(watch.delivered_of(name))),
                     f"{entry.queued:,}",
                 )
             )
@@ -109,9 +129,14 @@ class View:
         words = []
         for running in self.supervisor.parts:
             state = "up" if running.alive else "restarting"
-            restarts = f", {running.starts - 1} restarts" if running.starts > 1 else ""
+            restarts = f" ({running.starts - 1} restarts)" if running.starts > 1 else ""
             words.append(f"{running.part.name} {state}{restarts}")
         return "; ".join(words)
+
+    def clock(self) -> str:
+        """The newest snapshot's time of day, UTC, 24 h (the console's clock too)."""
+        now = self.history.newest
+        return time.strftime("%H:%M:%S", time.gmtime(now.at if now else time.time()))
 
     def render(self) -> Group:
         table = Table(
@@ -123,14 +148,23 @@ class View:
         )
         for row in self.rows():
             table.add_row(*row)
-        return Group(Text(self.parts()), table)
+        head = f"{self.clock()} UTC  {self.parts()}"[:WIDTH]
+        return Group(Text(head), table, Text(f"dedupe window {show_window(self.window)}"))
 
     def lines(self) -> list[str]:
-        found = [self.parts()]
+        """One line per stage, each starting with the time (UTC), within :data:`WIDTH` columns."""
+        clock = self.clock()
+        found = [f"{clock} {self.parts()}"]
         for stage, done, per_second, lag in self.rows():
             behind = ("queued " if stage.startswith("→") else "lag ") + lag if lag else ""
-            found.append(f"  {stage:<18} {done:>12} {per_second:>9}/s  {behind}".rstrip())
-        return found
+            if stage == "dedupe":
+                behind += f"  window {show_window(self.window)}"
+            found.append(f"{clock} {stage:<{NAME_WIDTH}} {done:>13} {per_second:>9}  {behind}")
+        return [line.rstrip()[:WIDTH] for line in found]
+
+
+WIDTH = 80  # columns, the view's lines at most
+NAME_WIDTH = 14
 
 
 def _n(value: int | None) -> str:
@@ -138,4 +172,4 @@ def _n(value: int | None) -> str:
 
 
 def _rate(value: float) -> str:
-    return f"{value:,.0f}"
+    return f"{value:,.0f}/s"

@@ -2,13 +2,24 @@
 
 Nothing here asks a running part: a :class:`Snapshot` reads the log's end offsets, the end of the
 last micro-batch each query committed (its Spark checkpoint) and the JobDB's counts, all of which
-their writers keep durable anyway. Two snapshots give rates; a topic's end minus a query's
-position is that query's lag, in records.
+their writers keep durable anyway. A :class:`History` of snapshots gives rates over
+:data:`RATE_WINDOW` seconds (micro-batches commit in steps: two snapshots a second apart would show
+``0/s`` between two batches of a steady stream); a topic's end minus a query's position is that
+query's lag, in records.
+
+Whether a query has started is in ``DATA_DIR/up/queries.json``, which the pipeline part writes
+(:func:`save_progress`): its pid and, per query, when Spark reported its first micro-batch
+(``lastProgress``, which Spark sets after the first trigger, with or without new data). Until
+then the query is *starting* (the JVM starts, the query plans): :func:`starting`.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +30,7 @@ from exactly.log import Log
 from exactly.spark.checkpoint import committed_end
 
 RAW, EVENTS = "raw", "events"
+RATE_WINDOW = 30.0  # seconds a rate is averaged over: longer than any micro-batch of a stream
 
 
 @dataclass(frozen=True)
@@ -38,6 +50,7 @@ class Snapshot:
     ends: dict[str, int] = field(default_factory=dict)  # records appended per topic
     positions: dict[str, int] = field(default_factory=dict)  # records read per stage
     deliveries: dict[str, Summary] = field(default_factory=dict)
+    progress: Progress | None = None  # the pipeline part's queries.json
 
     def lag(self, stage: Stage) -> int | None:
         if stage.name not in self.positions or stage.topic not in self.ends:
@@ -77,6 +90,7 @@ def take(settings: Settings, log: Log, watched: list[Stage]) -> Snapshot:
             snapshot.positions[stage.name] = sum(end.values())
     if settings.destinations:
         snapshot.deliveries = _deliveries(settings)
+    snapshot.progress = read_progress(progress_path(settings.data_dir))
     return snapshot
 
 
@@ -99,3 +113,104 @@ def rate(before: Snapshot | None, after: Snapshot, count: int | None, was: int |
     if before is None or count is None or was is None or after.at <= before.at:
         return 0.0
     return max(0.0, (count - was) / (after.at - before.at))
+
+
+class History:
+    """The snapshots of the last :data:`RATE_WINDOW` seconds (and the one just before them)."""
+
+    def __init__(self, window: float = RATE_WINDOW) -> None:
+        self.window = window
+        self.snapshots: deque[Snapshot] = deque()
+
+    def add(self, snapshot: Snapshot) -> None:
+        self.snapshots.append(snapshot)
+        while len(self.snapshots) > 2 and snapshot.at - self.snapshots[1].at >= self.window:
+            self.snapshots.popleft()
+
+    @property
+    def oldest(self) -> Snapshot | None:
+        return self.snapshots[0] if len(self.snapshots) > 1 else None
+
+    @property
+    def newest(self) -> Snapshot | None:
+        return self.snapshots[-1] if self.snapshots else None
+
+    def rate(self, count: Callable[[Snapshot], int | None]) -> float:
+        """Per second of ``count`` (a figure of a snapshot) over the window; 0 when unknown."""
+        oldest, newest = self.oldest, self.newest
+        if oldest is None or newest is None:
+            return 0.0
+        return rate(oldest, newest, count(newest), count(oldest))
+
+
+def end_of(topic: str) -> Callable[[Snapshot], int | None]:
+    """A topic's end in a snapshot (for :meth:`History.rate`)."""
+    return lambda snapshot: snapshot.ends.get(topic)
+
+
+def position_of(stage: str) -> Callable[[Snapshot], int | None]:
+    """A query's position in a snapshot (for :meth:`History.rate`)."""
+    return lambda snapshot: snapshot.positions.get(stage)
+
+
+def delivered_of(destination: str) -> Callable[[Snapshot], int | None]:
+    """A destination's jobs done (neither pending nor retrying) in a snapshot."""
+
+    def done(snapshot: Snapshot) -> int | None:
+        entry = snapshot.deliveries.get(destination)
+        return None if entry is None else sum(entry.states.values()) - entry.queued
+
+    return done
+
+
+# -- whether each query has started: the pipeline part's progress file --------------------------
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The pipeline part's queries: its pid, when it began, each query's first micro-batch."""
+
+    pid: int
+    began: float
+    first_batch: dict[str, float]
+
+
+def progress_path(data_dir: Path) -> Path:
+    return data_dir.resolve() / "up" / "queries.json"
+
+
+def save_progress(path: Path, progress: Progress) -> None:
+    """Replace the progress file atomically (the pipeline part, each second)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staged = path.with_name(f".{path.name}.{os.getpid()}")
+    staged.write_text(
+        json.dumps({"pid": progress.pid, "began": progress.began, "first": progress.first_batch})
+    )
+    staged.replace(path)
+
+
+def read_progress(path: Path) -> Progress | None:
+    try:
+        document = json.loads(path.read_text())
+        return Progress(int(document["pid"]), float(document["began"]), dict(document["first"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def starting(
+    progress: Progress | None, query: str, now: float, since: float | None, pid: int | None
+) -> float | None:
+    """Seconds ``query`` has been starting at ``now``; None once its first micro-batch ran.
+
+    ``since`` and ``pid`` are the pipeline part's start (wall clock) and pid as its supervisor
+    knows them (None: not known, the progress file alone tells). A progress file of another pid
+    is an earlier run's: the part (re)started and the query is starting again.
+    """
+    current = progress is not None and (pid is None or progress.pid == pid)
+    if current and progress is not None and query in progress.first_batch:
+        return None
+    if since is None:
+        if not current or progress is None:
+            return None  # nothing says the part is running
+        since = progress.began
+    return max(0.0, now - since)

@@ -321,6 +321,11 @@ class JobDB(ABC):
         jobs that succeeded in the minute before ``now``."""
         raise self._cannot("summary")
 
+    def recent_successes(self, since: float, limit: int) -> list[tuple[float, bytes]]:
+        """(time, payload) of at most ``limit`` of the newest jobs that succeeded after ``since``
+        (the console's latency to delivered)."""
+        raise self._cannot("recent_successes")
+
     def jobs_of(self, destination: str, *, after: int = 0, limit: int = 10_000) -> list[Job]:
         """Up to ``limit`` jobs of ``destination`` in the live datasets with ids above ``after``,
         by id, each with its outcome as ``state``: its latest state other than ``archiving`` and

@@ -81,6 +81,27 @@ class Reading(SQLSchema):
                 found[name].sending = sending(control)
         return found
 
+    def recent_successes(self, since: float, limit: int) -> list[tuple[float, bytes]]:
+        """(time it succeeded, payload) of the newest jobs that succeeded after ``since``."""
+        with self._mutex:
+            cursor = self._cursor()
+            found: list[tuple[float, bytes]] = []
+            for dataset in reversed(self._load_datasets(cursor)):
+                n = dataset.number
+                with self._unless_dropped(cursor, n):
+                    self._execute(
+                        cursor,
+                        f"SELECT t.time, j.payload FROM job_state_transitions_{n} t JOIN "
+                        f"jobs_{n} j ON j.id = t.job_id WHERE t.state = ? AND t.time > ? "
+                        f"ORDER BY t.id DESC LIMIT {int(limit - len(found))}",
+                        (SUCCEEDED, since),
+                    )
+                    found += [(float(at), bytes(payload)) for at, payload in cursor.fetchall()]
+                if len(found) >= limit:
+                    break
+            self._connection.commit()
+            return found
+
     def _while_datasets_stand(self, read: Callable[[], _T]) -> _T:
         """``read``, again if a dataset it went through was dropped meanwhile.
 
