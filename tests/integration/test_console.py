@@ -9,6 +9,7 @@ Under ``CI=true`` a missing chromium or playwright fails the test instead of ski
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -41,9 +42,40 @@ def browser() -> Iterator[Any]:
 
 
 def number(page: Any, key: str) -> int:
-    """The figure the page shows at ``key`` (``–`` before it is known: -1)."""
+    """The figure the page shows at ``key`` (``—`` before it is known: -1)."""
     text = page.locator(f'[data-k="{key}"]').first.text_content().strip()
-    return -1 if text == "–" else int(text.replace(",", ""))
+    return -1 if text == "—" else int(text.replace(",", ""))
+
+
+def check_on_a_phone(browser: Any, url: str) -> None:
+    """At a 390 px viewport: nothing wider than it, no console error or failed request (the
+    favicon), one clock (UTC, 24 h), empty cells a grey dash, the latencies as numbers."""
+    phone = browser.new_page(viewport={"width": 390, "height": 844})
+    errors: list[str] = []
+    phone.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    phone.on("pageerror", lambda e: errors.append(str(e)))
+    phone.on(
+        "response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None
+    )
+    phone.goto(url)
+    phone.wait_for_timeout(3500)  # two polls of /api/state
+    assert errors == [], errors
+    assert phone.evaluate("document.documentElement.scrollWidth") <= 390
+    assert phone.evaluate("document.body.scrollWidth") <= 390
+    icon = httpx.get(f"{url}/favicon.svg", timeout=10)
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg")
+    clock = phone.locator('[data-k="at"]').text_content()
+    assert re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d:[0-5]\d UTC", clock), clock
+    body = phone.locator("main").text_content()
+    assert not re.search(r"\b(AM|PM)\b", body), "a 12 h clock on the page"
+    empty = phone.locator("#stages td .empty").first  # the collector's lag, for one
+    assert empty.text_content() == "—"
+    assert empty.evaluate("e => getComputedStyle(e).color") == "rgb(154, 163, 178)"
+    for key in ("counted", "delivered"):
+        for share in ("p50", "p99"):
+            shown = phone.locator(f'[data-k="latency.{key}.{share}_ms"]').text_content()
+            assert re.fullmatch(r"\d+ ms|\d+\.\d s", shown), (key, share, shown)
+    phone.close()
 
 
 def wait_for_state(url: str, ready: Any, timeout: float = 240) -> dict[str, Any]:
@@ -113,6 +145,7 @@ def test_console_shows_the_pipeline_moving(tmp_path: Path, browser: Any) -> None
             )
             assert page.locator("#chart svg rect").count() > 0, "no bar in the chart"
             assert page.locator("#live").text_content() == "live"
+            check_on_a_phone(browser, url)  # while events flow: latencies of the last minute
             assert flowing.wait(240) and again.wait(60), "the clients could not send"
 
             # once everything is through, the page and the API agree with the pipeline
