@@ -325,6 +325,20 @@ def test_summary_per_destination(db: JobDB) -> None:
     assert db.summary(time.time() + 120)["hook"].succeeded_last_minute == 0  # a minute later
 
 
+def test_recent_successes_are_the_newest_with_their_payloads(db: JobDB) -> None:
+    """The console's latency to delivered: when each succeeded and its payload, newest first."""
+    db.add(jobs(14), query_id="q", batch_id=0)  # two datasets of 10 rows at most
+    pending = db.pending("web/hook")
+    db.record([Transition(job.id, EXECUTING, 1) for job in pending])
+    db.record([Transition(job.id, SUCCEEDED, 1, status_code=200) for job in pending[:12]])
+    before = time.time() - 60
+    found = db.recent_successes(before, 5)
+    assert len(found) == 5 and all(at > before for at, _ in found)
+    assert [payload for _, payload in found] == [job.payload for job in pending[11:6:-1]]
+    assert len(db.recent_successes(before, 100)) == 12
+    assert db.recent_successes(time.time() + 1, 100) == []
+
+
 def test_every_listed_backend_has_a_test_jobdb(tmp_path: Path) -> None:
     assert BACKENDS == ["sqlite", "postgresql", "mysql"]
     with pytest.raises(AssertionError, match="no test JobDB"), jobdb_url("oracle", tmp_path):
