@@ -171,6 +171,9 @@ def test_console_shows_the_pipeline_moving(tmp_path: Path, browser: Any) -> None
             assert state["dedupe"]["effective_window_ms"] == 24 * 3600 * 1000
             assert [p["name"] for p in state["parts"]] == ["collector", "pipeline", "director"]
             assert all(p["state"] == "running" and p["restarts"] == 0 for p in state["parts"])
+            # each query ran its first micro-batch: none is "starting" any more
+            assert all(s["starting_seconds"] is None for s in state["stages"]), state["stages"]
+            assert {s["state"] for s in state["stages"]} == {"running"}, state["stages"]
             orders = next(d for d in state["destinations"] if d["name"] == "orders")
             assert orders["last_error"] and "500" in orders["last_error"]  # /flaky/1 fails once
             page.wait_for_timeout(2000)

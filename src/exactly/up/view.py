@@ -128,7 +128,7 @@ class View:
     def parts(self) -> str:
         words = []
         for running in self.supervisor.parts:
-            state = "up" if running.alive else "restarting"
+            state = "up" if running.alive else "starting" if not running.starts else "restarting"
             restarts = f" ({running.starts - 1} restarts)" if running.starts > 1 else ""
             words.append(f"{running.part.name} {state}{restarts}")
         return "; ".join(words)
@@ -142,7 +142,7 @@ class View:
         table = Table(
             Column("stage", no_wrap=True, min_width=12),
             Column("done", justify="right"),
-            Column("per s", justify="right"),
+            Column("rate", justify="right"),
             Column("lag / queued", justify="right"),
             box=None,
         )
