@@ -44,7 +44,6 @@ from exactly.collector.body import (
     drain,
     read_body,
 )
-from exactly.collector.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from exactly.collector.metrics import Metrics
 from exactly.collector.ratelimit import RateLimiter
 from exactly.collector.settings import CollectorSettings
@@ -54,6 +53,7 @@ from exactly.errors import LogUnavailable, UnknownTopic
 from exactly.events import InvalidEvent, Receipt, normalise, partition_for
 from exactly.gcra import Rate
 from exactly.log import open_log
+from exactly.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 
 Scope = dict[str, Any]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
