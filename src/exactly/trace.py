@@ -33,7 +33,7 @@ import orjson
 
 from exactly.config import Settings
 from exactly.dedupe.recovery import source_offset
-from exactly.errors import LogError
+from exactly.errors import NotIndexed
 from exactly.events.partition import partition_for
 from exactly.log import Log, LogRecord, open_log
 from exactly.urls import embedded_path
@@ -127,10 +127,6 @@ class Trace:
         }
 
 
-class NotIndexed(LogError):
-    """The log keeps no index by key: tracing would be a scan."""
-
-
 def trace(settings: Settings, message_id: str) -> Trace:
     """Every hop of ``message_id`` (module docstring); raises :class:`NotIndexed` on a log
     without an index by key, and the stores' own errors when one cannot be read."""
@@ -205,7 +201,7 @@ def _find(log: Log, topic: str, partition: int, key: bytes) -> list[LogRecord]:
     if found is None:
         raise NotIndexed(
             f"trace needs an index by messageId, which the log {log!r} does not keep (only the "
-            "sqlite log does): unavailable for this log"
+            "sqlite log does): unavailable for this log; trace on a pipeline whose log is sqlite://"
         )
     return found
 

@@ -56,7 +56,6 @@ from exactly.delivery.jobdb.base import (
     Control,
     Job,
     JobDB,
-    JobDBError,
     Transition,
 )
 from exactly.delivery.metrics import DeliveryMetrics, Gauges
@@ -67,7 +66,7 @@ from exactly.delivery.policy import next_step, retry_after
 from exactly.delivery.queues import Bucket, Destination
 from exactly.delivery.settings import DestinationSettings
 from exactly.delivery.signing import request_headers
-from exactly.errors import ExactlyError
+from exactly.errors import ExactlyError, JobDBError
 
 T = TypeVar("T")
 REFILL = 1_000  # jobs: a bucket pages more in once it has room for this many
