@@ -162,8 +162,7 @@ class Console:
         return web.json_response(found, status=status, headers={"Cache-Control": "no-store"})
 
     def _follow(self, message_id: str) -> dict[str, Any]:
-        from exactly.cli.trace import render
-        from exactly.trace import trace
+        from exactly.trace import render, trace
 
         found = trace(self.settings, message_id)
         return {**found.to_json(), "text": render(found)}
