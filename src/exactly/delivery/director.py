@@ -41,8 +41,16 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
-import aiohttp
 import uvloop
+
+from exactly.errors import EnvironmentProblem
+
+try:
+    import aiohttp
+except ImportError as error:  # pragma: no cover - depends on the installed packages
+    raise EnvironmentProblem(
+        f"the director needs aiohttp ({error}): pip install 'exactly[delivery]'"
+    ) from None
 
 from exactly.delivery.archive import Archive, archive_name
 from exactly.delivery.failures import failure
