@@ -306,8 +306,8 @@ def worker_costs(count: int, repeat: int = 3) -> dict[str, list[float]]:
     cyclic collector paused as the sink pauses it. CPU time of the whole process, every thread.
     ``worker`` is the task and the columns' parts.
     """
-    from exactly.collection import collection_paused
     from exactly.dedupe.task import TaskPlan, dedupe_partition
+    from exactly.gc_pause import collection_paused
     from exactly.spark.marks import Mark
     from exactly.spark.sink import Columns, PartitionOutput, _grouped, _in_columns
 

@@ -56,12 +56,33 @@ class LogUnavailable(LogError):
     """The log backend cannot be reached or did not answer in time."""
 
 
+class NotIndexed(LogError):
+    """The log keeps no index by key, so ``exactly trace`` would be a scan (only sqlite has one)."""
+
+
 class ShortRead(LogUnavailable):
     """A read of an offset range got nowhere before the range's end for too long."""
 
 
 class Fenced(LogError):
     """A fenced partition writer was superseded: a newer writer with the same id opened since."""
+
+
+class InvalidEvent(ExactlyError):
+    """An event (or a request envelope) breaks the rules; ``code`` names the rule for metrics."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class ImportFailed(ExactlyError):
+    """A file cannot be imported (missing, unreadable, not gzip although it says so)."""
+
+
+class InvalidLines(ExactlyError):
+    """Some lines of an imported file were invalid (each was reported with its number)."""
 
 
 class StreamError(ExactlyError):
@@ -90,3 +111,23 @@ class AggregateError(ExactlyError):
 
 class DatabaseUnavailable(AggregateError):
     """The aggregate database could not be reached for longer than the job retries."""
+
+
+class JobDBError(ExactlyError):
+    """The JobDB refused an operation or cannot be reached."""
+
+
+class DirectorLockHeld(JobDBError):
+    """Another director holds the JobDB's lock (one director per JobDB)."""
+
+
+class ReplayRunning(JobDBError):
+    """Another replay of the same destination holds its lock."""
+
+
+class ArchiveError(ExactlyError):
+    """The archive cannot be reached, refused a write, or holds a file it cannot read."""
+
+
+class PartKeepsDying(ExactlyError):
+    """A part of ``exactly up`` died ``patience`` times in a row soon after starting."""

@@ -33,7 +33,7 @@ import orjson
 
 from exactly.config import Settings
 from exactly.dedupe.recovery import source_offset
-from exactly.errors import LogError
+from exactly.errors import NotIndexed
 from exactly.events.partition import partition_for
 from exactly.log import Log, LogRecord, open_log
 from exactly.urls import embedded_path
@@ -127,13 +127,10 @@ class Trace:
         }
 
 
-class NotIndexed(LogError):
-    """The log keeps no index by key: tracing would be a scan."""
-
-
 def trace(settings: Settings, message_id: str) -> Trace:
-    """Every hop of ``message_id`` (module docstring); raises :class:`NotIndexed` on a log
-    without an index by key, and the stores' own errors when one cannot be read."""
+    """Every hop of ``message_id`` (module docstring); raises
+    :class:`~exactly.errors.NotIndexed` on a log without an index by key, and the stores' own
+    errors when one cannot be read."""
     result = Trace(message_id)
     key = message_id.encode()
     raw = settings.collector.topic
@@ -205,7 +202,7 @@ def _find(log: Log, topic: str, partition: int, key: bytes) -> list[LogRecord]:
     if found is None:
         raise NotIndexed(
             f"trace needs an index by messageId, which the log {log!r} does not keep (only the "
-            "sqlite log does): unavailable for this log"
+            "sqlite log does): unavailable for this log; trace on a pipeline whose log is sqlite://"
         )
     return found
 
@@ -353,4 +350,80 @@ def _missing(url: str) -> bool:
     return path is not None and not path.exists()
 
 
-__all__ = ["NotIndexed", "Trace", "trace"]
+def render(found: Trace) -> str:
+    """The trace as text, each line within 80 columns (long ids and errors are cut)."""
+    lines = [_cut(f"message {found.message_id} (raw partition {found.partition})")]
+    lines.append(f"accepted {len(found.copies)} time{'s' if len(found.copies) != 1 else ''}")
+    for copy in found.copies:
+        lines += _copy_lines(copy)
+    if found.counted:
+        lines.append("counted")
+        for counted in found.counted:
+            if counted.batch_id is None:
+                lines.append(f"  query {_short(counted.query_id)}: not counted yet")
+            else:
+                at = "" if counted.exact else "at or before "
+                lines.append(
+                    _cut(f"  {at}batch {counted.batch_id} of query {_short(counted.query_id)}")
+                )
+                lines.append(_cut(f"    committed {counted.committed_at}"))
+    lines.append(
+        f"delivered: {len(found.deliveries)} job(s)" if found.deliveries else "delivered: no jobs"
+    )
+    for delivery in found.deliveries:
+        lines += _delivery_lines(delivery)
+    lines += [_cut(f"note: {note}") for note in found.notes]
+    return "\n".join(lines)
+
+
+def _copy_lines(copy: Copy) -> list[str]:
+    verdict = copy.verdict
+    source = copy.source or "(no source)"
+    lines = [
+        _cut(
+            f"  raw {copy.partition}:{copy.offset}  source {source}  received "
+            f"{copy.received_at or '?'}"
+        ),
+    ]
+    if verdict.outcome == "kept":
+        text = f"kept -> events {copy.partition}:{verdict.events_offset}"
+    elif verdict.outcome == "duplicate" and verdict.duplicate_of is not None:
+        text = f"duplicate of raw {copy.partition}:{verdict.duplicate_of}"
+    else:
+        text = f"{verdict.outcome}: {verdict.reason}"
+    lines.append(_cut(f"    dedupe: {text}"))
+    return lines
+
+
+def _delivery_lines(delivery: Delivery) -> list[str]:
+    where = " (archived)" if delivery.archived else ""
+    lines = [_cut(f"  {delivery.destination}: {delivery.state}, job {delivery.job_id}{where}")]
+    for attempt in delivery.attempts:
+        status = "" if attempt.status_code is None else f" {attempt.status_code}"
+        latency = "" if attempt.latency_ms is None else f" {attempt.latency_ms:.0f} ms"
+        error = "" if not attempt.error else f" {' '.join(attempt.error.split())}"
+        lines.append(
+            _cut(
+                f"    #{attempt.attempt} {_when(attempt.started or attempt.finished)} "
+                f"{attempt.state}{status}{latency}{error}"
+            )
+        )
+    return lines
+
+
+def _when(seconds: float) -> str:
+    return (
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+        + f".{int(seconds * 1000) % 1000:03d}Z"
+    )
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 36 else text[:35] + "…"
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= 80 else line[:79] + "…"
+
+
+__all__ = ["Trace", "render", "trace"]

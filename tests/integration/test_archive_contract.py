@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from exactly.delivery.archive import BACKENDS, Archive, ArchiveError, archive_name, open_archive
+from exactly.delivery.archive import BACKENDS, Archive, archive_name, open_archive
 from exactly.delivery.archive.directory import DirectoryArchive
 from exactly.delivery.archive.s3 import S3Archive
 from exactly.delivery.jobdb import open_jobdb
 from exactly.delivery.jobdb.base import SUCCEEDED, Dataset, NewJob, Transition
-from exactly.errors import ConfigError
+from exactly.errors import ArchiveError, ConfigError
 from tests.archives import MotoServer, archive_url
 from tests.seeds import crash_rng
 from tests.servers import free_port

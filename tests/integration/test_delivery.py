@@ -253,8 +253,8 @@ def test_finished_datasets_are_archived_then_dropped(tmp_path: Path, receiver: R
 
 
 def test_a_jobdb_that_refuses_writes_stops_the_director(tmp_path: Path, receiver: Receiver) -> None:
-    from exactly.delivery.jobdb.base import JobDBError
     from exactly.delivery.jobdb.sqlite import SqliteJobDB
+    from exactly.errors import JobDBError
 
     class Failing(SqliteJobDB):
         writes = 0

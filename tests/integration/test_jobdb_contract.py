@@ -21,11 +21,11 @@ from exactly.delivery.jobdb.base import (
     EXECUTING,
     EXPIRED,
     SUCCEEDED,
-    DirectorLockHeld,
     JobDB,
     NewJob,
     Transition,
 )
+from exactly.errors import DirectorLockHeld
 from tests.jobdb import jobdb_url
 
 
@@ -462,7 +462,7 @@ def _hold_replay(url: str, ready: Any) -> None:
 
 
 def test_one_replay_of_a_destination_at_a_time(url: str) -> None:
-    from exactly.delivery.jobdb.base import ReplayRunning
+    from exactly.errors import ReplayRunning
 
     context = multiprocessing.get_context("spawn")
     ready = context.Event()

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from exactly.delivery.jobdb import BACKENDS, open_jobdb
-from exactly.delivery.jobdb.base import JobDB, JobDBError
+from exactly.delivery.jobdb.base import JobDB
 from exactly.delivery.route import Event, RoutePlan, drive, jobs_for
 from exactly.delivery.settings import DestinationSettings
+from exactly.errors import JobDBError
 from exactly.log import open_log
 from tests.aggregate_stream import EventStream, append
 from tests.jobdb import jobdb_url

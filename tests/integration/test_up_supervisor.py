@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from exactly.up.supervisor import Part, PartKeepsDying, Supervisor
+from exactly.errors import PartKeepsDying
+from exactly.up.supervisor import Part, Supervisor
 from tests.servers import free_port
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from exactly.delivery.jobdb.base import JobDBError
 from exactly.delivery.patience import Patience
+from exactly.errors import JobDBError
 
 
 def test_failures_are_retried_with_one_report_until_patience_is_spent() -> None:

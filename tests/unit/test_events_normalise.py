@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from exactly.errors import InvalidEvent
 from exactly.events import (
     MAX_EVENT_BYTES,
     MAX_MESSAGE_ID_LENGTH,
-    InvalidEvent,
     Receipt,
     format_millis,
     format_time,

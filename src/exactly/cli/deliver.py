@@ -30,7 +30,7 @@ def opened_jobdb(url: str, **options: Any) -> Iterator[JobDB]:
     wrong password or a server that does not answer stops the command with one line naming the
     JobDB (password masked) and the driver's reason, not the driver's traceback."""
     from exactly.delivery.jobdb import open_jobdb
-    from exactly.delivery.jobdb.base import JobDBError
+    from exactly.errors import JobDBError
 
     database = open_jobdb(url, **options)
     try:

@@ -14,13 +14,9 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColu
 from exactly.cli.context import context
 from exactly.collector.importer import import_file as run_import
 from exactly.config import SOURCE_NAME
-from exactly.errors import ConfigError, ExactlyError
+from exactly.errors import ConfigError, InvalidLines
 
 MAX_LISTED = 100
-
-
-class InvalidLines(ExactlyError):
-    """Some lines of an imported file were invalid (each was reported with its number)."""
 
 
 def import_file(

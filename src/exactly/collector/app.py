@@ -44,16 +44,16 @@ from exactly.collector.body import (
     drain,
     read_body,
 )
-from exactly.collector.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from exactly.collector.metrics import Metrics
 from exactly.collector.ratelimit import RateLimiter
 from exactly.collector.settings import CollectorSettings
 from exactly.collector.sources import Sources, Unauthorized, basic_username
 from exactly.collector.wire import RECORD
-from exactly.errors import LogUnavailable, UnknownTopic
-from exactly.events import InvalidEvent, Receipt, normalise, partition_for
+from exactly.errors import InvalidEvent, LogUnavailable, UnknownTopic
+from exactly.events import Receipt, normalise, partition_for
 from exactly.gcra import Rate
 from exactly.log import open_log
+from exactly.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 
 Scope = dict[str, Any]
 Send = Callable[[dict[str, Any]], Awaitable[None]]

@@ -35,16 +35,12 @@ from typing import Any
 
 import orjson
 
-from exactly.errors import ExactlyError, UnknownTopic
-from exactly.events import InvalidEvent, Receipt, ksuid, normalise, parse_millis, partition_for
+from exactly.errors import ImportFailed, InvalidEvent, UnknownTopic
+from exactly.events import Receipt, ksuid, normalise, parse_millis, partition_for
 from exactly.log import Log, Record
 
 IDENTITY_BYTES = 64 * 1024
 _GZIP_MAGIC = b"\x1f\x8b"
-
-
-class ImportFailed(ExactlyError):
-    """The file cannot be imported (missing, unreadable, not gzip although it says so)."""
 
 
 @dataclass
@@ -75,7 +71,9 @@ def file_identity(path: Path) -> str:
         with path.open("rb") as handle:
             head = handle.read(IDENTITY_BYTES)
     except OSError as error:
-        raise ImportFailed(f"cannot read {path}: {error.strerror}") from error
+        raise ImportFailed(
+            f"cannot read {path}: {error.strerror}; check the path and that it is readable"
+        ) from error
     return hashlib.blake2b(head + str(size).encode(), digest_size=12).hexdigest()
 
 
@@ -88,7 +86,9 @@ def _open(path: Path) -> tuple[io.BufferedIOBase, io.BufferedIOBase]:
     try:
         raw = path.open("rb")
     except OSError as error:
-        raise ImportFailed(f"cannot read {path}: {error.strerror}") from error
+        raise ImportFailed(
+            f"cannot read {path}: {error.strerror}; check the path and that it is readable"
+        ) from error
     if raw.read(2) == _GZIP_MAGIC:
         raw.seek(0)
         return gzip.GzipFile(fileobj=raw, mode="rb"), raw
@@ -199,7 +199,10 @@ def import_file(
                     if on_progress is not None:
                         on_progress(raw.tell())
         except (OSError, EOFError, gzip.BadGzipFile) as error:
-            raise ImportFailed(f"cannot read {path}: {error}") from error
+            raise ImportFailed(
+                f"cannot read {path}: {error}; check the file is whole (a gzip file not cut "
+                "short), then import it again: lines already imported are skipped"
+            ) from error
         report.imported += _flush(log, topic, name, batch, pool)
     if on_progress is not None:
         on_progress(path.stat().st_size)

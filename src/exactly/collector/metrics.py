@@ -1,4 +1,5 @@
-"""The collector's Prometheus metrics, served at ``GET /metrics``.
+"""The collector's Prometheus metrics, served at ``GET /metrics`` (the shared way,
+:mod:`exactly.metrics`).
 
 With one worker the figures live in the process. With ``--workers N`` the CLI sets
 ``PROMETHEUS_MULTIPROC_DIR`` before the workers start, each worker writes its figures to files
@@ -7,26 +8,11 @@ there, and whichever worker answers ``/metrics`` sums them all.
 
 from __future__ import annotations
 
-import os
+from prometheus_client import Counter, Gauge, Histogram
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    disable_created_metrics,
-    generate_latest,
-)
-from prometheus_client.multiprocess import MultiProcessCollector
+from exactly.metrics import CollectorRegistry, exposition, multiprocess
 
-disable_created_metrics()  # type: ignore[no-untyped-call]
-
-CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
-
-
-def multiprocess() -> bool:
-    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 
 
 class Metrics:
@@ -102,8 +88,4 @@ class Metrics:
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every worker's figures."""
-        if multiprocess():
-            registry = CollectorRegistry()
-            MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-            return generate_latest(registry)
-        return generate_latest(self.registry)
+        return exposition(self.registry, every_process=multiprocess())

@@ -27,7 +27,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from exactly.config import Settings
-from exactly.errors import ConfigError
+from exactly.errors import ConfigError, EnvironmentProblem
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -75,6 +75,13 @@ class Console:
 
     def start(self) -> None:
         """Listen (raises :class:`ConfigError` when the port is taken) and serve in a thread."""
+        try:
+            import aiohttp  # noqa: F401 - a base dependency; missing only in a broken install
+        except ImportError as error:
+            raise EnvironmentProblem(
+                f"the console needs aiohttp, a dependency of exactly ({error}): pip install "
+                "'aiohttp>=3.12', or set [console] port = 0 for no console"
+            ) from None
         self._thread = threading.Thread(target=self._serve, name="console", daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -165,8 +172,7 @@ class Console:
         return web.json_response(found, status=status, headers={"Cache-Control": "no-store"})
 
     def _follow(self, message_id: str) -> dict[str, Any]:
-        from exactly.cli.trace import render
-        from exactly.trace import trace
+        from exactly.trace import render, trace
 
         found = trace(self.settings, message_id)
         return {**found.to_json(), "text": render(found)}

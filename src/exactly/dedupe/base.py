@@ -44,7 +44,6 @@ from operator import itemgetter, methodcaller, ne
 from pathlib import Path
 from typing import ClassVar, NamedTuple
 
-from exactly.collection import collection_paused
 from exactly.dedupe.window import Bounds, effective_window
 from exactly.errors import ConfigError, InvalidId
 from exactly.events.ids import (
@@ -55,6 +54,7 @@ from exactly.events.ids import (
     owner_text,
     partition_prefix,
 )
+from exactly.gc_pause import collection_paused
 
 
 class Status(IntEnum):

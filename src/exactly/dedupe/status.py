@@ -10,9 +10,9 @@ Figures come from where they are durable, so they are right after any crash:
 * ``late`` (spark-state): rows Spark's operator dropped as late, summed from progress reports.
 
 The job writes ``DATA_DIR/status/dedupe-<raw>.json`` (how to find its store and checkpoint, the
-last progress report) and ``DATA_DIR/metrics/dedupe-<raw>.prom`` (Prometheus text format, for a
-node-exporter textfile collector) after each micro-batch; ``exactly status`` reads the first and
-recomputes the rest live.
+last progress report) and ``DATA_DIR/metrics/dedupe-<raw>.prom`` (its metrics exposed the shared
+way, :mod:`exactly.metrics`, to a file for a node-exporter textfile collector: the job serves no
+HTTP) after each micro-batch; ``exactly status`` reads the first and recomputes the rest live.
 """
 
 from __future__ import annotations
@@ -20,19 +20,25 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
 
 from exactly.dedupe.job import DedupePlan, store_url
 from exactly.dedupe.window import Bounds, below_minimum, shortest_window, window_in_effect
 from exactly.errors import ConfigError, UnknownTopic
 from exactly.events.ids import DEFAULT_SCOPE
 from exactly.log import Log
+from exactly.metrics import CollectorRegistry, counter, exposition, gauge, write_textfile
 from exactly.spark import checkpoint
 from exactly.units import format_duration
 from exactly.urls import MASK, redact
+
+Sample = tuple[Sequence[str], float | None]
 
 
 @dataclass(frozen=True)
@@ -163,7 +169,9 @@ def save(plan: DedupePlan, status: DedupeStatus) -> None:
         "status": asdict(status),
     }
     _replace(status_path(plan.data_dir, plan.source), json.dumps(document, indent=1))
-    _replace(metrics_path(plan.data_dir, plan.source), prometheus(status))
+    registry = CollectorRegistry()
+    registry.register(StatusMetrics(status))
+    write_textfile(metrics_path(plan.data_dir, plan.source), registry)
 
 
 def load(
@@ -216,56 +224,60 @@ def _replace(path: Path, text: str) -> None:
 
 def prometheus(status: DedupeStatus) -> str:
     """The status in Prometheus text format: counters and gauges labelled by partition."""
-    labels = f'source="{status.source}",store="{status.store}"'
-    lines = []
+    registry = CollectorRegistry()
+    registry.register(StatusMetrics(status))
+    return exposition(registry).decode()
 
-    def metric(name: str, kind: str, text: str, values: Sequence[tuple[str, float | None]]) -> None:
-        lines.append(f"# HELP exactly_dedupe_{name} {text}")
-        lines.append(f"# TYPE exactly_dedupe_{name} {kind}")
-        for extra, value in values:
-            if value is not None:
-                lines.append(f"exactly_dedupe_{name}{{{labels}{extra}}} {value:g}")
 
-    parts = status.partitions
-    outcomes = []
-    for p in parts:
-        where = f',partition="{p.partition}"'
-        outcomes += [
-            (f'{where},outcome="in"', p.committed),
-            (f'{where},outcome="passed"', p.passed),
-            (f'{where},outcome="duplicate"', p.dropped),
-            (f'{where},outcome="rejected"', p.rejected),
-        ]
-    metric("records_total", "counter", "raw records processed, by outcome", outcomes)
-    metric(
-        "lag_records",
-        "gauge",
-        "raw records not processed yet",
-        [(f',partition="{p.partition}"', p.lag) for p in parts],
-    )
-    metric(
-        "keys",
-        "gauge",
-        "messageIds kept by the store",
-        [(f',partition="{p.partition}"', p.keys) for p in parts],
-    )
-    metric(
-        "bytes",
-        "gauge",
-        "bytes the store keeps on disk",
-        [(f',partition="{p.partition}"', p.bytes) for p in parts],
-    )
-    metric(
-        "window_seconds",
-        "gauge",
-        "age of the oldest messageId kept, once the bounds age ids out",
-        [
-            (f',partition="{p.partition}"', None if p.window is None else p.window / 1000)
-            for p in parts
-        ],
-    )
-    metric("late_total", "counter", "rows Spark dropped as late (spark-state)", [("", status.late)])
-    return "\n".join(lines) + "\n"
+class StatusMetrics(Collector):
+    """A saved status as metric families (the shared way, :mod:`exactly.metrics`)."""
+
+    def __init__(self, status: DedupeStatus) -> None:
+        self.status = status
+
+    def collect(self) -> Iterator[Metric]:
+        status, parts = self.status, self.status.partitions
+        labels = ("source", "store", "partition")
+        given = (status.source, status.store)
+
+        def each(value: Callable[[PartitionStatus], float | None]) -> list[Sample]:
+            return [((*given, str(p.partition)), value(p)) for p in parts]
+
+        outcomes: list[Sample] = []
+        for p in parts:
+            where = (*given, str(p.partition))
+            outcomes += [
+                ((*where, "in"), p.committed),
+                ((*where, "passed"), p.passed),
+                ((*where, "duplicate"), p.dropped),
+                ((*where, "rejected"), p.rejected),
+            ]
+        name = "exactly_dedupe_"
+        text = "raw records processed, by outcome"
+        yield counter(f"{name}records_total", text, (*labels, "outcome"), outcomes)
+        yield gauge(f"{name}lag_records", "raw records not processed yet", labels, each(_lag))
+        yield gauge(f"{name}keys", "messageIds kept by the store", labels, each(_keys))
+        yield gauge(f"{name}bytes", "bytes the store keeps on disk", labels, each(_bytes))
+        text = "age of the oldest messageId kept, once the bounds age ids out"
+        yield gauge(f"{name}window_seconds", text, labels, each(_window_seconds))
+        text = "rows Spark dropped as late (spark-state)"
+        yield counter(f"{name}late_total", text, labels[:2], [(given, status.late)])
+
+
+def _lag(p: PartitionStatus) -> int:
+    return p.lag
+
+
+def _keys(p: PartitionStatus) -> int | None:
+    return p.keys
+
+
+def _bytes(p: PartitionStatus) -> int | None:
+    return p.bytes
+
+
+def _window_seconds(p: PartitionStatus) -> float | None:
+    return None if p.window is None else p.window / 1000
 
 
 def show_window(window: int) -> str:

@@ -41,8 +41,9 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 from exactly.dedupe import recovery
 from exactly.dedupe.base import Claim, DedupeStore, StorePartition
 from exactly.dedupe.recovery import SOURCE_HEADER
+from exactly.errors import InvalidEvent
 from exactly.events.ids import DEFAULT_SCOPE, ids_packer, pack_owners, record_sources
-from exactly.events.normalise import InvalidEvent, message_id_of
+from exactly.events.normalise import message_id_of
 from exactly.log import Log, Record
 from exactly.log.base import DEFAULT_MAX_RECORD_BYTES
 

@@ -41,8 +41,16 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
-import aiohttp
 import uvloop
+
+from exactly.errors import EnvironmentProblem
+
+try:
+    import aiohttp
+except ImportError as error:  # pragma: no cover - depends on the installed packages
+    raise EnvironmentProblem(
+        f"the director needs aiohttp ({error}): pip install 'exactly[delivery]'"
+    ) from None
 
 from exactly.delivery.archive import Archive, archive_name
 from exactly.delivery.failures import failure
@@ -56,7 +64,6 @@ from exactly.delivery.jobdb.base import (
     Control,
     Job,
     JobDB,
-    JobDBError,
     Transition,
 )
 from exactly.delivery.metrics import DeliveryMetrics, Gauges
@@ -67,7 +74,7 @@ from exactly.delivery.policy import next_step, retry_after
 from exactly.delivery.queues import Bucket, Destination
 from exactly.delivery.settings import DestinationSettings
 from exactly.delivery.signing import request_headers
-from exactly.errors import ExactlyError
+from exactly.errors import ExactlyError, JobDBError
 
 T = TypeVar("T")
 REFILL = 1_000  # jobs: a bucket pages more in once it has room for this many

@@ -13,21 +13,21 @@ Per destination (label ``destination``):
 
 and ``exactly_delivery_jobdb_datasets``, the JobDB's live datasets. Counters are read from the
 director's tallies at scrape time; the gauges are a snapshot the event loop replaces whole, so the
-HTTP thread never walks the director's queues.
+HTTP thread never walks the director's queues. Exposed the shared way (:mod:`exactly.metrics`):
+the histogram is live, the rest a ``Collector`` read at scrape time, served by its ``Server``.
 """
 
 from __future__ import annotations
 
-import errno
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import Histogram
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from exactly.errors import ConfigError
+from exactly.metrics import CollectorRegistry, Server, counter, gauge
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _COUNTERS = (
@@ -73,15 +73,13 @@ class DeliveryMetrics(Collector):
             registry=self.registry,
         )
         self.registry.register(self)
-        self._server: Any = None
+        self._server: Server | None = None
 
     def collect(self) -> Iterator[Metric]:
-        tallies = dict(self._tallies())
+        tallies = sorted(dict(self._tallies()).items())
         for name, field, text in _COUNTERS:
-            family = CounterMetricFamily(f"exactly_delivery_{name}", text, labels=["destination"])
-            for destination, tally in sorted(tallies.items()):
-                family.add_metric([destination], getattr(tally, field))
-            yield family
+            samples = [((destination,), getattr(tally, field)) for destination, tally in tallies]
+            yield counter(f"exactly_delivery_{name}", text, ["destination"], samples)
         gauges = self.gauges  # replaced whole by the director, never changed in place
         for field, text in (
             ("queued", "jobs waiting to be sent (not in flight, not waiting to retry)"),
@@ -89,24 +87,19 @@ class DeliveryMetrics(Collector):
             ("retrying", "jobs waiting for their retry time"),
             ("oldest_queued_seconds", "age of the oldest job not yet finished"),
         ):
-            gauge = GaugeMetricFamily(f"exactly_delivery_{field}", text, labels=["destination"])
-            for destination in sorted(tallies):
-                gauge.add_metric([destination], getattr(gauges.get(destination, Gauges()), field))
-            yield gauge
-        yield GaugeMetricFamily(
-            "exactly_delivery_jobdb_datasets", "live datasets in the JobDB", value=self.datasets
-        )
+            samples = [
+                ((destination,), getattr(gauges.get(destination, Gauges()), field))
+                for destination, _ in tallies
+            ]
+            yield gauge(f"exactly_delivery_{field}", text, ["destination"], samples)
+        text = "live datasets in the JobDB"
+        yield gauge("exactly_delivery_jobdb_datasets", text, [], [((), self.datasets)])
 
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
         """Serve ``/metrics`` on ``host:port`` from a thread until :meth:`close`."""
-        try:
-            self._server, _ = start_http_server(port, addr=host, registry=self.registry)
-        except OSError as error:
-            why = "the port is in use" if error.errno == errno.EADDRINUSE else str(error)
-            raise ConfigError(f"cannot serve metrics on {host}:{port}: {why}") from None
+        self._server = Server(self.registry, port, host)
 
     def close(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.close()
             self._server = None

@@ -15,7 +15,8 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
-from exactly.delivery.jobdb.base import EXPIRED, DirectorLockHeld, JobDB, Transition
+from exactly.delivery.jobdb.base import EXPIRED, JobDB, Transition
+from exactly.errors import DirectorLockHeld
 
 BY_OPERATOR = "expired by an operator"
 ANSWER_WAIT = 10.0  # seconds an expiry waits for the running director to apply it

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from exactly.backoff import backoff
-from exactly.delivery.jobdb.base import JobDBError
+from exactly.errors import JobDBError
 
 
 @dataclass

@@ -17,7 +17,7 @@ A Spark streaming query from the ``exactly`` source with ``foreachBatch``. Per m
 A crash anywhere repeats at most the last batch, whose marker stops it at 4. A JobDB that fails
 at step 4 (a lost connection, a server restarting) is tried again on a new connection for
 ``jobdb_patience`` seconds: the marker makes a retry of a commit whose answer was lost add
-nothing. Past that the query stops with one :class:`~exactly.delivery.jobdb.base.JobDBError`. A
+nothing. Past that the query stops with one :class:`~exactly.errors.JobDBError`. A
 checkpoint that is lost (or new, over a JobDB the same checkpoint path filled) starts from the
 end offsets of the last batch the JobDB took from this stream, so the JobDB, not the checkpoint,
 is the source of truth. No HTTP request is made here: delivering is the director's (``exactly

@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from exactly.errors import ExactlyError
+from exactly.errors import InvalidEvent
 from exactly.events.ksuid import ksuid
 
 EVENT_TYPES = frozenset({"track", "identify", "page", "screen", "group", "alias"})
@@ -55,15 +55,6 @@ _MAX_MILLIS = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC) - _EPOCH) 
     milliseconds=1
 )
 _MINUTES: dict[int, str] = {}  # epoch minute -> "YYYY-MM-DDTHH:MM:", a cache for format_millis
-
-
-class InvalidEvent(ExactlyError):
-    """An event (or a request envelope) breaks the rules; ``code`` names the rule for metrics."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class Normalised(NamedTuple):

@@ -65,9 +65,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from exactly.collection import collection_paused
 from exactly.errors import StreamError
 from exactly.events import partition_for
+from exactly.gc_pause import collection_paused
 from exactly.log import Log, Record
 from exactly.log.base import Header, PartitionWriter
 from exactly.log.columns import HEADERS, record_columns, with_header, without_header
@@ -414,7 +414,7 @@ class LogStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         # A task's rows, records and claims are freed by reference counting: the collector's
-        # passes over them found nothing and cost as much as the appends (exactly.collection).
+        # passes over them found nothing and cost as much as the appends (exactly.gc_pause).
         with collection_paused():
             if self.stage is None:
                 return self._write(iterator)

@@ -46,9 +46,9 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from exactly.collection import collection_paused
 from exactly.events.fields import Fields
 from exactly.events.fields import parse as parse_fields
+from exactly.gc_pause import collection_paused
 from exactly.log import LogRecord
 from exactly.spark import offsets
 from exactly.spark.options import SourceOptions, shared_log

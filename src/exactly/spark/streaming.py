@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from exactly import errors
-from exactly.errors import ExactlyError, StreamError
+from exactly.errors import ExactlyError, InvalidEvent, StreamError
 from exactly.spark.checkpoint import planned
 
 if TYPE_CHECKING:
@@ -171,7 +171,8 @@ def from_spark(error: BaseException, log: str | None = None) -> ExactlyError:
     if found is not None:
         kind = getattr(errors, found.group(1), None)
         if isinstance(kind, type) and issubclass(kind, ExactlyError):
-            return kind(found.group(2).strip())
+            message = found.group(2).strip()
+            return InvalidEvent("invalid", message) if kind is InvalidEvent else kind(message)
     first = next((line.strip() for line in text.splitlines() if line.strip()), repr(error))
     where = "" if log is None else f" (stack traces in {log})"
     return StreamError(f"the streaming query failed: {first}{where}")

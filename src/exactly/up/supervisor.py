@@ -30,11 +30,7 @@ from pathlib import Path
 from typing import IO
 
 from exactly.backoff import ceiling
-from exactly.errors import ExactlyError
-
-
-class PartKeepsDying(ExactlyError):
-    """A part died ``patience`` times in a row soon after starting."""
+from exactly.errors import PartKeepsDying
 
 
 @dataclass(frozen=True)

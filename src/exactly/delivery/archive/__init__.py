@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exactly.delivery.archive.base import Archive, ArchiveError, archive_name
+from exactly.delivery.archive.base import Archive, archive_name
 from exactly.errors import ConfigError, EnvironmentProblem
 from exactly.urls import redact
 
-__all__ = ["BACKENDS", "Archive", "ArchiveError", "archive_name", "open_archive"]
+__all__ = ["BACKENDS", "Archive", "archive_name", "open_archive"]
 
 BACKENDS = ["file", "s3"]
 

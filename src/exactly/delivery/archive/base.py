@@ -29,16 +29,12 @@ from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 from exactly.delivery.jobdb.base import Dataset
-from exactly.errors import ExactlyError
+from exactly.errors import ArchiveError
 from exactly.urls import redact
 
 SUFFIX = ".jsonl.gz"
 _NAME = re.compile(r"jobs-\d{8}T\d{6}Z-\d+-\d+\.jsonl\.gz")
 SPOOL_BYTES = 16 << 20  # an encoded file is kept in memory up to this size, then on disk
-
-
-class ArchiveError(ExactlyError):
-    """The archive cannot be reached, refused a write, or holds a file it cannot read."""
 
 
 def archive_name(dataset: Dataset) -> str:
@@ -66,7 +62,10 @@ def decode(packed: IO[bytes], name: str) -> Iterator[dict[str, Any]]:
             for line in lines:
                 yield json.loads(line)
     except (OSError, EOFError, ValueError) as error:
-        raise ArchiveError(f"archive file {name} cannot be read: {error}") from error
+        raise ArchiveError(
+            f"archive file {name} cannot be read: {error}; restore it from a copy (the archive "
+            "is the only place its jobs are kept)"
+        ) from error
 
 
 class Archive(ABC):

@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
-from exactly.delivery.archive.base import Archive, ArchiveError
+from exactly.delivery.archive.base import Archive
+from exactly.errors import ArchiveError
 
 
 class DirectoryArchive(Archive):
@@ -31,10 +32,14 @@ class DirectoryArchive(Archive):
         except OSError as error:
             raise ArchiveError(
                 f"the archive directory {self.directory} cannot be created: "
-                f"{error.strerror or error}"
+                f"{error.strerror or error}; check the archive setting ([delivery] archive) and "
+                "the permissions of its parent directory"
             ) from error
         if not os.access(self.directory, os.W_OK | os.X_OK):
-            raise ArchiveError(f"the archive directory {self.directory} is not writable")
+            raise ArchiveError(
+                f"the archive directory {self.directory} is not writable: give the user running "
+                "exactly write access to it, or set another [delivery] archive"
+            )
 
     def location(self, name: str) -> str:
         return str(self.directory / name)
@@ -63,4 +68,7 @@ class DirectoryArchive(Archive):
         try:
             return (self.directory / name).open("rb")
         except FileNotFoundError as error:
-            raise ArchiveError(f"no archive file {self.directory / name}") from error
+            raise ArchiveError(
+                f"no archive file {self.directory / name}: it was moved or removed; put it back "
+                "(the archive is the only place its jobs are kept)"
+            ) from error

@@ -26,8 +26,8 @@ import botocore.exceptions
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 
-from exactly.delivery.archive.base import Archive, ArchiveError
-from exactly.errors import ConfigError
+from exactly.delivery.archive.base import Archive
+from exactly.errors import ArchiveError, ConfigError
 
 T = TypeVar("T")
 OPTIONS = ("endpoint", "region", "profile")
@@ -118,7 +118,8 @@ class S3Archive(Archive):
         if int(stored["ContentLength"]) != size:
             raise ArchiveError(
                 f"the archive {self.describe()}: {key} holds {stored['ContentLength']} bytes "
-                f"after writing {size}"
+                f"after writing {size}: does another writer use the same bucket and prefix? "
+                "Check it, then run again (the dataset stays in the JobDB until its file is whole)"
             )
 
     def _list(self) -> Iterable[str]:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from exactly.delivery.jobdb.base import Job, JobDB, JobDBError, NewJob, Transition
+from exactly.delivery.jobdb.base import Job, JobDB, NewJob, Transition
 from exactly.errors import ConfigError, EnvironmentProblem
 from exactly.urls import redact
 
-__all__ = ["BACKENDS", "Job", "JobDB", "JobDBError", "NewJob", "Transition", "open_jobdb"]
+__all__ = ["BACKENDS", "Job", "JobDB", "NewJob", "Transition", "open_jobdb"]
 
 BACKENDS = ["sqlite", "postgresql", "mysql"]
 _EXTRA = {"postgresql": "postgres", "mysql": "mysql"}

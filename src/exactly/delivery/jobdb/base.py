@@ -52,8 +52,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from exactly.errors import ExactlyError
+from exactly.errors import JobDBError
 
+HELD = "one director runs per JobDB: stop the other one first, or wait for it to stop"
+REPLAYING = "wait for it to finish, then replay again"
 AWAITING_SCHEDULING = "awaiting-scheduling"
 EXECUTING = "executing"
 SUCCEEDED = "succeeded"
@@ -66,18 +68,6 @@ PENDING = (AWAITING_SCHEDULING, EXECUTING, AWAITING_RETRY)
 TERMINAL = (SUCCEEDED, DISCARDED, EXPIRED)
 STATES = (*PENDING, *TERMINAL, ARCHIVING, ARCHIVED)
 MAX_RESPONSE = 1024  # characters of a response body kept with a transition
-
-
-class JobDBError(ExactlyError):
-    """The JobDB refused an operation or cannot be reached."""
-
-
-class DirectorLockHeld(JobDBError):
-    """Another director holds the JobDB's lock."""
-
-
-class ReplayRunning(JobDBError):
-    """Another replay of the same destination holds its lock."""
 
 
 def bucket_of(source: str, destination: str) -> str:

@@ -18,8 +18,9 @@ from urllib.parse import unquote, urlsplit
 
 import pymysql
 
-from exactly.delivery.jobdb.base import DirectorLockHeld, ReplayRunning
+from exactly.delivery.jobdb.base import HELD, REPLAYING
 from exactly.delivery.jobdb.sql import MARKER_COLUMNS, SQLJobDB
+from exactly.errors import DirectorLockHeld, ReplayRunning
 
 
 class MySQLJobDB(SQLJobDB):
@@ -103,7 +104,7 @@ class MySQLJobDB(SQLJobDB):
                         return connection
                     if not wait:
                         raise DirectorLockHeld(
-                            f"another director holds the lock of {self.describe()}"
+                            f"another director holds the lock of {self.describe()}; {HELD}"
                         )
                     time.sleep(0.2)
         except BaseException:
@@ -134,7 +135,8 @@ class MySQLJobDB(SQLJobDB):
                 )
                 if cursor.fetchone()[0] != 1:
                     raise ReplayRunning(
-                        f"another replay of {destination!r} is running on {self.describe()}"
+                        f"another replay of {destination!r} is running on {self.describe()}; "
+                        f"{REPLAYING}"
                     )
             yield  # the lock goes with the connection
         finally:

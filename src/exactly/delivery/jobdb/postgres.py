@@ -15,8 +15,9 @@ from typing import Any, ClassVar
 
 import psycopg
 
-from exactly.delivery.jobdb.base import DirectorLockHeld, ReplayRunning
+from exactly.delivery.jobdb.base import HELD, REPLAYING
 from exactly.delivery.jobdb.sql import MARKER_COLUMNS, SQLJobDB
+from exactly.errors import DirectorLockHeld, ReplayRunning
 
 _LOCK = "SELECT pg_try_advisory_lock(hashtext('exactly-director:' || current_schema()))"
 
@@ -76,7 +77,9 @@ class PostgresJobDB(SQLJobDB):
         try:
             while not connection.execute(_LOCK).fetchone()[0]:  # type: ignore[index]
                 if not wait:
-                    raise DirectorLockHeld(f"another director holds the lock of {self.describe()}")
+                    raise DirectorLockHeld(
+                        f"another director holds the lock of {self.describe()}; {HELD}"
+                    )
                 time.sleep(0.2)
         except BaseException:
             connection.close()
@@ -105,6 +108,7 @@ class PostgresJobDB(SQLJobDB):
             ).fetchone()
             if not (taken and taken[0]):
                 raise ReplayRunning(
-                    f"another replay of {destination!r} is running on {self.describe()}"
+                    f"another replay of {destination!r} is running on {self.describe()}; "
+                    f"{REPLAYING}"
                 )
             yield  # the lock goes with the connection

@@ -17,8 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from exactly.delivery.jobdb.base import DirectorLockHeld, ReplayRunning
+from exactly.delivery.jobdb.base import HELD, REPLAYING
 from exactly.delivery.jobdb.sql import MARKER_COLUMNS, SQLJobDB
+from exactly.errors import DirectorLockHeld, ReplayRunning
 
 FILE = "jobdb.sqlite"  # in the URL's directory
 
@@ -74,7 +75,7 @@ class SqliteJobDB(SQLJobDB):
                 except BlockingIOError:
                     if not wait:
                         raise DirectorLockHeld(
-                            f"another director holds {self.directory / 'director.lock'}"
+                            f"another director holds {self.directory / 'director.lock'}; {HELD}"
                         ) from None
                     time.sleep(0.2)
             yield
@@ -90,7 +91,7 @@ class SqliteJobDB(SQLJobDB):
                 fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise ReplayRunning(
-                    f"another replay of {destination!r} is running (it holds {path})"
+                    f"another replay of {destination!r} is running (it holds {path}); {REPLAYING}"
                 ) from None
             yield
         finally:

@@ -6,9 +6,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from exactly.delivery.jobdb.base import ARCHIVED, ARCHIVING, PENDING, JobDBError
+from exactly.delivery.jobdb.base import ARCHIVED, ARCHIVING, PENDING
 from exactly.delivery.jobdb.sql.rows import JOB_COLUMNS, job_of
 from exactly.delivery.jobdb.sql.schema import SQLSchema
+from exactly.errors import JobDBError
 
 RECORD_PAGE = 2000  # jobs read at once when a dataset is archived
 
@@ -54,7 +55,10 @@ class Archiving(SQLSchema):
         its file was complete before step 3, and writing it again would add ``archived`` to it.
         """
         if number not in self.archivable():
-            raise JobDBError(f"dataset {number} still has pending jobs or is the newest")
+            raise JobDBError(
+                f"dataset {number} still has pending jobs or is the newest: it can be archived "
+                "once every job in it is finished and a newer dataset exists"
+            )
         with self._mutex:
             cursor = self._cursor()
             if not self._all_archived(cursor, number):

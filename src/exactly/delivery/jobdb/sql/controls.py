@@ -10,8 +10,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from exactly.delivery.jobdb.base import CONTROL_FIELDS, Control, JobDBError
+from exactly.delivery.jobdb.base import CONTROL_FIELDS, Control
 from exactly.delivery.jobdb.sql.schema import SQLSchema
+from exactly.errors import JobDBError
 
 
 class Controls(SQLSchema):
@@ -58,7 +59,10 @@ class Controls(SQLSchema):
     def set_control(self, destination: str, **fields: Any) -> None:
         unknown = set(fields) - set(CONTROL_FIELDS)
         if unknown:
-            raise JobDBError(f"no control named {sorted(unknown)[0]!r}")
+            raise JobDBError(
+                f"no control named {sorted(unknown)[0]!r}; the controls are "
+                f"{', '.join(CONTROL_FIELDS)}"
+            )
         values = {
             name: int(value) if isinstance(value, bool) else value for name, value in fields.items()
         }

@@ -17,8 +17,9 @@ from abc import abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
-from exactly.delivery.jobdb.base import Dataset, Job, JobDB, JobDBError
+from exactly.delivery.jobdb.base import Dataset, Job, JobDB
 from exactly.delivery.jobdb.sql.rows import JOB_COLUMNS, job_of
+from exactly.errors import JobDBError
 
 MARKER_COLUMNS = "query_id, batch_id, stream, end_offsets, committed_at"
 JOINED_COLUMNS = ", ".join(f"j.{column}" for column in JOB_COLUMNS.split(", "))
@@ -232,7 +233,10 @@ class SQLSchema(JobDB):
         for dataset in self._load_datasets(cursor):
             if dataset.holds(job_id):
                 return dataset.number
-        raise JobDBError(f"job {job_id} is in no live dataset of {self.describe()}")
+        raise JobDBError(
+            f"job {job_id} is in no live dataset of {self.describe()}: check the job id (an "
+            "archived job is in the archive, not the JobDB)"
+        )
 
     @contextlib.contextmanager
     def _unless_dropped(self, cursor: Any, number: int) -> Iterator[None]:
