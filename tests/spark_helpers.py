@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from exactly.log import Log, LogRecord, Record
@@ -52,3 +53,31 @@ def assert_copied(log: Log, source: str, destination: str) -> None:
                 f"{doubled} doubled, {missing} missing"
             )
         assert not copied or find_mark(copied[-1].headers) is not None  # the last append's last
+
+
+JVM_BANNER = (
+    "Using incubator modules",
+    "Setting default log level",
+    "To adjust logging level use sc.setLogLevel",
+    "Picked up JDK_JAVA_OPTIONS",
+    "Picked up JAVA_TOOL_OPTIONS",
+    "Using Spark's default log4j profile",
+    "NativeCodeLoader",
+    "SLF4J:",
+    "log4j:",
+    "Exception in thread",
+)
+_JVM_LINE = re.compile(
+    r"^(?:\d\d:\d\d:\d\d(?:\.\d+)? )?(?:\d{2,4}[-/]\d\d[-/]\d\d \S+ )?"
+    r"(?:TRACE|DEBUG|INFO|WARN|WARNING|ERROR|FATAL)\b"  # a log4j level first
+    r"|^\s*(?:at )?(?:org|com|java|javax|jdk|scala|py4j|io|sun)\.[a-z]\w*\.\w+"  # a class name
+)
+
+
+def jvm_lines(output: str) -> list[str]:
+    """The lines of ``output`` that come from Spark's JVM: its banner, log4j or the JDK."""
+    return [
+        line
+        for line in output.splitlines()
+        if _JVM_LINE.match(line) or any(banner in line for banner in JVM_BANNER)
+    ]

@@ -12,7 +12,7 @@ import pytest
 from exactly.log import open_log
 from exactly.spark.copy import default_checkpoint
 from exactly.spark.streaming import checkpoint_lock
-from tests.spark_helpers import assert_copied, fill
+from tests.spark_helpers import assert_copied, fill, jvm_lines
 
 EXACTLY = [sys.executable, "-m", "exactly"]
 FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
@@ -50,6 +50,8 @@ def test_copy_until_caught_up_and_the_topic_owner(tmp_path: Path) -> None:
     (checkpoint / "offsets" / ".0.5f1d3c2a-tmp.tmp").write_text("v1\n")
     copied = run("copy", "src", "dst", "--until-caught-up", cwd=tmp_path)
     assert copied.returncode == 0, copied.stderr
+    # JDK_JAVA_OPTIONS' note, the incubator warning, Spark's WARNs: all in files, none here
+    assert jvm_lines(copied.stdout + copied.stderr) == [], copied.stderr
     assert copied.stdout.strip() == "caught up: 100 records copied in 1 micro-batches"
     with open_log(url) as log:
         assert_copied(log, "src", "dst")

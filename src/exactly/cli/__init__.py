@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -23,6 +24,8 @@ app = typer.Typer(
 )
 
 GLOBAL_OPTIONS = ("--config", "--data-dir", "--log")
+GLOBAL_FLAGS = ("--verbose",)  # global options that take no value
+VERBOSE = "EXACTLY_VERBOSE"  # read by exactly.spark.session (not imported: slower start)
 
 
 @app.callback()
@@ -45,8 +48,19 @@ def global_options(
             envvar="EXACTLY_LOG__URL",
         ),
     ] = None,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            help="Show what Spark's JVM prints (its log at WARN and above, the JDK's and the "
+            "launcher's messages); without it they go to DATA_DIR/logs/spark-*.log only.",
+            envvar=VERBOSE,
+        ),
+    ] = False,
 ) -> None:
     """Global options; they may also be given after the sub-command."""
+    if verbose:  # read where a session starts (spark/session.py), here and in child processes
+        os.environ[VERBOSE] = "1"
     ctx.obj = Context(config=config, data_dir=data_dir, log_url=log)
 
 
@@ -61,7 +75,9 @@ def hoist_global_options(args: list[str]) -> list[str]:
             rest += args[at:]
             break
         name = arg.split("=", 1)[0]
-        if name in GLOBAL_OPTIONS:
+        if arg in GLOBAL_FLAGS:
+            front.append(arg)
+        elif name in GLOBAL_OPTIONS:
             if "=" in arg:
                 front.append(arg)
             else:

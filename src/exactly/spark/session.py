@@ -3,10 +3,11 @@
 Java as found by ``java.py``, its driver started from an archive of Spark's classes when one is
 ready (``class_sharing.py``); Python workers on this interpreter (so they import ``exactly``),
 starting faster in local mode (``home.py``); the RocksDB state store with changelog checkpointing
-(small, incremental state commits for dedupe and aggregates); quiet logs (errors only on the
-console, WARN and above in ``DATA_DIR/logs/spark-APP.log``, configured by
-``DATA_DIR/spark/log4j2.properties``); scratch space and default checkpoints under the data dir;
-and the ``exactly`` data source registered.
+(small, incremental state commits for dedupe and aggregates); a quiet terminal (:func:`start_jvm`:
+Spark's log, WARN and above, in ``DATA_DIR/logs/spark-APP.log``, configured by
+``DATA_DIR/spark/log4j2.properties``; whatever else the JVM prints in ``spark-APP.stderr.log``
+beside it; both on the terminal too with ``--verbose``); scratch space and default checkpoints
+under the data dir; and the ``exactly`` data source registered.
 
 On a master that is not local, the ``exactly`` package is shipped to the executors as a zip
 (``SparkContext.addPyFile``), so a worker needs only PySpark's own Python dependencies (pyarrow,
@@ -15,40 +16,39 @@ pandas) and the clients of the backends it writes to (see docs/cluster.md), neve
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import logging
 import os
 import re
 import sys
+import time
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from exactly.config import Settings
+from exactly.errors import EnvironmentProblem
 from exactly.spark import class_sharing
 from exactly.spark.home import spark_home
 from exactly.spark.java import use_java
 
 if TYPE_CHECKING:
+    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 LOG_CONF = "spark.exactly.log"  # the driver's log file (spark_log), for messages
-# The console gets errors only, and not Spark's task-failure reports: the query's own failure
-# says what went wrong and retried tasks are normal. Everything at WARN and above, from every
-# component, goes to a rotating file (spark_log) so that a failure's cause is kept.
+VERBOSE = "EXACTLY_VERBOSE"  # set (``--verbose``): the JVM's output on the terminal too
+# Everything at WARN and above, from every component, goes to a rotating file (spark_log) so that
+# a failure's cause is kept; nothing goes to the console, where a failure reaches the user as the
+# query's own one-line error. (With no console appender Spark's Logging prints no "Setting default
+# log level" either.)
 LOG4J = """\
 rootLogger.level = warn
-rootLogger.appenderRef.stderr.ref = stderr
-rootLogger.appenderRef.stderr.level = error
 rootLogger.appenderRef.file.ref = file
-appender.stderr.type = Console
-appender.stderr.name = stderr
-appender.stderr.target = SYSTEM_ERR
-appender.stderr.layout.type = PatternLayout
-appender.stderr.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
 appender.file.type = RollingFile
 appender.file.name = file
 appender.file.fileName = ${sys:exactly.spark.log}
@@ -60,21 +60,20 @@ appender.file.policies.size.type = SizeBasedTriggeringPolicy
 appender.file.policies.size.size = 10MB
 appender.file.strategy.type = DefaultRolloverStrategy
 appender.file.strategy.max = 4
-logger.repl.name = org.apache.spark.repl.Main
-logger.repl.level = error
 """
-QUIET_ON_CONSOLE = (  # to the file only
-    "org.apache.spark.executor.Executor",
-    "org.apache.spark.scheduler.TaskSetManager",
-    "org.apache.spark.sql.execution.datasources.v2",
-    "org.apache.spark.sql.execution.streaming",
-    "org.apache.spark.util.Utils",
+# --verbose: WARN and above on the console too, Spark's task-failure reports included.
+LOG4J_VERBOSE = (
+    LOG4J
+    + """\
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
+"""
 )
-LOG4J += "".join(
-    f"logger.quiet{n}.name = {name}\nlogger.quiet{n}.additivity = false\n"
-    f"logger.quiet{n}.appenderRef.file.ref = file\n"
-    for n, name in enumerate(QUIET_ON_CONSOLE)
-)
+STDERR_KEPT = 10 << 20  # a JVM output file larger than this is started afresh
 
 
 def spark_log(settings: Settings, app_name: str) -> Path:
@@ -84,6 +83,17 @@ def spark_log(settings: Settings, app_name: str) -> Path:
     return settings.data_dir.resolve() / "logs" / f"spark-{name}.log"
 
 
+def jvm_output(settings: Settings, app_name: str) -> Path:
+    """The file the driver JVM's own output goes to (:func:`start_jvm`), beside its log."""
+    log = spark_log(settings, app_name)
+    return log.with_name(f"{log.stem}.stderr.log")
+
+
+def verbose() -> bool:
+    """Whether the JVM's output goes to the terminal: ``--verbose`` (or ``EXACTLY_VERBOSE``)."""
+    return os.environ.get(VERBOSE, "").strip().lower() not in ("", "0", "false", "no")
+
+
 def build_session(
     settings: Settings,
     app_name: str = "exactly",
@@ -91,12 +101,15 @@ def build_session(
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
     extra_java_options: str = "",
+    quiet: bool | None = None,
 ) -> SparkSession:
     """Start (or return the running) SparkSession configured from ``settings``.
 
     ``master`` overrides ``spark.master`` of the settings; ``conf`` adds or overrides Spark
-    settings; ``extra_java_options`` go to the driver JVM after exactly's own.
+    settings; ``extra_java_options`` go to the driver JVM after exactly's own. ``quiet`` (default:
+    unless ``--verbose``) keeps the JVM's output off the terminal, in files (:func:`start_jvm`).
     """
+    quiet = not verbose() if quiet is None else quiet
     java = use_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -111,7 +124,7 @@ def build_session(
     from exactly.spark.datasource import register
 
     scratch = settings.data_dir.resolve() / "spark"
-    log4j = _log4j_file(scratch)
+    log4j = _log4j_file(scratch, LOG4J if quiet else LOG4J_VERBOSE)
     log = spark_log(settings, app_name)
     log.parent.mkdir(parents=True, exist_ok=True)
     java_options = (
@@ -121,21 +134,24 @@ def build_session(
     if settings.spark.class_sharing:
         java_options += f" {class_sharing.java_options(class_sharing.archive_for(java.java))}"
     java_options = f"{java_options} {extra_java_options}".strip()
-    builder = (
-        SparkSession.builder.appName(app_name)
-        .master(master)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "8")
-        .config("spark.local.dir", str(scratch / "tmp"))
-        .config("spark.sql.warehouse.dir", str(scratch / "warehouse"))
-        .config("spark.sql.streaming.checkpointLocation", str(scratch / "checkpoints"))
-        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-        .config("spark.driver.extraJavaOptions", java_options)
-        .config(LOG_CONF, str(log))
-    )
-    for key, value in (conf or {}).items():
+    options = {
+        "spark.app.name": app_name,
+        "spark.master": master,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.local.dir": str(scratch / "tmp"),
+        "spark.sql.warehouse.dir": str(scratch / "warehouse"),
+        "spark.sql.streaming.checkpointLocation": str(scratch / "checkpoints"),
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.driver.extraJavaOptions": java_options,
+        LOG_CONF: str(log),
+        **(conf or {}),
+    }
+    start_jvm(options, jvm_output(settings, app_name) if quiet else None)
+    builder = SparkSession.builder
+    for key, value in options.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     query_context_loggers()
@@ -166,12 +182,66 @@ def query_context_loggers() -> None:
             PySparkLogger.getLogger(name)
 
 
-def _log4j_file(scratch: Path) -> Path:
-    path = scratch / "log4j2.properties"
-    if not path.exists() or path.read_text() != LOG4J:
+def start_jvm(options: Mapping[str, str], output: Path | None) -> None:
+    """Start the driver JVM with ``options``, its output in the file ``output`` (None: on the
+    terminal), unless this process has one already (it keeps the output it was started with).
+
+    What the JVM prints besides Spark's log never reaches the terminal then: the launcher scripts'
+    and ``spark-submit``'s messages, the JDK's "WARNING: Using incubator modules" (Spark adds
+    ``--add-modules=jdk.incubator.vector`` to every JVM it starts), a ``JDK_JAVA_OPTIONS`` note,
+    what a library prints before log4j reads its configuration, and the output of Python workers
+    (which Spark copies to its own stderr). If the JVM does not start, the last line it printed
+    comes back as the one-line error.
+    """
+    from pyspark import SparkConf, SparkContext
+
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:
+            return
+        conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
+        SparkContext._ensure_initialized(gateway=_launch(conf, output))
+
+
+def _launch(conf: SparkConf, output: Path | None) -> Any:
+    from pyspark.java_gateway import launch_gateway
+
+    if output is None:
+        return launch_gateway(conf)  # type: ignore[no-untyped-call]
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        if output.stat().st_size > STDERR_KEPT:
+            output.unlink()
+    with output.open("ab") as sink:  # the JVM keeps its own copy of the descriptor
+        sink.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} JVM started\n".encode())
+        sink.flush()
+        try:
+            return launch_gateway(  # type: ignore[no-untyped-call]
+                conf, popen_kwargs={"stdout": sink, "stderr": sink}
+            )
+        except Exception as error:
+            raise EnvironmentProblem(
+                f"Spark's JVM did not start: {last_line(output)} (see {output})"
+            ) from error
+
+
+def last_line(path: Path) -> str:
+    """The last line of ``path`` that says something, in short."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "it printed nothing"
+    said = [line.strip() for line in lines if line.strip() and not line.startswith("--- ")]
+    if not said:
+        return "it printed nothing"
+    return said[-1] if len(said[-1]) <= 200 else said[-1][:197] + "..."
+
+
+def _log4j_file(scratch: Path, text: str) -> Path:
+    path = scratch / ("log4j2.properties" if text == LOG4J else "log4j2-verbose.properties")
+    if not path.exists() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)
         staged = path.with_suffix(f".{os.getpid()}")
-        staged.write_text(LOG4J)
+        staged.write_text(text)
         staged.replace(path)
     return path
 

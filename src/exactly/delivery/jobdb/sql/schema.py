@@ -99,6 +99,17 @@ class SQLSchema(JobDB):
         cursor.execute(self._sql(sql), tuple(params))
         return cursor
 
+    def tables(self) -> list[str]:
+        """The names of the tables in this JobDB's database (or schema), on a connection of its
+        own, creating none: a look that changes nothing (``exactly doctor``)."""
+        connection = self._connect()
+        try:
+            cursor = connection.cursor()
+            cursor.execute(self._list_tables())
+            return sorted(str(row[0]) for row in cursor.fetchall())
+        finally:
+            connection.close()
+
     # -- tables and datasets -------------------------------------------------------------------
 
     def _create_schema(self) -> None:

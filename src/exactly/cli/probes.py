@@ -1,0 +1,276 @@
+"""What ``exactly doctor`` asks of each configured backend, and how its answer is told in a line.
+
+A :class:`Probe` names what it checks and the fix for a failure before it runs, so a probe that
+does not answer in time can still be told. :func:`run_probes` runs every probe at once, each in a
+daemon thread given :data:`TIMEOUT` seconds (one that hangs in a driver's connect is left behind,
+and never delays the exit); nothing is written to a server, and no embedded store that does not
+exist yet is created (the command that uses it makes it).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from exactly.config import Settings
+
+TIMEOUT = 2.0  # seconds each probe may take
+WIDTH = 80  # a report line fits in this many columns
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of the report: what was checked, what was found and, when it failed, the fix."""
+
+    name: str
+    ok: bool
+    what: str  # what was checked: a version, a URL (redacted), a host, a path
+    said: str = ""  # what was found, or what is wrong
+    fix: str = ""  # on failure: what to do
+
+    def line(self, marks: tuple[str, str] = ("✓", "✗"), width: int = WIDTH) -> str:
+        """``✓ name      what said`` or ``✗ name      what: said; fix`` in ``width`` columns.
+
+        The fix is kept whole, then what was found; what was checked is shortened in the middle
+        (its start and end kept) when the line would be too long, and what was found last.
+        """
+        head = f"{marks[0] if self.ok else marks[1]} {self.name:<9} "
+        tail = "" if self.ok or not self.fix else f"; {self.fix}"
+        sep = "" if not (self.what and self.said) else (" " if self.ok else ": ")
+        said = " ".join(self.said.split())
+        room = max(width - len(head) - len(tail), 24)
+        what_room = max(room - len(sep) - len(said), min(24, len(self.what)))
+        what = shorten(self.what, what_room)
+        return head + what + sep + shorten(said, room - len(what) - len(sep), middle=False) + tail
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A check of one backend: ``run`` returns what it found, or raises what is wrong."""
+
+    name: str
+    what: str  # the URL (redacted), host or path checked
+    fix: str
+    run: Callable[[], str]
+
+
+def shorten(text: str, room: int, *, middle: bool = True) -> str:
+    """``text`` in at most ``room`` characters: its middle (or its end) replaced by ``…``."""
+    text = " ".join(text.split())
+    if len(text) <= room:
+        return text
+    if room < 2:
+        return "…"[:room]
+    front = (room - 1) * 2 // 3 if middle else room - 1
+    return text[:front] + "…" + text[len(text) - (room - 1 - front) :]
+
+
+def reason(error: BaseException) -> str:
+    """What went wrong, in a few words: a driver's message reduced to what the user acts on."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    lowered = text.lower()
+    if isinstance(error, ConnectionRefusedError) or "refused" in lowered:
+        return "refused"
+    if isinstance(error, socket.gaierror) or any(
+        words in lowered
+        for words in (
+            "could not translate host name",
+            "name or service not known",
+            "name resolution",
+            "nodename nor servname",
+            "no address associated",
+            "getaddrinfo",
+            "unknown mysql server host",
+        )
+    ):
+        return "no such host"
+    if isinstance(error, TimeoutError) or "timed out" in lowered or "timeout" in lowered:
+        return "timed out"
+    if "password authentication failed" in lowered or "access denied" in lowered:
+        return "wrong user or password"
+    return text
+
+
+def run_probes(probes: list[Probe], timeout: float = TIMEOUT) -> list[Finding]:
+    """Every probe's finding, in the order given; all run at once, each for ``timeout`` s."""
+    results: dict[int, Finding] = {}
+
+    def attempt(at: int, probe: Probe) -> None:
+        try:
+            results[at] = Finding(probe.name, True, probe.what, probe.run())
+        except Exception as error:  # noqa: BLE001 - any failure is the finding
+            results[at] = Finding(probe.name, False, probe.what, reason(error), probe.fix)
+
+    threads = [
+        threading.Thread(target=attempt, args=(at, probe), daemon=True, name=f"doctor-{at}")
+        for at, probe in enumerate(probes)
+    ]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [
+        results.get(at)
+        or Finding(probe.name, False, probe.what, f"no answer in {timeout:g} s", probe.fix)
+        for at, probe in enumerate(probes)
+    ]
+
+
+def probes(settings: Settings) -> list[Probe]:
+    """A probe of each backend ``settings`` configure: the log, the aggregate database, the
+    dedupe store's Redis servers, and with delivery the JobDB, the archive and each
+    destination's host."""
+    found = [log_probe(settings), aggregate_probe(settings)]
+    found += dedupe_probes(settings)
+    delivery = bool(settings.destinations or settings.delivery.jobdb or settings.delivery.archive)
+    if delivery:
+        found += [jobdb_probe(settings), archive_probe(settings)]
+    found += [destination_probe(d.name, d.url) for d in settings.destinations]
+    return found
+
+
+def log_probe(settings: Settings) -> Probe:
+    url = settings.log_url
+
+    def run() -> str:
+        from exactly.log import open_log
+
+        options = {"timeout": TIMEOUT} if url.startswith("kafka://") else {}
+        with open_log(url, **options) as log:
+            topics = log.topics()
+        return f"reachable, {len(topics)} topic(s)"
+
+    return Probe("log", compact(url), "start it or fix [log] url", run)
+
+
+def aggregate_probe(settings: Settings) -> Probe:
+    url = settings.aggregate_url
+    fix = "start it or fix [aggregate] url"
+
+    def run() -> str:
+        from exactly.aggregate import open_db
+
+        if url.startswith("sqlite:"):
+            from exactly.aggregate.sqlite import sqlite_path
+
+            path = sqlite_path(url)
+            if not path.exists():
+                return not_made_yet(path.parent, "exactly aggregate")
+        with open_db(url, retry_seconds=0) as db:
+            db.query("SELECT 1")
+        return "reachable"
+
+    return Probe("aggregate", compact(url), fix, run)
+
+
+def dedupe_probes(settings: Settings) -> list[Probe]:
+    """One probe per Redis server of a ``redis://`` dedupe store (both epochs when resharding);
+    none for an embedded store."""
+    store = settings.dedupe.store
+    if not store.startswith(("redis://", "rediss://")):
+        return []
+    from exactly.dedupe.redis.sharding import sharding_from_url
+
+    sharding, _ = sharding_from_url(store)
+    return [redis_probe(server) for server in sharding.servers]
+
+
+def redis_probe(url: str) -> Probe:
+    def run() -> str:
+        import redis
+
+        client = redis.Redis.from_url(
+            url, socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT, retry_on_timeout=False
+        )
+        try:
+            client.ping()
+            version = client.info("server").get("redis_version", "")
+        finally:
+            client.close()
+        return f"answers (redis {version})" if version else "answers"
+
+    return Probe("dedupe", compact(url), "start it or fix [dedupe] store", run)
+
+
+def jobdb_probe(settings: Settings) -> Probe:
+    url = settings.jobdb_url
+
+    def run() -> str:
+        from exactly.delivery.jobdb import open_jobdb
+
+        if url.startswith("sqlite://"):
+            from exactly.delivery.jobdb.sqlite import FILE
+
+            directory = Path(url.partition("://")[2] or ".")
+            if not (directory / FILE).exists():
+                return not_made_yet(directory, "exactly route")
+        from exactly.delivery.jobdb.sql import SQLSchema
+
+        jobdb = open_jobdb(url)
+        tables = jobdb.tables() if isinstance(jobdb, SQLSchema) else []
+        if "jobdb_datasets" not in tables:
+            return "reachable (no tables yet)"
+        return f"reachable, {sum(t.startswith('jobs_') for t in tables)} dataset(s)"
+
+    return Probe("jobdb", compact(url), "start it or fix [delivery] jobdb", run)
+
+
+def archive_probe(settings: Settings) -> Probe:
+    url = settings.archive_url
+
+    def run() -> str:
+        from exactly.delivery.archive import open_archive
+
+        if "://" not in url or url.startswith("file://"):
+            directory = Path(url.removeprefix("file://"))
+            if not directory.exists():
+                return not_made_yet(directory, "exactly deliver")
+            open_archive(url).check()
+            return "writable"
+        open_archive(url).check()
+        return "reachable"
+
+    return Probe("archive", compact(url), "fix [delivery] archive", run)
+
+
+def destination_probe(name: str, url: str) -> Probe:
+    """The destination's host resolves (no request is sent: the host may count requests)."""
+    from yarl import URL
+
+    parsed = URL(url)
+    host, port = parsed.host or "", parsed.port or 443
+
+    def run() -> str:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        return f"resolves to {addresses[0][4][0]}"
+
+    return Probe("dest", f"{host} ({name})", "fix its url", run)
+
+
+def compact(url: str) -> str:
+    """``url`` as a report shows it: no user, password or options (``?...``), which the
+    config file has; a path as it is."""
+    if "://" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    rest = rest.partition("?")[0]
+    if scheme in ("sqlite", "file"):
+        return f"{scheme}://{rest}"
+    location, slash, path = rest.partition("/")
+    return f"{scheme}://{location.rpartition('@')[2]}{slash}{path}"
+
+
+def not_made_yet(path: Path, maker: str) -> str:
+    """What to say of an embedded store that does not exist yet; raises if it cannot be made."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError("not writable" if existing == path else "cannot be made")
+    return f"not made yet ({maker} makes it)"
