@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -359,7 +360,10 @@ def read_toml(path: Path) -> dict[str, Any]:
 def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
     """Settings from ``config`` (or ./exactly.toml if present), the environment and ``overrides``.
 
-    ``overrides`` are the flags given on the command line; None values are ignored. Raises
+    ``overrides`` are the flags given on the command line, over the file and the environment:
+    each by its setting's dotted path (``**{"collector.port": 9000}``), as nested keys
+    (``collector={"port": 9000}``) or, at the top, by name (``data_dir=...``); ``log_url`` is
+    ``log.url``. None values are ignored. They are validated like the file's values: raises
     :class:`ConfigError` naming the offending key.
     """
     path = config
@@ -371,26 +375,64 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
     class FileSettings(Settings):
         model_config = SettingsConfigDict(toml_file=path)
 
-    given = {key: value for key, value in overrides.items() if value is not None}
-    if "log_url" in given:
-        given["log"] = {**document.get("log", {}), "url": given.pop("log_url")}
+    given = nested_overrides(overrides)
     try:
         return FileSettings(**given)
     except ValidationError as error:
         first = error.errors()[0]
         where = _where(first["loc"], document) or "config"
-        origin = f" in {path}" if path is not None else ""
         message = first["msg"]
         if first["type"] == "extra_forbidden" and where.startswith("dedupe.redis"):
             message = (
                 "not a setting any more: give the redis store as one URL, "
                 'dedupe.store = "redis://HOST:PORT,HOST:PORT/DB" (EXACTLY_DEDUPE__STORE)'
             )
+        if _given(first["loc"], given):
+            raise ConfigError(
+                f"setting {where}: {message} (check the command-line flag or its EXACTLY_* "
+                "variable)"
+            ) from error
+        origin = f" in {path}" if path is not None else ""
         raise ConfigError(
             f"setting {where}{origin}: {message} (check the file or EXACTLY_* variables)"
         ) from error
     except SettingsError as error:  # an EXACTLY_* variable that is not valid JSON for its key
         raise ConfigError(f"{error} (check the EXACTLY_* variables)") from error
+
+
+def nested_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
+    """``{"collector.port": 1, "log_url": "x"}`` as ``{"collector": {"port": 1}, "log": {"url":
+    "x"}}``, None values left out; keys given as nested dicts are taken the same way."""
+    given: dict[str, Any] = {}
+    for key, value in _flat(overrides):
+        parts = ("log", "url") if key == "log_url" else tuple(key.split("."))
+        node = given
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"setting {key}: {part} is not a section")
+        node[parts[-1]] = value
+    return given
+
+
+def _flat(overrides: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in overrides.items():
+        if isinstance(value, dict):
+            yield from _flat(value, f"{prefix}{key}.")
+        elif value is not None:
+            yield f"{prefix}{key}", value
+
+
+def _given(loc: tuple[int | str, ...], given: dict[str, Any]) -> bool:
+    """Whether the value at ``loc`` (or a section holding it) came from ``given`` (the flags)."""
+    node: Any = given
+    for part in loc:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+        if not isinstance(node, dict):
+            return True
+    return True
 
 
 def _where(loc: tuple[int | str, ...], document: dict[str, Any]) -> str:
