@@ -13,27 +13,25 @@ are relative to the working directory, as a shell user expects.
 from __future__ import annotations
 
 import os
-import re
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
-    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     SettingsError,
     TomlConfigSettingsSource,
 )
 
+from exactly.collector.settings import CollectorConfig
 from exactly.delivery.settings import DeliverySettings, DestinationSettings, unique_names
 from exactly.errors import ConfigError
 
 DEFAULT_CONFIG = Path("exactly.toml")
-SOURCE_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")  # use fullmatch: "$" would let "web\n" pass
 
 
 class LogSettings(BaseModel):
@@ -118,112 +116,6 @@ class DedupeSettings(BaseModel):
             except ConfigError as error:
                 raise ValueError(str(error).removeprefix("size ")) from None
         return value
-
-
-class CollectorConfig(BaseModel):
-    """``[collector]``: the tracking API served by ``exactly collect`` (docs/collector.md)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    host: str = Field("127.0.0.1", description="address to listen on")
-    port: int = Field(8088, ge=0, le=65535, description="port to listen on")
-    workers: int = Field(1, ge=1, le=256, description="worker processes")
-    topic: str = Field("raw", description="topic the events go to")
-    partitions: int = Field(8, ge=1, le=4096, description="partitions of the topic, if created")
-    max_queue_mb: int = Field(64, ge=1, description="events waiting for the log, per worker")
-    sources: Annotated[dict[str, SecretStr], NoDecode] = Field(
-        default_factory=dict, description="source name -> write key"
-    )
-    max_event_bytes: int = Field(
-        32 * 1024, ge=1024, le=64 * 1024 * 1024, description="largest event, as stored"
-    )
-    max_append_mb: float = Field(
-        8.0, gt=0, description="most one request may append, as stored (after batch context)"
-    )
-    read_timeout: float = Field(10.0, gt=0, description="seconds a request body may stall")
-    body_timeout: float = Field(
-        30.0, gt=0, description="seconds a whole request body may take to arrive (408 beyond)"
-    )
-    shutdown_timeout: float = Field(10.0, gt=0, description="seconds SIGTERM waits for requests")
-    idle_timeout: float = Field(
-        5.0,
-        gt=0,
-        description="seconds a connection may stay open without a whole request head "
-        "(idle keep-alive, a new connection that sends nothing, slow headers)",
-    )
-    max_connections: int = Field(
-        10_000, ge=16, description="open connections per worker; more wait in the listen backlog"
-    )
-    allowed_origins: dict[str, tuple[str, ...]] = Field(
-        default_factory=dict,
-        description="source name -> origins of the pages it takes events from "
-        '(["https://shop.example"]); a source not named takes any',
-    )
-
-    rate_limit: float = Field(
-        0.0,
-        ge=0,
-        description="requests per second a client address may send to a source, per worker "
-        "(0: no limit); 429 with Retry-After beyond",
-    )
-    rate_limits: dict[str, float] = Field(
-        default_factory=dict, description="source name -> its own rate_limit (0: no limit)"
-    )
-    rate_limit_burst: int = Field(
-        20, ge=1, description="requests a quiet client may send at once before the rate applies"
-    )
-
-    @field_validator("allowed_origins")
-    @classmethod
-    def _origins(cls, value: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
-        from exactly.collector.cors import normalise_origin
-
-        return {
-            name: tuple(normalise_origin(origin) for origin in origins)
-            for name, origins in value.items()
-        }
-
-    @field_validator("sources", mode="before")
-    @classmethod
-    def _sources_from_text(cls, value: object) -> object:
-        """``EXACTLY_COLLECTOR__SOURCES=web=KEY1,ios=KEY2`` (or a table in the file)."""
-        if not isinstance(value, str):
-            return value
-        sources: dict[str, str] = {}
-        for part in filter(None, (text.strip() for text in value.split(","))):
-            name, sep, key = part.partition("=")
-            if not sep or not key:
-                raise ValueError(f"a source is NAME=WRITE_KEY, not {name!r}")
-            sources[name] = key
-        return sources
-
-    @field_validator("sources")
-    @classmethod
-    def _source_names(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
-        for name, key in value.items():
-            if not SOURCE_NAME.fullmatch(name):
-                raise ValueError(
-                    f"source name {name!r} is not allowed: "
-                    "use 1 to 100 letters, digits, '.', '_' or '-'"
-                )
-            if not key.get_secret_value():
-                raise ValueError(f"source {name!r} has an empty write key")
-        keys = [key.get_secret_value() for key in value.values()]
-        if len(set(keys)) != len(keys):
-            raise ValueError("two sources have the same write key")
-        return value
-
-    @field_validator("rate_limits")
-    @classmethod
-    def _rates(cls, value: dict[str, float]) -> dict[str, float]:
-        for name, rate in value.items():
-            if rate < 0:
-                raise ValueError(f"the rate limit of {name!r} is negative: use 0 for no limit")
-        return value
-
-    def rate_limit_of(self, source: str) -> float:
-        """Requests per second per client address for ``source`` (0: no limit)."""
-        return self.rate_limits.get(source, self.rate_limit)
 
 
 class ConsoleSettings(BaseModel):
