@@ -16,7 +16,7 @@ import os
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import (
@@ -27,7 +27,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from exactly.aggregate.settings import AggregateSettings
 from exactly.collector.settings import CollectorConfig
+from exactly.dedupe.settings import DedupeSettings
 from exactly.delivery.settings import DeliverySettings, DestinationSettings, unique_names
 from exactly.errors import ConfigError
 
@@ -50,72 +52,6 @@ class SparkSettings(BaseModel):
         description="start the driver JVM from an archive of Spark's classes, made once in the "
         "background under ~/.cache/exactly (a streaming command starts about a quarter sooner)",
     )
-
-
-class AggregateTableSettings(BaseModel):
-    """A user-defined aggregate table: ``[[aggregate.tables]]`` (see docs/aggregate.md)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str = Field(description="SQL table name")
-    group_by: dict[str, str] = Field(description="column name -> Spark SQL expression")
-    measures: dict[str, str] = Field(description="column name -> count(...) or sum(...)")
-
-
-class AggregateSettings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    url: str | None = Field(None, description="sqlite:///FILE or postgresql://...")
-    tables: tuple[AggregateTableSettings, ...] = Field((), description="user-defined tables")
-    retry_seconds: float = Field(
-        600.0, ge=0, description="how long a micro-batch retries an unavailable database"
-    )
-
-
-class DedupeSettings(BaseModel):
-    """``[dedupe]``: where seen messageIds are kept, for how long, and what makes two records
-    duplicates (see docs/dedupe.md); ``exactly dedupe``'s flags override each."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    store: str = Field(
-        "rocksdb",
-        description="store URL: rocksdb (DATA_DIR/dedupe/SOURCE/rocksdb) or rocksdb://DIR; "
-        "redis://HOST:PORT[,HOST:PORT...][/DB][?namespace=..&buckets=..&slot=..&previous=.."
-        "&cutover=..]; spark-state (Spark's own state, in the query's checkpoint)",
-    )
-    window: str = Field("24h", description="how long a messageId is remembered")
-    max_keys: int | None = Field(None, ge=1, description="rocksdb: ids kept per partition at most")
-    max_bytes: str | None = Field(None, description="rocksdb: disk per partition at most")
-    min_window: str = Field("24h", description="warn when the bounds shrink the window below")
-    scope: Literal["source", "workspace"] = Field(
-        "source",
-        description="source: a messageId is a duplicate only of one from the same source, so "
-        "no write key can suppress another source's events; workspace: of any source",
-    )
-
-    @field_validator("window", "min_window")
-    @classmethod
-    def _duration(cls, value: str) -> str:
-        from exactly.units import parse_duration
-
-        try:
-            parse_duration(value)
-        except ConfigError as error:
-            raise ValueError(str(error).removeprefix("window ")) from None
-        return value
-
-    @field_validator("max_bytes")
-    @classmethod
-    def _size(cls, value: str | None) -> str | None:
-        from exactly.units import parse_size
-
-        if value is not None:
-            try:
-                parse_size(value)
-            except ConfigError as error:
-                raise ValueError(str(error).removeprefix("size ")) from None
-        return value
 
 
 class ConsoleSettings(BaseModel):
