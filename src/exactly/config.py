@@ -13,26 +13,27 @@ are relative to the working directory, as a shell user expects.
 from __future__ import annotations
 
 import os
-import re
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
-    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     SettingsError,
     TomlConfigSettingsSource,
 )
 
+from exactly.aggregate.settings import AggregateSettings
+from exactly.collector.settings import CollectorConfig
+from exactly.dedupe.settings import DedupeSettings
 from exactly.delivery.settings import DeliverySettings, DestinationSettings, unique_names
 from exactly.errors import ConfigError
 
 DEFAULT_CONFIG = Path("exactly.toml")
-SOURCE_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")  # use fullmatch: "$" would let "web\n" pass
 
 
 class LogSettings(BaseModel):
@@ -51,178 +52,6 @@ class SparkSettings(BaseModel):
         description="start the driver JVM from an archive of Spark's classes, made once in the "
         "background under ~/.cache/exactly (a streaming command starts about a quarter sooner)",
     )
-
-
-class AggregateTableSettings(BaseModel):
-    """A user-defined aggregate table: ``[[aggregate.tables]]`` (see docs/aggregate.md)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str = Field(description="SQL table name")
-    group_by: dict[str, str] = Field(description="column name -> Spark SQL expression")
-    measures: dict[str, str] = Field(description="column name -> count(...) or sum(...)")
-
-
-class AggregateSettings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    url: str | None = Field(None, description="sqlite:///FILE or postgresql://...")
-    tables: tuple[AggregateTableSettings, ...] = Field((), description="user-defined tables")
-    retry_seconds: float = Field(
-        600.0, ge=0, description="how long a micro-batch retries an unavailable database"
-    )
-
-
-class DedupeSettings(BaseModel):
-    """``[dedupe]``: where seen messageIds are kept, for how long, and what makes two records
-    duplicates (see docs/dedupe.md); ``exactly dedupe``'s flags override each."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    store: str = Field(
-        "rocksdb",
-        description="store URL: rocksdb (DATA_DIR/dedupe/SOURCE/rocksdb) or rocksdb://DIR; "
-        "redis://HOST:PORT[,HOST:PORT...][/DB][?namespace=..&buckets=..&slot=..&previous=.."
-        "&cutover=..]; spark-state (Spark's own state, in the query's checkpoint)",
-    )
-    window: str = Field("24h", description="how long a messageId is remembered")
-    max_keys: int | None = Field(None, ge=1, description="rocksdb: ids kept per partition at most")
-    max_bytes: str | None = Field(None, description="rocksdb: disk per partition at most")
-    min_window: str = Field("24h", description="warn when the bounds shrink the window below")
-    scope: Literal["source", "workspace"] = Field(
-        "source",
-        description="source: a messageId is a duplicate only of one from the same source, so "
-        "no write key can suppress another source's events; workspace: of any source",
-    )
-
-    @field_validator("window", "min_window")
-    @classmethod
-    def _duration(cls, value: str) -> str:
-        from exactly.units import parse_duration
-
-        try:
-            parse_duration(value)
-        except ConfigError as error:
-            raise ValueError(str(error).removeprefix("window ")) from None
-        return value
-
-    @field_validator("max_bytes")
-    @classmethod
-    def _size(cls, value: str | None) -> str | None:
-        from exactly.units import parse_size
-
-        if value is not None:
-            try:
-                parse_size(value)
-            except ConfigError as error:
-                raise ValueError(str(error).removeprefix("size ")) from None
-        return value
-
-
-class CollectorConfig(BaseModel):
-    """``[collector]``: the tracking API served by ``exactly collect`` (docs/collector.md)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    host: str = Field("127.0.0.1", description="address to listen on")
-    port: int = Field(8088, ge=0, le=65535, description="port to listen on")
-    workers: int = Field(1, ge=1, le=256, description="worker processes")
-    topic: str = Field("raw", description="topic the events go to")
-    partitions: int = Field(8, ge=1, le=4096, description="partitions of the topic, if created")
-    max_queue_mb: int = Field(64, ge=1, description="events waiting for the log, per worker")
-    sources: Annotated[dict[str, SecretStr], NoDecode] = Field(
-        default_factory=dict, description="source name -> write key"
-    )
-    max_event_bytes: int = Field(
-        32 * 1024, ge=1024, le=64 * 1024 * 1024, description="largest event, as stored"
-    )
-    max_append_mb: float = Field(
-        8.0, gt=0, description="most one request may append, as stored (after batch context)"
-    )
-    read_timeout: float = Field(10.0, gt=0, description="seconds a request body may stall")
-    body_timeout: float = Field(
-        30.0, gt=0, description="seconds a whole request body may take to arrive (408 beyond)"
-    )
-    shutdown_timeout: float = Field(10.0, gt=0, description="seconds SIGTERM waits for requests")
-    idle_timeout: float = Field(
-        5.0,
-        gt=0,
-        description="seconds a connection may stay open without a whole request head "
-        "(idle keep-alive, a new connection that sends nothing, slow headers)",
-    )
-    max_connections: int = Field(
-        10_000, ge=16, description="open connections per worker; more wait in the listen backlog"
-    )
-    allowed_origins: dict[str, tuple[str, ...]] = Field(
-        default_factory=dict,
-        description="source name -> origins of the pages it takes events from "
-        '(["https://shop.example"]); a source not named takes any',
-    )
-
-    rate_limit: float = Field(
-        0.0,
-        ge=0,
-        description="requests per second a client address may send to a source, per worker "
-        "(0: no limit); 429 with Retry-After beyond",
-    )
-    rate_limits: dict[str, float] = Field(
-        default_factory=dict, description="source name -> its own rate_limit (0: no limit)"
-    )
-    rate_limit_burst: int = Field(
-        20, ge=1, description="requests a quiet client may send at once before the rate applies"
-    )
-
-    @field_validator("allowed_origins")
-    @classmethod
-    def _origins(cls, value: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
-        from exactly.collector.cors import normalise_origin
-
-        return {
-            name: tuple(normalise_origin(origin) for origin in origins)
-            for name, origins in value.items()
-        }
-
-    @field_validator("sources", mode="before")
-    @classmethod
-    def _sources_from_text(cls, value: object) -> object:
-        """``EXACTLY_COLLECTOR__SOURCES=web=KEY1,ios=KEY2`` (or a table in the file)."""
-        if not isinstance(value, str):
-            return value
-        sources: dict[str, str] = {}
-        for part in filter(None, (text.strip() for text in value.split(","))):
-            name, sep, key = part.partition("=")
-            if not sep or not key:
-                raise ValueError(f"a source is NAME=WRITE_KEY, not {name!r}")
-            sources[name] = key
-        return sources
-
-    @field_validator("sources")
-    @classmethod
-    def _source_names(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
-        for name, key in value.items():
-            if not SOURCE_NAME.fullmatch(name):
-                raise ValueError(
-                    f"source name {name!r} is not allowed: "
-                    "use 1 to 100 letters, digits, '.', '_' or '-'"
-                )
-            if not key.get_secret_value():
-                raise ValueError(f"source {name!r} has an empty write key")
-        keys = [key.get_secret_value() for key in value.values()]
-        if len(set(keys)) != len(keys):
-            raise ValueError("two sources have the same write key")
-        return value
-
-    @field_validator("rate_limits")
-    @classmethod
-    def _rates(cls, value: dict[str, float]) -> dict[str, float]:
-        for name, rate in value.items():
-            if rate < 0:
-                raise ValueError(f"the rate limit of {name!r} is negative: use 0 for no limit")
-        return value
-
-    def rate_limit_of(self, source: str) -> float:
-        """Requests per second per client address for ``source`` (0: no limit)."""
-        return self.rate_limits.get(source, self.rate_limit)
 
 
 class ConsoleSettings(BaseModel):
@@ -359,7 +188,10 @@ def read_toml(path: Path) -> dict[str, Any]:
 def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
     """Settings from ``config`` (or ./exactly.toml if present), the environment and ``overrides``.
 
-    ``overrides`` are the flags given on the command line; None values are ignored. Raises
+    ``overrides`` are the flags given on the command line, over the file and the environment:
+    each by its setting's dotted path (``**{"collector.port": 9000}``), as nested keys
+    (``collector={"port": 9000}``) or, at the top, by name (``data_dir=...``); ``log_url`` is
+    ``log.url``. None values are ignored. They are validated like the file's values: raises
     :class:`ConfigError` naming the offending key.
     """
     path = config
@@ -371,26 +203,64 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
     class FileSettings(Settings):
         model_config = SettingsConfigDict(toml_file=path)
 
-    given = {key: value for key, value in overrides.items() if value is not None}
-    if "log_url" in given:
-        given["log"] = {**document.get("log", {}), "url": given.pop("log_url")}
+    given = nested_overrides(overrides)
     try:
         return FileSettings(**given)
     except ValidationError as error:
         first = error.errors()[0]
         where = _where(first["loc"], document) or "config"
-        origin = f" in {path}" if path is not None else ""
         message = first["msg"]
         if first["type"] == "extra_forbidden" and where.startswith("dedupe.redis"):
             message = (
                 "not a setting any more: give the redis store as one URL, "
                 'dedupe.store = "redis://HOST:PORT,HOST:PORT/DB" (EXACTLY_DEDUPE__STORE)'
             )
+        if _given(first["loc"], given):
+            raise ConfigError(
+                f"setting {where}: {message} (check the command-line flag or its EXACTLY_* "
+                "variable)"
+            ) from error
+        origin = f" in {path}" if path is not None else ""
         raise ConfigError(
             f"setting {where}{origin}: {message} (check the file or EXACTLY_* variables)"
         ) from error
     except SettingsError as error:  # an EXACTLY_* variable that is not valid JSON for its key
         raise ConfigError(f"{error} (check the EXACTLY_* variables)") from error
+
+
+def nested_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
+    """``{"collector.port": 1, "log_url": "x"}`` as ``{"collector": {"port": 1}, "log": {"url":
+    "x"}}``, None values left out; keys given as nested dicts are taken the same way."""
+    given: dict[str, Any] = {}
+    for key, value in _flat(overrides):
+        parts = ("log", "url") if key == "log_url" else tuple(key.split("."))
+        node = given
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"setting {key}: {part} is not a section")
+        node[parts[-1]] = value
+    return given
+
+
+def _flat(overrides: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in overrides.items():
+        if isinstance(value, dict):
+            yield from _flat(value, f"{prefix}{key}.")
+        elif value is not None:
+            yield f"{prefix}{key}", value
+
+
+def _given(loc: tuple[int | str, ...], given: dict[str, Any]) -> bool:
+    """Whether the value at ``loc`` (or a section holding it) came from ``given`` (the flags)."""
+    node: Any = given
+    for part in loc:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+        if not isinstance(node, dict):
+            return True
+    return True
 
 
 def _where(loc: tuple[int | str, ...], document: dict[str, Any]) -> str:

@@ -48,6 +48,8 @@ class AggregatePlan:
     max_records_per_trigger: int | None = None
     trigger_seconds: float = 1.0
     read_records: int = 10_000
+    db_url: str = field(default="", repr=False)  # the aggregate database; may hold secrets
+    retry_seconds: float = 600.0  # how long a micro-batch retries an unavailable database
 
 
 @dataclass

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Column, Table
 
-from exactly.cli.context import context, stop_if_never_ran, with_master
+from exactly.cli.context import stop_if_never_ran, with_flags
 from exactly.cli.options import Master, MaxRecordsPerTrigger, TriggerSeconds, UntilCaughtUp
 from exactly.urls import embedded_path
 
@@ -42,17 +42,15 @@ def aggregate(
     [[aggregate.tables]] in the config. Each micro-batch's upserts commit with its batch marker
     in one transaction, so a replayed batch changes nothing.
     """
-    from exactly.aggregate import open_db
-    from exactly.aggregate.driver import configured_tables, drive
-    from exactly.aggregate.job import AggregatePlan, default_checkpoint, say
+    from exactly.aggregate.driver import configured_plan, drive, open_plan_db
+    from exactly.aggregate.job import say
     from exactly.spark.session import build_session
 
-    settings = with_master(ctx, master).settings
-    plan = AggregatePlan(
-        log_url=settings.log_url,
-        checkpoint=(checkpoint or default_checkpoint(settings.data_dir, topic)).resolve(),
-        tables=tuple(configured_tables(settings)),
+    settings = with_flags(ctx, {"aggregate.url": db}, master=master).settings
+    plan = configured_plan(
+        settings,
         topic=topic,
+        checkpoint=checkpoint,
         until_caught_up=until_caught_up,
         max_records_per_trigger=max_records_per_trigger,
         trigger_seconds=trigger_seconds,
@@ -63,9 +61,7 @@ def aggregate(
             how = "counted" if counted else "already counted (replay), skipped"
             say(f"batch {batch}: {events} events {how}")
 
-    with open_db(
-        db or settings.aggregate_url, retry_seconds=settings.aggregate.retry_seconds, say=say
-    ) as database:
+    with open_plan_db(plan, say) as database:
         spark = build_session(settings, app_name=f"exactly-aggregate-{topic}")
         progress = drive(spark, plan, database, on_batch=report)
         spark.stop()
@@ -100,9 +96,9 @@ def stats(
     from exactly.aggregate import open_db
     from exactly.aggregate.stats import StatsQuery, event_counts, parse_since
 
-    settings = context(ctx).settings
+    settings = with_flags(ctx, {"aggregate.url": db}).settings
     query = StatsQuery(source, event, None if since is None else parse_since(since), by, limit)
-    url = db or settings.aggregate_url
+    url = settings.aggregate_url
     stop_if_never_ran(settings, (embedded_path(url), "exactly aggregate"))
     with open_db(url, retry_seconds=10) as database:
         rows = event_counts(database, query)
@@ -162,8 +158,8 @@ def audit(
     from exactly.aggregate.frame import check
     from exactly.spark.session import build_session
 
-    settings = context(ctx).settings
-    url = db or settings.aggregate_url
+    settings = with_flags(ctx, {"aggregate.url": db}).settings
+    url = settings.aggregate_url
     stop_if_never_ran(
         settings,
         (embedded_path(settings.log_url), "exactly collect"),

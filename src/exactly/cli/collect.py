@@ -12,17 +12,9 @@ import sys
 from typing import Annotated
 
 import typer
-from pydantic import SecretStr, ValidationError
 
-from exactly.cli.context import context
-from exactly.collector.settings import (
-    CollectorSettings,
-    RateLimit,
-    Source,
-    parse_source,
-)
-from exactly.errors import ConfigError, UnknownTopic
-from exactly.log.base import check_topic_name
+from exactly.cli.context import context, with_flags
+from exactly.errors import UnknownTopic
 from exactly.urls import redact
 
 
@@ -74,46 +66,26 @@ def collect(
 
     Every option also comes from [collector] in the config file or EXACTLY_COLLECTOR__<NAME>.
     """
-    settings = context(ctx).settings
-    config = settings.collector
-    host = config.host if host is None else host
-    port = config.port if port is None else port
-    workers = config.workers if workers is None else workers
-    topic = config.topic if topic is None else topic
-    check_topic_name(topic)
-    sources = _sources(source, config.sources)
-    for setting in ("allowed_origins", "rate_limits"):
-        unknown = sorted(set(getattr(config, setting)) - {s.name for s in sources})
-        if unknown:
-            raise ConfigError(
-                f"collector.{setting} names {', '.join(unknown)}, which is not a source: "
-                "use the names of [collector.sources]"
-            )
-    try:  # its validator also refuses a record limit below the event limit (ConfigError)
-        collector = CollectorSettings(
-            log_url=settings.log_url,
-            max_record_bytes=settings.log.max_record_bytes,
-            topic=topic,
-            partitions=config.partitions if partitions is None else partitions,
-            sources=sources,
-            max_pending_bytes=(config.max_queue_mb if max_queue_mb is None else max_queue_mb)
-            * 1024
-            * 1024,
-            max_event_bytes=config.max_event_bytes,
-            max_append_bytes=int(config.max_append_mb * 1024 * 1024),
-            read_timeout_seconds=config.read_timeout,
-            body_timeout_seconds=config.body_timeout,
-            allowed_origins=config.allowed_origins,
-            rate_limits={
-                s.name: RateLimit(per_second=rate, burst=config.rate_limit_burst)
-                for s in sources
-                if (rate := config.rate_limit_of(s.name)) > 0
-            },
+    if source:
+        print(
+            "warning: write keys given with --source are visible to other users in ps; "
+            "put them in [collector.sources] or EXACTLY_COLLECTOR__SOURCES",
+            file=sys.stderr,
         )
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise ConfigError(f"collector setting {where}: {first['msg']}") from None
+    flags = {
+        "collector.host": host,
+        "collector.port": port,
+        "collector.workers": workers,
+        "collector.sources": source or None,
+        "collector.topic": topic,
+        "collector.partitions": partitions,
+        "collector.max_queue_mb": max_queue_mb,
+    }
+    settings = with_flags(ctx, flags).settings
+    config = settings.collector
+    # its validator also refuses a record limit below the event limit (ConfigError)
+    collector = config.worker_settings(settings.log_url, settings.log.max_record_bytes)
+    host, port, workers, topic = config.host, config.port, config.workers, config.topic
     with context(ctx).open_log() as log:  # fail here, in one line, rather than in each worker
         try:
             count = log.topic_info(topic).partitions
@@ -122,7 +94,7 @@ def collect(
     from exactly.collector.server import check_address, serve
 
     check_address(host, port)
-    names = ", ".join(s.name for s in sources)
+    names = ", ".join(s.name for s in collector.sources)
     print(
         f"collecting on http://{host}:{port} into {topic} ({count} partitions) of "
         f"{redact(settings.log_url)} "
@@ -139,28 +111,3 @@ def collect(
         idle_timeout=config.idle_timeout,
         max_connections=config.max_connections,
     )
-
-
-def _sources(given: list[str] | None, configured: dict[str, SecretStr]) -> tuple[Source, ...]:
-    """The sources from --source when given (with a warning), else from the settings."""
-    if given:
-        print(
-            "warning: write keys given with --source are visible to other users in ps; "
-            "put them in [collector.sources] or EXACTLY_COLLECTOR__SOURCES",
-            file=sys.stderr,
-        )
-        sources = tuple(parse_source(text) for text in given)
-    else:
-        sources = tuple(Source(name=name, write_key=key) for name, key in configured.items())
-    if not sources:
-        raise ConfigError(
-            "no source: add write keys under [collector.sources] in exactly.toml "
-            '(web = "KEY") or set EXACTLY_COLLECTOR__SOURCES=web=KEY'
-        )
-    names = [s.name for s in sources]
-    if len(set(names)) != len(names):
-        raise ConfigError("two sources have the same name")
-    keys = [s.write_key.get_secret_value() for s in sources]
-    if len(set(keys)) != len(keys):
-        raise ConfigError("two sources have the same write key")
-    return sources

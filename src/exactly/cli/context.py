@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import typer
 
@@ -19,17 +20,18 @@ class Context:
     data_dir: Path | None = None
     log_url: str | None = None
     master: str | None = None  # a command's --master: overrides [spark] master
+    flags: dict[str, Any] = field(default_factory=dict)  # a command's flags, by setting path
     _settings: Settings | None = field(default=None, repr=False)
 
     @property
     def settings(self) -> Settings:
+        """The settings: file, environment, then the global flags and the command's flags."""
         if self._settings is None:
             self._settings = load_settings(
-                self.config, data_dir=self.data_dir, log_url=self.log_url
+                self.config,
+                data_dir=self.data_dir,
+                **{"log.url": self.log_url, "spark.master": self.master, **self.flags},
             )
-            if self.master is not None:
-                spark = self._settings.spark.model_copy(update={"master": self.master})
-                self._settings = self._settings.model_copy(update={"spark": spark})
         return self._settings
 
     def open_log(self) -> Log:
@@ -43,9 +45,24 @@ def context(ctx: typer.Context) -> Context:
 
 def with_master(ctx: typer.Context, master: str | None) -> Context:
     """The context, with ``--master`` (when given) in place of ``[spark] master``."""
+    return with_flags(ctx, {}, master=master)
+
+
+def with_flags(
+    ctx: typer.Context, flags: Mapping[str, Any], *, master: str | None = None
+) -> Context:
+    """The context, with a command's flags over the settings they name.
+
+    ``flags``: each flag's value by its setting's dotted path (``{"aggregate.url": db}``); None,
+    a flag not given, leaves the setting to the file and its ``EXACTLY_*`` variable. The values
+    are checked as the file's are (:func:`~exactly.config.load_settings`).
+    """
     found = context(ctx)
+    given = {path: value for path, value in flags.items() if value is not None}
     if master is not None:
         found.master = master
+    if given or master is not None:
+        found.flags.update(given)
         found._settings = None
     return found
 

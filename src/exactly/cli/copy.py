@@ -45,21 +45,16 @@ def copy(
     copied. A copy killed at any point resumes from its checkpoint without losing or repeating
     a record.
     """
-    from exactly.spark.copy import CopyPlan, default_checkpoint, prepare, run_copy
-    from exactly.spark.offsets import parse_spec
+    from exactly.spark.copy import configured_plan, prepare, run_copy
     from exactly.spark.streaming import checkpoint_lock
 
     found = with_master(ctx, master)
     settings = found.settings
-    parse_spec("--starting-offsets", starting_offsets)
-    plan = CopyPlan(
-        log_url=settings.log_url,
-        source=source,
-        destination=destination,
-        checkpoint=(
-            checkpoint
-            or default_checkpoint(settings.data_dir, settings.log_url, source, destination)
-        ).resolve(),
+    plan = configured_plan(
+        settings,
+        source,
+        destination,
+        checkpoint=checkpoint,
         until_caught_up=until_caught_up,
         max_records_per_trigger=max_records_per_trigger,
         trigger_seconds=trigger_seconds,

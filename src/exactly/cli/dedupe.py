@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from exactly.cli.context import with_master
+from exactly.cli.context import with_flags
 from exactly.cli.options import Master, MaxRecordsPerTrigger, TriggerSeconds, UntilCaughtUp
 
 STORE_HELP = (
@@ -89,25 +89,28 @@ def dedupe(
     repeating a record. Progress and the window per partition: `exactly status`.
     """
     from exactly.dedupe.driver import configured_plan, drive
+    from exactly.events.ids import check_scope
     from exactly.units import parse_duration, parse_size
 
-    settings = with_master(ctx, master).settings
+    # named after the flag, before the settings check them (which would name the setting)
     for flag, duration in (("--window", window), ("--min-window", min_window)):
         if duration is not None:
             parse_duration(duration, flag)
     if max_bytes is not None:
         parse_size(max_bytes, "--max-bytes")
+    if scope is not None:
+        check_scope(scope)
     flags = {
-        "store": store,
-        "window": window,
-        "max_keys": max_keys,
-        "max_bytes": max_bytes,
-        "min_window": min_window,
-        "scope": scope,
+        "dedupe.store": store,
+        "dedupe.window": window,
+        "dedupe.max_keys": max_keys,
+        "dedupe.max_bytes": max_bytes,
+        "dedupe.min_window": min_window,
+        "dedupe.scope": scope,
     }
+    settings = with_flags(ctx, flags, master=master).settings
     plan = configured_plan(
         settings,
-        settings.dedupe.model_copy(update={k: v for k, v in flags.items() if v is not None}),
         source=source,
         output=output,
         checkpoint=checkpoint,

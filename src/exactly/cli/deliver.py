@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import typer
 
-from exactly.cli.context import context
+from exactly.cli.context import with_flags
 from exactly.errors import ConfigError, ExactlyError
 from exactly.urls import scrub
 
@@ -98,14 +98,15 @@ def deliver(
     from exactly.delivery.archive import open_archive
     from exactly.delivery.director import Director
 
-    settings = context(ctx).settings
+    flags = {"delivery.jobdb": jobdb, "delivery.metrics_port": metrics_port}
+    settings = with_flags(ctx, flags).settings
     if not settings.destinations:
         raise ConfigError("no [[destinations]] in the config: nothing to deliver to")
     options = settings.delivery
     archive = open_archive(settings.archive_url)
     archive.check()  # a wrong URL or an unreachable bucket stops here, in one line
     with opened_jobdb(
-        jobdb or settings.jobdb_url,
+        settings.jobdb_url,
         dataset_rows=options.dataset_rows,
         dataset_minutes=options.dataset_minutes,
     ) as database:
@@ -114,7 +115,7 @@ def deliver(
             settings.destinations,
             page_size=options.page_size,
             archive=archive,
-            metrics_port=metrics_port or options.metrics_port,
+            metrics_port=options.metrics_port,
             jobdb_patience=options.jobdb_patience,
         )
         tallies = director.run(until_drained=until_drained, wait=wait)

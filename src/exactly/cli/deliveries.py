@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Column, Table
 
-from exactly.cli.context import context, stop_if_never_ran
+from exactly.cli.context import stop_if_never_ran, with_flags
 from exactly.cli.deliver import JOBDB, opened_jobdb
 from exactly.config import Settings
 from exactly.errors import ConfigError
@@ -44,8 +44,8 @@ def deliveries(
         return
     from exactly.delivery.jobdb.base import AWAITING_RETRY, DISCARDED, EXPIRED, SUCCEEDED, Summary
 
-    settings = context(ctx).settings
-    url = jobdb or settings.jobdb_url
+    settings = with_flags(ctx, {"delivery.jobdb": jobdb}).settings
+    url = settings.jobdb_url
     stop_if_never_ran(settings, (_jobdb_file(url), "exactly route"))
     with opened_jobdb(url) as database:
         found = database.summary(time.time())
@@ -113,8 +113,9 @@ def _jobdb_file(url: str) -> Path | None:
 DESTINATION = typer.Argument(help="The destination's name, as in [[destinations]].")
 
 
-def _known(ctx: typer.Context, name: str) -> Settings:
-    settings = context(ctx).settings
+def _known(ctx: typer.Context, name: str, jobdb: str | None) -> Settings:
+    """The settings (--jobdb over its setting), when they name destination ``name``."""
+    settings = with_flags(ctx, {"delivery.jobdb": jobdb}).settings
     names = [destination.name for destination in settings.destinations]
     if name not in names:
         raise ConfigError(
@@ -136,8 +137,8 @@ def pause(
     """
     from exactly.delivery import operators
 
-    settings = _known(ctx, destination)
-    with opened_jobdb(jobdb or settings.jobdb_url) as database:
+    settings = _known(ctx, destination, jobdb)
+    with opened_jobdb(settings.jobdb_url) as database:
         print(operators.pause(database, destination))
 
 
@@ -150,8 +151,8 @@ def resume(
     """Send to a paused destination again."""
     from exactly.delivery import operators
 
-    settings = _known(ctx, destination)
-    with opened_jobdb(jobdb or settings.jobdb_url) as database:
+    settings = _known(ctx, destination, jobdb)
+    with opened_jobdb(settings.jobdb_url) as database:
         print(operators.resume(database, destination))
 
 
@@ -177,8 +178,8 @@ def expire(
     from exactly.delivery import operators
     from exactly.delivery.replay import parse_time
 
-    settings = _known(ctx, destination)
+    settings = _known(ctx, destination, jobdb)
     now = time.time()
     when = parse_time(before, now, "--before") or now
-    with opened_jobdb(jobdb or settings.jobdb_url) as database:
+    with opened_jobdb(settings.jobdb_url) as database:
         print(operators.expire(database, destination, when))

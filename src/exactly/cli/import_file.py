@@ -13,7 +13,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColu
 
 from exactly.cli.context import context
 from exactly.collector.importer import import_file as run_import
-from exactly.config import SOURCE_NAME
+from exactly.collector.settings import check_source_name
 from exactly.errors import ConfigError, InvalidLines
 
 MAX_LISTED = 100
@@ -42,10 +42,10 @@ def import_file(
     ] = None,
 ) -> None:
     """Import FILE into the log; run it again after a crash: no line is lost or logged twice."""
-    if not SOURCE_NAME.fullmatch(source):
-        raise ConfigError(
-            f"source name {source!r} is not allowed: use 1 to 100 letters, digits, '.', '_' or '-'"
-        )
+    try:
+        check_source_name(source)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     err = Console(stderr=True)
     listed = 0
 

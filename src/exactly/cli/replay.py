@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from exactly.cli.context import context
+from exactly.cli.context import with_flags
 from exactly.cli.deliver import JOBDB
 from exactly.errors import ConfigError
 
@@ -67,7 +67,7 @@ def replay(
     from exactly.delivery.replay import parse_states, parse_time
     from exactly.delivery.replay import replay as run_replay
 
-    settings = context(ctx).settings
+    settings = with_flags(ctx, {"delivery.jobdb": jobdb}).settings
     known = {target.name: target for target in settings.destinations}
     names = [name.strip() for value in destination for name in value.split(",") if name.strip()]
     if not names:
@@ -89,7 +89,7 @@ def replay(
         print(f"replay: {message}", file=sys.stderr, flush=True)
 
     with opened_jobdb(
-        jobdb or settings.jobdb_url,
+        settings.jobdb_url,
         dataset_rows=options.dataset_rows,
         dataset_minutes=options.dataset_minutes,
     ) as database:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from exactly.cli.context import with_master
+from exactly.cli.context import with_flags
 from exactly.cli.deliver import JOBDB
 from exactly.cli.options import Master, MaxRecordsPerTrigger, TriggerSeconds, UntilCaughtUp
 
@@ -31,22 +31,17 @@ def route(
     batch adds nothing; `exactly deliver` sends them. No HTTP request is made here.
     """
     from exactly.cli.deliver import opened_jobdb
-    from exactly.delivery.route import RoutePlan, default_checkpoint, drive, say_line
-    from exactly.errors import ConfigError
+    from exactly.delivery.route import configured_plan, drive, say_line
     from exactly.spark.session import build_session
 
-    settings = with_master(ctx, master).settings
-    if not settings.destinations:
-        raise ConfigError("no [[destinations]] in the config: nothing to route to")
-    plan = RoutePlan(
-        log_url=settings.log_url,
-        checkpoint=(checkpoint or default_checkpoint(settings.data_dir, topic)).resolve(),
-        destinations=settings.destinations,
+    settings = with_flags(ctx, {"delivery.jobdb": jobdb}, master=master).settings
+    plan = configured_plan(
+        settings,
         topic=topic,
+        checkpoint=checkpoint,
         until_caught_up=until_caught_up,
         max_records_per_trigger=max_records_per_trigger,
         trigger_seconds=trigger_seconds,
-        jobdb_patience=settings.delivery.jobdb_patience,
     )
 
     def report(batch: int, events: int, jobs: int, added: bool) -> None:
@@ -54,11 +49,8 @@ def route(
             how = "added" if added else "already added (replay), skipped"
             say_line(f"batch {batch}: {jobs} jobs for {events} events {how}")
 
-    options = settings.delivery
     with opened_jobdb(
-        jobdb or settings.jobdb_url,
-        dataset_rows=options.dataset_rows,
-        dataset_minutes=options.dataset_minutes,
+        plan.jobdb_url, dataset_rows=plan.dataset_rows, dataset_minutes=plan.dataset_minutes
     ) as database:
         spark = build_session(settings, app_name=f"exactly-route-{topic}")
         progress = drive(spark, plan, database, on_batch=report)

@@ -1,18 +1,59 @@
-"""The collector's settings: one frozen model, passed to every worker process as JSON."""
+"""The collector's settings: ``[collector]`` (:class:`CollectorConfig`, a section of
+:class:`exactly.config.Settings`) and what each worker runs with (:class:`CollectorSettings`,
+made from it by :meth:`CollectorConfig.worker_settings` and passed to every worker process as
+JSON). The source-name and write-key checks are here, once."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+from collections.abc import Iterable
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import NoDecode
 
-from exactly.config import SOURCE_NAME
 from exactly.errors import ConfigError
 from exactly.events.normalise import MAX_EVENT_BYTES, MAX_MESSAGE_ID_BYTES
 
 ENVIRONMENT_KEY = "EXACTLY_COLLECTOR_SPEC"
 MAX_REQUEST_BYTES = 500 * 1024
+SOURCE_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")  # use fullmatch: "$" would let "web\n" pass
+
+
+def check_source_name(name: str) -> str:
+    """``name`` when it may name a source (it is stored with each event as ``sourceId``), else
+    :class:`ValueError` saying what is allowed."""
+    if not SOURCE_NAME.fullmatch(name):
+        raise ValueError(
+            f"source name {name!r} is not allowed: use 1 to 100 letters, digits, '.', '_' or '-'"
+        )
+    return name
+
+
+def check_write_keys(keys: Iterable[str]) -> None:
+    """:class:`ValueError` when two sources share a write key: a request's key names its
+    source."""
+    found = list(keys)
+    if len(set(found)) != len(found):
+        raise ValueError("two sources have the same write key")
+
+
+def source_pair(text: str) -> tuple[str, str]:
+    """``NAME=WRITE_KEY`` as ``(name, key)``; :class:`ValueError` naming the problem."""
+    name, sep, key = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"a source is NAME=WRITE_KEY, not {name!r}")
+    return check_source_name(name), key
 
 
 class Source(BaseModel):
@@ -20,8 +61,13 @@ class Source(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(pattern=f"^{SOURCE_NAME.pattern}$")
+    name: str
     write_key: SecretStr = Field(min_length=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_source_name(value)
 
 
 class RateLimit(BaseModel):
@@ -103,11 +149,156 @@ def check_record_limit(max_record_bytes: int, max_event_bytes: int) -> None:
 
 def parse_source(text: str) -> Source:
     """``NAME=WRITE_KEY`` as a :class:`Source`; :class:`ConfigError` naming the problem."""
-    name, sep, key = text.partition("=")
-    if not sep or not key:
-        raise ConfigError(f"a source is NAME=WRITE_KEY, not {name!r}")
-    if not SOURCE_NAME.fullmatch(name):
-        raise ConfigError(
-            f"source name {name!r} is not allowed: use 1 to 100 letters, digits, '.', '_' or '-'"
-        )
+    try:
+        name, key = source_pair(text)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     return Source(name=name, write_key=SecretStr(key))
+
+
+class CollectorConfig(BaseModel):
+    """``[collector]``: the tracking API served by ``exactly collect`` (docs/collector.md)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = Field("127.0.0.1", description="address to listen on")
+    port: int = Field(8088, ge=0, le=65535, description="port to listen on")
+    workers: int = Field(1, ge=1, le=256, description="worker processes")
+    topic: str = Field("raw", description="topic the events go to")
+    partitions: int = Field(8, ge=1, le=4096, description="partitions of the topic, if created")
+    max_queue_mb: int = Field(64, ge=1, description="events waiting for the log, per worker")
+    sources: Annotated[dict[str, SecretStr], NoDecode] = Field(
+        default_factory=dict, description="source name -> write key"
+    )
+    max_event_bytes: int = Field(
+        32 * 1024, ge=1024, le=64 * 1024 * 1024, description="largest event, as stored"
+    )
+    max_append_mb: float = Field(
+        8.0, gt=0, description="most one request may append, as stored (after batch context)"
+    )
+    read_timeout: float = Field(10.0, gt=0, description="seconds a request body may stall")
+    body_timeout: float = Field(
+        30.0, gt=0, description="seconds a whole request body may take to arrive (408 beyond)"
+    )
+    shutdown_timeout: float = Field(10.0, gt=0, description="seconds SIGTERM waits for requests")
+    idle_timeout: float = Field(
+        5.0,
+        gt=0,
+        description="seconds a connection may stay open without a whole request head "
+        "(idle keep-alive, a new connection that sends nothing, slow headers)",
+    )
+    max_connections: int = Field(
+        10_000, ge=16, description="open connections per worker; more wait in the listen backlog"
+    )
+    allowed_origins: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict,
+        description="source name -> origins of the pages it takes events from "
+        '(["https://shop.example"]); a source not named takes any',
+    )
+
+    rate_limit: float = Field(
+        0.0,
+        ge=0,
+        description="requests per second a client address may send to a source, per worker "
+        "(0: no limit); 429 with Retry-After beyond",
+    )
+    rate_limits: dict[str, float] = Field(
+        default_factory=dict, description="source name -> its own rate_limit (0: no limit)"
+    )
+    rate_limit_burst: int = Field(
+        20, ge=1, description="requests a quiet client may send at once before the rate applies"
+    )
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, value: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        from exactly.collector.cors import normalise_origin
+
+        return {
+            name: tuple(normalise_origin(origin) for origin in origins)
+            for name, origins in value.items()
+        }
+
+    @field_validator("sources", mode="before")
+    @classmethod
+    def _sources_from_text(cls, value: object) -> object:
+        """``EXACTLY_COLLECTOR__SOURCES=web=KEY1,ios=KEY2`` (or a table in the file, or the
+        ``NAME=KEY`` texts of ``exactly collect --source``)."""
+        if isinstance(value, str):
+            value = [text.strip() for text in value.split(",")]
+        if not isinstance(value, list | tuple):
+            return value
+        sources: dict[str, str] = {}
+        for text in filter(None, value):
+            name, key = source_pair(str(text))
+            if name in sources:
+                raise ValueError(f"two sources are named {name!r}")
+            sources[name] = key
+        return sources
+
+    @field_validator("sources")
+    @classmethod
+    def _source_names(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        for name, key in value.items():
+            check_source_name(name)
+            if not key.get_secret_value():
+                raise ValueError(f"source {name!r} has an empty write key")
+        check_write_keys(key.get_secret_value() for key in value.values())
+        return value
+
+    @field_validator("rate_limits")
+    @classmethod
+    def _rates(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, rate in value.items():
+            if rate < 0:
+                raise ValueError(f"the rate limit of {name!r} is negative: use 0 for no limit")
+        return value
+
+    def rate_limit_of(self, source: str) -> float:
+        """Requests per second per client address for ``source`` (0: no limit)."""
+        return self.rate_limits.get(source, self.rate_limit)
+
+    def worker_settings(self, log_url: str, max_record_bytes: int) -> CollectorSettings:
+        """What each worker of ``exactly collect`` runs with: this section resolved (sources
+        as :class:`Source`, megabytes as bytes, each source's rate limit) for the log at
+        ``log_url``. :class:`ConfigError` when there is no source, when ``allowed_origins`` or
+        ``rate_limits`` name one that is not a source, or when the log's record limit is below
+        the event limit."""
+        from exactly.log.base import check_topic_name
+
+        check_topic_name(self.topic)
+        if not self.sources:
+            raise ConfigError(
+                "no source: add write keys under [collector.sources] in exactly.toml "
+                '(web = "KEY") or set EXACTLY_COLLECTOR__SOURCES=web=KEY'
+            )
+        for setting in ("allowed_origins", "rate_limits"):
+            unknown = sorted(set(getattr(self, setting)) - set(self.sources))
+            if unknown:
+                raise ConfigError(
+                    f"collector.{setting} names {', '.join(unknown)}, which is not a source: "
+                    "use the names of [collector.sources]"
+                )
+        try:
+            return CollectorSettings(
+                log_url=log_url,
+                max_record_bytes=max_record_bytes,
+                topic=self.topic,
+                partitions=self.partitions,
+                sources=tuple(Source(name=n, write_key=k) for n, k in self.sources.items()),
+                max_pending_bytes=self.max_queue_mb * 1024 * 1024,
+                max_event_bytes=self.max_event_bytes,
+                max_append_bytes=int(self.max_append_mb * 1024 * 1024),
+                read_timeout_seconds=self.read_timeout,
+                body_timeout_seconds=self.body_timeout,
+                allowed_origins=self.allowed_origins,
+                rate_limits={
+                    name: RateLimit(per_second=rate, burst=self.rate_limit_burst)
+                    for name in self.sources
+                    if (rate := self.rate_limit_of(name)) > 0
+                },
+            )
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise ConfigError(f"collector setting {where}: {first['msg']}") from None

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from exactly.config import DedupeSettings, Settings
+from exactly.config import Settings
 from exactly.dedupe import status as status_file
 from exactly.dedupe.job import (
     DedupePlan,
@@ -36,7 +36,6 @@ class Summary:
 
 def configured_plan(
     settings: Settings,
-    dedupe: DedupeSettings | None = None,
     *,
     source: str = "raw",
     output: str = "events",
@@ -45,10 +44,11 @@ def configured_plan(
     max_records_per_trigger: int | None = None,
     trigger_seconds: float = 1.0,
 ) -> DedupePlan:
-    """The job's plan from ``[dedupe]`` (or ``dedupe``: those settings with flags applied)."""
+    """The job's plan from ``settings``: what ``exactly dedupe`` and ``exactly up`` both run (the
+    flags that name a setting, ``--store``, ``--window`` ..., are in ``settings`` already)."""
     from exactly.units import parse_duration, parse_size
 
-    config = dedupe or settings.dedupe
+    config = settings.dedupe
     bounds = Bounds(
         max_keys=config.max_keys,
         max_bytes=None if config.max_bytes is None else parse_size(config.max_bytes),

@@ -41,7 +41,7 @@ from exactly.dedupe.base import DedupeStore
 from exactly.dedupe.task import TaskPlan, dedupe_partition
 from exactly.dedupe.window import Bounds
 from exactly.errors import ConfigError, StreamError, TopicExists
-from exactly.events.ids import DEFAULT_SCOPE, SCOPES
+from exactly.events.ids import DEFAULT_SCOPE, check_scope
 from exactly.log import Log
 from exactly.spark.session import read_tasks
 from exactly.urls import redact
@@ -165,8 +165,7 @@ def prepare(log: Log, plan: DedupePlan) -> int:
     """
     from exactly.spark import checkpoint, lease
 
-    if plan.scope not in SCOPES:
-        raise ConfigError(f"dedupe scope {plan.scope!r}: use one of {', '.join(SCOPES)}")
+    check_scope(plan.scope)
     store = plan.open_store()  # a bad store URL fails here, before any topic is touched
     partitions = log.topic_info(plan.source).partitions
     for topic in (plan.output, plan.rejected):

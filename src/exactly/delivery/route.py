@@ -46,6 +46,8 @@ from exactly.spark.batches import BatchFunction, run_batches
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
+    from exactly.config import Settings
+
 # The fields routing reads; the payload is the record's value itself, byte for byte.
 FIELDS = "sourceId string, event string, messageId string, userId string, anonymousId string"
 OnBatch = Callable[[int, int, int, bool], None]  # batch id, events routed, jobs, added
@@ -64,6 +66,9 @@ class RoutePlan:
     trigger_seconds: float = 1.0
     read_records: int = 10_000
     jobdb_patience: float = 60.0  # seconds a failing JobDB is tried again before stopping
+    jobdb_url: str = field(default="", repr=False)  # may hold a password: never in a repr
+    dataset_rows: int = 100_000  # the JobDB starts a new dataset after this many jobs
+    dataset_minutes: float = 60.0  # ... or after this many minutes
 
     @property
     def stream(self) -> str:
@@ -141,6 +146,35 @@ def matching(destinations: Sequence[DestinationSettings]) -> Column:
             takes = takes & F.coalesce(F.col("e.event").isin(*destination.events), F.lit(False))
         anyone = anyone | takes
     return anyone
+
+
+def configured_plan(
+    settings: Settings,
+    *,
+    topic: str = "events",
+    checkpoint: Path | None = None,
+    until_caught_up: bool = False,
+    max_records_per_trigger: int | None = 50_000,
+    trigger_seconds: float = 1.0,
+) -> RoutePlan:
+    """The route query's plan from ``settings``: what ``exactly route`` and ``exactly up`` both
+    run (the flags that name a setting are in ``settings`` already)."""
+    if not settings.destinations:
+        raise ConfigError("no [[destinations]] in the config: nothing to route to")
+    delivery = settings.delivery
+    return RoutePlan(
+        log_url=settings.log_url,
+        checkpoint=(checkpoint or default_checkpoint(settings.data_dir, topic)).resolve(),
+        destinations=settings.destinations,
+        topic=topic,
+        until_caught_up=until_caught_up,
+        max_records_per_trigger=max_records_per_trigger,
+        trigger_seconds=trigger_seconds,
+        jobdb_patience=delivery.jobdb_patience,
+        jobdb_url=settings.jobdb_url,
+        dataset_rows=delivery.dataset_rows,
+        dataset_minutes=delivery.dataset_minutes,
+    )
 
 
 def default_checkpoint(data_dir: Path, topic: str) -> Path:

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Literal
 
 import orjson
 
-from exactly.errors import InvalidId
+from exactly.errors import ConfigError, InvalidId
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
@@ -168,6 +168,13 @@ def _scoped_ids(sources: Sequence[bytes], packed: list[bytes]) -> list[bytes]:
         copy.update(found)
         keys.append(copy.digest())
     return keys
+
+
+def check_scope(scope: str) -> None:
+    """:class:`~exactly.errors.ConfigError` naming the choices when ``scope`` is none of
+    :data:`SCOPES` (a setting, a flag)."""
+    if scope not in SCOPES:
+        raise ConfigError(f"dedupe scope {scope!r}: use one of {', '.join(SCOPES)}")
 
 
 def ids_packer(scope: str) -> Callable[[Sequence[bytes], Sequence[bytes]], list[bytes]]:

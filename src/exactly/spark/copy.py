@@ -23,6 +23,8 @@ from exactly.spark.streaming import Report, run_query
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from exactly.config import Settings
+
 
 @dataclass(frozen=True)
 class CopyPlan:
@@ -46,6 +48,38 @@ class CopyProgress:
     @property
     def records(self) -> int:
         return sum(self.batches.values())
+
+
+def configured_plan(
+    settings: Settings,
+    source: str,
+    destination: str,
+    *,
+    checkpoint: Path | None = None,
+    until_caught_up: bool = False,
+    max_records_per_trigger: int | None = None,
+    trigger_seconds: float = 1.0,
+    starting_offsets: str = "earliest",
+    append_records: int = 5000,
+) -> CopyPlan:
+    """The copy's plan from ``settings`` and ``exactly copy``'s options: its one builder."""
+    from exactly.spark.offsets import parse_spec
+
+    parse_spec("--starting-offsets", starting_offsets)
+    log_url = settings.log_url
+    return CopyPlan(
+        log_url=log_url,
+        source=source,
+        destination=destination,
+        checkpoint=(
+            checkpoint or default_checkpoint(settings.data_dir, log_url, source, destination)
+        ).resolve(),
+        until_caught_up=until_caught_up,
+        max_records_per_trigger=max_records_per_trigger,
+        trigger_seconds=trigger_seconds,
+        starting_offsets=starting_offsets,
+        append_records=append_records,
+    )
 
 
 def default_checkpoint(data_dir: Path, log_url: str, source: str, destination: str) -> Path:

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
     from pyspark.sql import SparkSession
 
+    from exactly.aggregate.job import AggregatePlan
+    from exactly.dedupe.job import DedupePlan
+    from exactly.delivery.route import RoutePlan
     from exactly.up.watch import Progress
 
 RAW, EVENTS = "raw", "events"
@@ -58,14 +61,44 @@ class Query:
     run: Callable[[SparkSession], object]
 
 
-def queries(settings: Settings, trigger_seconds: float = 1.0) -> list[Query]:
-    """The pipeline's queries for ``settings``: dedupe and aggregate; route with destinations."""
+@dataclass(frozen=True)
+class Plans:
+    """Each query's plan, built by the function its own command uses, so ``exactly up`` runs a
+    stage as ``exactly dedupe``, ``aggregate`` or ``route`` would with their defaults."""
+
+    dedupe: DedupePlan
+    aggregate: AggregatePlan
+    route: RoutePlan | None  # None: no [[destinations]], no route query
+
+
+def plans(settings: Settings, trigger_seconds: float = 1.0) -> Plans:
+    """The pipeline's plans for ``settings``: dedupe and aggregate; route with destinations."""
+    from exactly.aggregate import driver as aggregate
+    from exactly.dedupe import driver as dedupe
+    from exactly.delivery import route
+
+    return Plans(
+        dedupe=dedupe.configured_plan(
+            settings, source=RAW, output=EVENTS, trigger_seconds=trigger_seconds
+        ),
+        aggregate=aggregate.configured_plan(
+            settings, topic=EVENTS, trigger_seconds=trigger_seconds
+        ),
+        route=route.configured_plan(settings, topic=EVENTS, trigger_seconds=trigger_seconds)
+        if settings.destinations
+        else None,
+    )
+
+
+def queries(settings: Settings, plan: Plans) -> list[Query]:
+    """The pipeline's queries, one per plan."""
     found = [
-        Query("dedupe", lambda spark: _dedupe(settings, spark, trigger_seconds)),
-        Query("aggregate", lambda spark: _aggregate(settings, spark, trigger_seconds)),
+        Query("dedupe", lambda spark: _dedupe(settings, spark, plan.dedupe)),
+        Query("aggregate", lambda spark: _aggregate(spark, plan.aggregate)),
     ]
-    if settings.destinations:
-        found.append(Query("route", lambda spark: _route(settings, spark, trigger_seconds)))
+    if plan.route is not None:
+        route = plan.route
+        found.append(Query("route", lambda spark: _route(spark, route)))
     return found
 
 
@@ -77,14 +110,14 @@ def run(settings: Settings, trigger_seconds: float = 1.0) -> None:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: STOPPING.set())
+    plan = plans(settings, trigger_seconds)
     progress = Progress(os.getpid(), time.time(), {})
     where = progress_path(settings.data_dir)
     save_progress(where, progress)
     with open_log(settings.log_url, max_record_bytes=settings.log.max_record_bytes) as log:
-        from exactly.dedupe.driver import configured_plan
         from exactly.dedupe.job import prepare
 
-        partitions = prepare(log, configured_plan(settings))  # creates events for the others
+        partitions = prepare(log, plan.dedupe)  # creates events for the others
     spark = build_session(
         settings,
         APP_NAME,
@@ -99,7 +132,7 @@ def run(settings: Settings, trigger_seconds: float = 1.0) -> None:
         threading.Thread(
             target=_in_pool, args=(spark, query, failures), name=query.name, daemon=True
         )
-        for query in queries(settings, trigger_seconds)
+        for query in queries(settings, plan)
     ]
     for thread in threads:
         thread.start()
@@ -165,48 +198,25 @@ def _say(name: str) -> Callable[[str], None]:
     return say
 
 
-def _dedupe(settings: Settings, spark: SparkSession, trigger_seconds: float) -> None:
-    from exactly.dedupe.driver import configured_plan, drive
+def _dedupe(settings: Settings, spark: SparkSession, plan: DedupePlan) -> None:
+    from exactly.dedupe.driver import drive
 
-    plan = configured_plan(settings, source=RAW, output=EVENTS, trigger_seconds=trigger_seconds)
     drive(settings, plan, quiet=True, spark=spark)
 
 
-def _aggregate(settings: Settings, spark: SparkSession, trigger_seconds: float) -> None:
-    from exactly.aggregate import open_db
-    from exactly.aggregate.driver import configured_tables, drive
-    from exactly.aggregate.job import AggregatePlan, default_checkpoint
+def _aggregate(spark: SparkSession, plan: AggregatePlan) -> None:
+    from exactly.aggregate.driver import drive, open_plan_db
 
-    plan = AggregatePlan(
-        log_url=settings.log_url,
-        checkpoint=default_checkpoint(settings.data_dir, EVENTS),
-        tables=tuple(configured_tables(settings)),
-        topic=EVENTS,
-        trigger_seconds=trigger_seconds,
-    )
     say = _say("aggregate")
-    with open_db(
-        settings.aggregate_url, retry_seconds=settings.aggregate.retry_seconds, say=say
-    ) as database:
+    with open_plan_db(plan, say) as database:
         drive(spark, plan, database, say=say)
 
 
-def _route(settings: Settings, spark: SparkSession, trigger_seconds: float) -> None:
+def _route(spark: SparkSession, plan: RoutePlan) -> None:
     from exactly.delivery.jobdb import open_jobdb
-    from exactly.delivery.route import RoutePlan, default_checkpoint, drive
+    from exactly.delivery.route import drive
 
-    plan = RoutePlan(
-        log_url=settings.log_url,
-        checkpoint=default_checkpoint(settings.data_dir, EVENTS).resolve(),
-        destinations=settings.destinations,
-        topic=EVENTS,
-        trigger_seconds=trigger_seconds,
-        max_records_per_trigger=50_000,
-    )
-    options = settings.delivery
     with open_jobdb(
-        settings.jobdb_url,
-        dataset_rows=options.dataset_rows,
-        dataset_minutes=options.dataset_minutes,
+        plan.jobdb_url, dataset_rows=plan.dataset_rows, dataset_minutes=plan.dataset_minutes
     ) as jobdb:
         drive(spark, plan, jobdb, say=_say("route"))
