@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from exactly.cli.context import context
+from exactly.cli.output import place, wrap
 from exactly.config import Settings
 from exactly.errors import ExactlyError
 from exactly.urls import redact
@@ -28,7 +29,8 @@ def doctor(
     problems: list[str] = []
 
     def report(name: str, ok: bool, detail: str, fix: str = "") -> None:
-        print(f"{'ok ' if ok else 'BAD'} {name:<8} {detail}")
+        head = f"{'ok ' if ok else 'BAD'} {name:<8}"
+        print(wrap(f"{head} {detail}", " " * 13))
         if not ok:
             problems.append(f"{name}: {fix}")
 
@@ -52,7 +54,8 @@ def doctor(
     try:
         with context(ctx).open_log() as log:
             topics = log.topics()
-        report("log", True, f"{redact(settings.log_url)} reachable, {len(topics)} topic(s)")
+        where = place(settings.log_url, settings.data_dir)
+        report("log", True, f"{where} reachable, {len(topics):,} topic(s)")
     except ExactlyError as error:
         report("log", False, f"{redact(settings.log_url)}: {error}", "start it or fix log.url")
     _finish(problems)
