@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from exactly.cli.output import fit, place, wrap
 from exactly.config import Settings
 from exactly.errors import ExactlyError
-from exactly.urls import redact
 
 EVENT_NAMES = ["Order Completed", "Product Viewed", "Signed Up", "Cart Viewed", "Checkout Started"]
 PAGES = ["/", "/pricing", "/docs", "/blog", "/signup"]
@@ -309,10 +309,9 @@ def run_pipeline(
     with FlakyReceiver() as receiver:
         config, port = write_config(settings, partitions, receiver.url)
         clock = time.perf_counter()
-        say(
-            f"1/3 exactly up: collector, Spark (dedupe, aggregate, route), director on "
-            f"{redact(settings.log_url)}; sending {events:,} events ..."
-        )
+        say("1/3 exactly up: collector, Spark (dedupe, aggregate, route) and director")
+        say(fit("    on the log", place(settings.log_url, settings.data_dir), "      "))
+        say(f"    sending {events:,} events ...")
         up = UpService(settings, config, port)
         say(f"    watch it on http://127.0.0.1:{load_settings(config).console.port}")
         try:
@@ -370,7 +369,7 @@ def _wait_until_done(settings: Settings, up: UpService, say: Callable[[str], Non
                     f"{name} {'starting' if lag is None else f'{lag:,} behind'}"
                     for name, lag in lags.items()
                 )
-                say(f"  {behind}; {waiting:,} deliveries waiting")
+                say(wrap(f"  {behind}; {waiting:,} deliveries waiting", "    "))
             time.sleep(0.5)
 
 

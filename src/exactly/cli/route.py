@@ -52,7 +52,7 @@ def route(
     def report(batch: int, events: int, jobs: int, added: bool) -> None:
         if events or not added:
             how = "added" if added else "already added (replay), skipped"
-            say_line(f"batch {batch}: {jobs} jobs for {events} events {how}")
+            say_line(f"batch {batch}: {jobs:,} jobs for {events:,} events {how}")
 
     options = settings.delivery
     with opened_jobdb(
@@ -65,7 +65,7 @@ def route(
         spark.stop()
     done = "caught up" if until_caught_up else "stopped"
     print(
-        f"{done}: {progress.jobs} jobs for {progress.events} events in "
-        f"{len(progress.batches)} micro-batches"
-        + (f", {progress.replays} replayed batch skipped" if progress.replays else "")
+        f"{done}: {progress.jobs:,} jobs for {progress.events:,} events in "
+        f"{len(progress.batches):,} micro-batches"
+        + (f", {progress.replays:,} replayed batch skipped" if progress.replays else "")
     )
