@@ -44,6 +44,7 @@ EVENT_NAMES = ["Order Completed", "Product Viewed", "Signed Up", "Cart Viewed", 
 PAGES = ["/", "/pricing", "/docs", "/blog", "/signup"]
 SOURCES = {"web": "demo-web-write-key", "ios": "demo-ios-write-key"}
 BATCH = 500
+STATS_ROWS = 40  # of the counts table the demo shows
 
 
 def iso_millis(moment: float) -> str:
@@ -333,7 +334,7 @@ def run_pipeline(
     spark = build_session(settings, app_name="exactly-demo-audit")
     try:
         with open_db(settings.aggregate_url, say=say) as db:
-            result.stats = event_counts(db, StatsQuery(by="hour", limit=40))
+            result.stats = event_counts(db, StatsQuery(by="hour", limit=STATS_ROWS))
             result.audit = run_audit(
                 spark, settings.log_url, "events", db, check(spark, [EVENT_COUNTS])
             )

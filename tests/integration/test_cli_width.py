@@ -135,3 +135,14 @@ def test_status_hides_internal_topics_unless_all(home: Path) -> None:
     data = home / "data"
     assert f"data dir {data}" in shown or f"data dir\n  {data}" in shown
     assert "log sqlite log\n" in shown and "aggregate sqlite aggregates.db\n" in shown
+
+
+def test_deliveries_subcommands_fit_80_columns(home: Path) -> None:
+    for args in (
+        ("deliveries", "pause", "orders-warehouse"),
+        ("deliveries", "expire", "orders-warehouse", "--before", "1h"),
+        ("deliveries", "resume", "orders-warehouse"),
+    ):
+        done = run(home, *args)
+        assert done.returncode == 0, done.stderr
+        assert_fits(done.stdout + done.stderr)

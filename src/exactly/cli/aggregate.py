@@ -110,7 +110,7 @@ def stats(
         for line in counts_as_json(rows):
             print(line)
         return
-    print_counts(rows, by)
+    print_counts(rows, by, limit=limit)
 
 
 def counts_as_json(rows: list[tuple[Any, ...]]) -> list[str]:
@@ -130,8 +130,11 @@ def counts_as_json(rows: list[tuple[Any, ...]]) -> list[str]:
     ]
 
 
-def print_counts(rows: list[tuple[Any, ...]], by: str, console: Console | None = None) -> None:
-    """The counts as a table within 80 columns, the time to its bucket, and a total row."""
+def print_counts(
+    rows: list[tuple[Any, ...]], by: str, console: Console | None = None, limit: int | None = None
+) -> None:
+    """The counts as a table within 80 columns, the time to its bucket, and a total row: the
+    total of the rows shown, which a line says are only the newest ``limit`` when they are."""
     from exactly.cli.output import console as narrow
     from exactly.cli.output import count, table
 
@@ -160,6 +163,8 @@ def print_counts(rows: list[tuple[Any, ...]], by: str, console: Console | None =
             f"{float(revenue):,.2f}",
         )
     shown.print(found)
+    if limit is not None and len(rows) >= limit:
+        shown.print(f"(the newest {limit:,} rows; --limit N for more)")
 
 
 def bucket_text(bucket: Any, by: str) -> str:

@@ -13,7 +13,7 @@ from rich.table import Column
 
 from exactly.cli.context import context, stop_if_never_ran
 from exactly.cli.deliver import JOBDB, opened_jobdb
-from exactly.cli.output import console, count, table
+from exactly.cli.output import console, count, table, wrap
 from exactly.config import Settings
 from exactly.errors import ConfigError
 from exactly.units import format_duration
@@ -144,7 +144,7 @@ def pause(
 
     settings = _known(ctx, destination)
     with opened_jobdb(jobdb or settings.jobdb_url) as database:
-        print(operators.pause(database, destination))
+        print(wrap(operators.pause(database, destination), "  "))
 
 
 @app.command()
@@ -158,7 +158,7 @@ def resume(
 
     settings = _known(ctx, destination)
     with opened_jobdb(jobdb or settings.jobdb_url) as database:
-        print(operators.resume(database, destination))
+        print(wrap(operators.resume(database, destination), "  "))
 
 
 @app.command()
@@ -187,4 +187,4 @@ def expire(
     now = time.time()
     when = parse_time(before, now, "--before") or now
     with opened_jobdb(jobdb or settings.jobdb_url) as database:
-        print(operators.expire(database, destination, when))
+        print(wrap(operators.expire(database, destination, when), "  "))

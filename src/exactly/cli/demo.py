@@ -29,14 +29,14 @@ def demo(
     from exactly.aggregate.spec import EVENT_COUNTS
     from exactly.cli.aggregate import print_counts
     from exactly.delivery import demo as delivery
-    from exactly.demo import run_pipeline
+    from exactly.demo import STATS_ROWS, run_pipeline
 
     console = narrow()
     settings = context(ctx).settings
     result = run_pipeline(settings, events, partitions, lambda line: print(line, file=sys.stderr))
     traffic = result.traffic
     console.print("event counts by hour (exactly stats; --by minute for minutes):")
-    print_counts(result.stats, "hour", console)
+    print_counts(result.stats, "hour", console, limit=STATS_ROWS)
     seconds = result.seconds
     rate = traffic.events / max(traffic.seconds, 1e-9)
     for line in (
