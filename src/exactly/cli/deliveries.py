@@ -83,7 +83,12 @@ def _print_table(found: dict[str, Summary], limits: dict[str, float | None]) -> 
         ),
         Column("oldest queued", justify="right"),
     )
-    flow = table("destination", "rate", "sending", Column("last error", overflow="fold"))
+    flow = table(
+        Column("destination", no_wrap=True),
+        Column("rate", no_wrap=True),
+        Column("sending", no_wrap=True),
+        Column("last error", overflow="fold"),
+    )
     for name, entry in sorted(found.items()):
         age = entry.oldest_pending_seconds
         states.add_row(
