@@ -23,7 +23,6 @@ from exactly.collector.settings import (
 )
 from exactly.errors import ConfigError, UnknownTopic
 from exactly.log.base import check_topic_name
-from exactly.urls import redact
 
 
 def collect(
@@ -123,10 +122,13 @@ def collect(
 
     check_address(host, port)
     names = ", ".join(s.name for s in sources)
+    from exactly.cli.output import fit, place, wrap
+
     print(
-        f"collecting on http://{host}:{port} into {topic} ({count} partitions) of "
-        f"{redact(settings.log_url)} "
-        f"(sources: {names}; {workers} worker{'s' if workers > 1 else ''})",
+        f"collecting on http://{host}:{port} into {topic} ({count:,} partitions)\n"
+        + fit("  log", place(settings.log_url, settings.data_dir), "    ")
+        + "\n"
+        + wrap(f"  sources: {names}; {workers} worker{'s' if workers > 1 else ''}", "    "),
         file=sys.stderr,
         flush=True,
     )
