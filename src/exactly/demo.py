@@ -36,14 +36,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from exactly.cli.output import fit, place, wrap
 from exactly.config import Settings
 from exactly.errors import ExactlyError
-from exactly.urls import redact
 
 EVENT_NAMES = ["Order Completed", "Product Viewed", "Signed Up", "Cart Viewed", "Checkout Started"]
 PAGES = ["/", "/pricing", "/docs", "/blog", "/signup"]
 SOURCES = {"web": "demo-web-write-key", "ios": "demo-ios-write-key"}
 BATCH = 500
+STATS_ROWS = 40  # of the counts table the demo shows
 
 
 def iso_millis(moment: float) -> str:
@@ -309,10 +310,9 @@ def run_pipeline(
     with FlakyReceiver() as receiver:
         config, port = write_config(settings, partitions, receiver.url)
         clock = time.perf_counter()
-        say(
-            f"1/3 exactly up: collector, Spark (dedupe, aggregate, route), director on "
-            f"{redact(settings.log_url)}; sending {events:,} events ..."
-        )
+        say("1/3 exactly up: collector, Spark (dedupe, aggregate, route) and director")
+        say(fit("    on the log", place(settings.log_url, settings.data_dir), "      "))
+        say(f"    sending {events:,} events ...")
         up = UpService(settings, config, port)
         say(f"    watch it on http://127.0.0.1:{load_settings(config).console.port}")
         try:
@@ -334,7 +334,7 @@ def run_pipeline(
     spark = build_session(settings, app_name="exactly-demo-audit")
     try:
         with open_db(settings.aggregate_url, say=say) as db:
-            result.stats = event_counts(db, StatsQuery(by="hour", limit=40))
+            result.stats = event_counts(db, StatsQuery(by="hour", limit=STATS_ROWS))
             result.audit = run_audit(
                 spark, settings.log_url, "events", db, check(spark, [EVENT_COUNTS])
             )
@@ -370,7 +370,7 @@ def _wait_until_done(settings: Settings, up: UpService, say: Callable[[str], Non
                     f"{name} {'starting' if lag is None else f'{lag:,} behind'}"
                     for name, lag in lags.items()
                 )
-                say(f"  {behind}; {waiting:,} deliveries waiting")
+                say(wrap(f"  {behind}; {waiting:,} deliveries waiting", "    "))
             time.sleep(0.5)
 
 

@@ -212,14 +212,17 @@ def test_status_covers_every_stage_from_the_config(tmp_path: Path) -> None:
         [*EXACTLY, "status"], capture_output=True, text=True, cwd=tmp_path, check=True
     ).stdout
     for line in (
-        "log sqlite://",
+        "log sqlite log\n",
         "dedupe raw -> events (rocksdb, scope workspace, window",
-        "aggregate sqlite://",
-        "batch 4 of query q1",
+        "store rocksdb dedupe/raw/rocksdb",
+        "aggregate sqlite aggregates.db\n",
+        "batch 4 committed at",
+        "of query q1",
         "hook: queued 2",
         "idle: queued 0",
     ):
         assert line in text, text
+    assert f"data dir {data}" in " ".join(text.split())  # a long path on a line of its own
 
 
 def test_status_of_a_fresh_data_dir_creates_nothing(tmp_path: Path) -> None:

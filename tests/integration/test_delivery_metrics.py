@@ -149,7 +149,7 @@ def test_metrics_move_while_delivering_and_match_the_receiver(
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=30)
     assert process.returncode == 0, err.decode()
-    assert "hook: 1320 requests, 1200 succeeded, 120 to retry" in out.decode()
+    assert "hook: 1,320 requests, 1,200 succeeded, 120 to retry" in out.decode()
 
 
 def test_a_metrics_port_in_use_stops_deliver_with_one_line(

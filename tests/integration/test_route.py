@@ -204,7 +204,7 @@ def test_exactly_route_from_the_command_line(tmp_path: Path) -> None:
     result = run_cli(config, "route", "--until-caught-up")
     assert result.returncode == 0, result.stderr[-2000:]
     orders = sum(n for (_, d, _, _), n in expected(events.values).items() if d == "orders")
-    assert f"caught up: {orders} jobs for {orders} events" in result.stdout
+    assert f"caught up: {orders:,} jobs for {orders:,} events" in result.stdout
     with open_jobdb(f"sqlite://{tmp_path / 'data' / 'jobdb'}") as db:
         assert {d: sum(s.values()) for d, s in db.states().items()} == {"orders": orders}
     again = run_cli(config, "route", "--until-caught-up")

@@ -127,8 +127,9 @@ def test_status_the_console_and_up_show_the_same_window(tmp_path: Path) -> None:
     save(plan, status)
 
     table = render(status)  # exactly status
-    assert "unbounded" not in table and "window 5h," in table
-    assert table.splitlines()[2].split()[-1] == "1d" and table.splitlines()[3].split()[-1] == "5h"
+    assert "unbounded" not in table and "window 5h)" in table
+    rows = table.splitlines()[4:6]  # after the head, store, checkpoint and column names
+    assert rows[0].split()[-1] == "1d" and rows[1].split()[-1] == "5h"
     console = Reader(settings)._dedupe(Snapshot(0.0), [])  # the console
     assert show(console["effective_window_ms"], "w") == "5h"
     assert show(console["window_ms"], "w") == "1d"

@@ -111,22 +111,28 @@ def run_audit(
 
 
 def render(result: AuditResult, specs: Sequence[TableSpec]) -> list[str]:
-    """The audit for people: what was compared, then up to :data:`SHOWN` differing rows."""
+    """The audit for people, within 80 columns: what was compared, then up to :data:`SHOWN`
+    differing rows."""
+    from exactly.cli.output import wrap
+
     where = "nothing counted yet" if result.end_offsets is None else f"offsets {result.end_offsets}"
-    lines = [f"audit: recounted {result.events:,} events from the topic up to {where}"]
+    lines = [wrap(f"audit: recounted {result.events:,} events from the topic up to {where}", "  ")]
     by_name = {spec.name: spec for spec in specs}
     for name, rows in result.rows.items():
         wrong = sum(1 for d in result.differences if d.table == name)
-        lines.append(f"  {name}: {rows:,} rows, {'exact' if not wrong else f'{wrong} differ'}")
+        lines.append(f"  {name}: {rows:,} rows, {'exact' if not wrong else f'{wrong:,} differ'}")
     for difference in result.differences[:SHOWN]:
         spec = by_name[difference.table]
         key = ", ".join(f"{k.name}={v!r}" for k, v in zip(spec.keys, difference.key, strict=True))
         lines.append(
-            f"  {difference.table} ({key}): database {_measures(spec, difference.counted)}, "
-            f"recount {_measures(spec, difference.recounted)}"
+            wrap(
+                f"  {difference.table} ({key}): database {_measures(spec, difference.counted)}, "
+                f"recount {_measures(spec, difference.recounted)}",
+                "    ",
+            )
         )
     if len(result.differences) > SHOWN:
-        lines.append(f"  ... and {len(result.differences) - SHOWN} more")
+        lines.append(f"  ... and {len(result.differences) - SHOWN:,} more")
     lines.append("audit: exact" if result.exact else "audit: DIFFERENCES FOUND")
     return lines
 

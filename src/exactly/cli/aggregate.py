@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Column, Table
+from rich.table import Column
 
 from exactly.cli.context import stop_if_never_ran, with_flags
 from exactly.cli.options import Master, MaxRecordsPerTrigger, TriggerSeconds, UntilCaughtUp
@@ -59,7 +59,7 @@ def aggregate(
     def report(batch: int, events: int, counted: bool) -> None:
         if events or not counted:
             how = "counted" if counted else "already counted (replay), skipped"
-            say(f"batch {batch}: {events} events {how}")
+            say(f"batch {batch}: {events:,} events {how}")
 
     with open_plan_db(plan, say) as database:
         spark = build_session(settings, app_name=f"exactly-aggregate-{topic}")
@@ -67,8 +67,8 @@ def aggregate(
         spark.stop()
     done = "caught up" if until_caught_up else "stopped"
     print(
-        f"{done}: {progress.events} events counted in {len(progress.batches)} micro-batches"
-        + (f", {progress.replays} replayed batch skipped" if progress.replays else "")
+        f"{done}: {progress.events:,} events counted in {len(progress.batches):,} micro-batches"
+        + (f", {progress.replays:,} replayed batch skipped" if progress.replays else "")
     )
 
 
@@ -106,7 +106,7 @@ def stats(
         for line in counts_as_json(rows):
             print(line)
         return
-    print_counts(rows, by)
+    print_counts(rows, by, limit=limit)
 
 
 def counts_as_json(rows: list[tuple[Any, ...]]) -> list[str]:
@@ -126,20 +126,48 @@ def counts_as_json(rows: list[tuple[Any, ...]]) -> list[str]:
     ]
 
 
-def print_counts(rows: list[tuple[Any, ...]], by: str, console: Console | None = None) -> None:
-    table = Table(
-        Column(by, no_wrap=True),
+def print_counts(
+    rows: list[tuple[Any, ...]], by: str, console: Console | None = None, limit: int | None = None
+) -> None:
+    """The counts as a table within 80 columns, the time to its bucket, and a total row: the
+    total of the rows shown, which a line says are only the newest ``limit`` when they are."""
+    from exactly.cli.output import console as narrow
+    from exactly.cli.output import count, table
+
+    shown = narrow() if console is None else console
+    if not rows:
+        shown.print("no events counted yet")
+        return
+    total = count(sum(int(row[4]) for row in rows))
+    earned = f"{sum(float(row[5]) for row in rows):,.2f}"
+    found = table(
+        Column(by, footer="total", no_wrap=True),
         "source",
         "type",
         "event",
-        Column("count", justify="right"),
-        Column("revenue", justify="right"),
+        Column("count", footer=total, justify="right", no_wrap=True),
+        Column("revenue", footer=earned, justify="right", no_wrap=True),
+        show_footer=True,
     )
-    for bucket, source, kind, event, count, revenue in rows:
-        table.add_row(str(bucket), source, kind, event, f"{int(count):,}", f"{float(revenue):,.2f}")
-    (console or Console(soft_wrap=True)).print(table)
-    if not rows:
-        print("no events counted yet")
+    for bucket, source, kind, event, number, revenue in rows:
+        found.add_row(
+            bucket_text(bucket, by),
+            source,
+            kind,
+            event,
+            count(int(number)),
+            f"{float(revenue):,.2f}",
+        )
+    shown.print(found)
+    if limit is not None and len(rows) >= limit:
+        shown.print(f"(the newest {limit:,} rows; --limit N for more)")
+
+
+def bucket_text(bucket: Any, by: str) -> str:
+    """A time bucket as short as it is precise: ``2024-05-01 10:00`` for an hour or a minute,
+    ``2024-05-01`` for a day (the seconds are always 00)."""
+    text = str(bucket)
+    return text[:10] if by == "day" else text[:16]
 
 
 def audit(

@@ -15,7 +15,6 @@ import typer
 
 from exactly.cli.context import context, with_flags
 from exactly.errors import UnknownTopic
-from exactly.urls import redact
 
 
 def collect(
@@ -95,10 +94,13 @@ def collect(
 
     check_address(host, port)
     names = ", ".join(s.name for s in collector.sources)
+    from exactly.cli.output import fit, place, wrap
+
     print(
-        f"collecting on http://{host}:{port} into {topic} ({count} partitions) of "
-        f"{redact(settings.log_url)} "
-        f"(sources: {names}; {workers} worker{'s' if workers > 1 else ''})",
+        f"collecting on http://{host}:{port} into {topic} ({count:,} partitions)\n"
+        + fit("  log", place(settings.log_url, settings.data_dir), "    ")
+        + "\n"
+        + wrap(f"  sources: {names}; {workers} worker{'s' if workers > 1 else ''}", "    "),
         file=sys.stderr,
         flush=True,
     )

@@ -10,6 +10,7 @@ import typer
 
 from exactly.cli.context import with_master
 from exactly.cli.options import Master, MaxRecordsPerTrigger, TriggerSeconds, UntilCaughtUp
+from exactly.cli.output import fit, place
 
 
 def copy(
@@ -67,13 +68,15 @@ def copy(
         from exactly.spark.session import build_session
 
         spark = build_session(settings, app_name=f"exactly-copy-{source}-{destination}")
-        print(f"copying {source} to {destination} (checkpoint {plan.checkpoint})", file=sys.stderr)
+        where = place(str(plan.checkpoint), settings.data_dir).removeprefix("file ")
+        print(f"copying {source} to {destination}", file=sys.stderr)
+        print(fit("  checkpoint", where, "    "), file=sys.stderr)
 
         def report(batch: int, records: int) -> None:
             if records:
-                print(f"batch {batch}: {records} records", file=sys.stderr, flush=True)
+                print(f"batch {batch:,}: {records:,} records", file=sys.stderr, flush=True)
 
         progress = run_copy(spark, plan, on_batch=report)
         spark.stop()
     batches = sum(1 for records in progress.batches.values() if records)
-    print(f"caught up: {progress.records} records copied in {batches} micro-batches")
+    print(f"caught up: {progress.records:,} records copied in {batches:,} micro-batches")

@@ -120,7 +120,7 @@ def dedupe(
     )
     summary = drive(settings, plan)
     done = "caught up" if until_caught_up else "stopped"
-    print(f"{done}: {summary.records} records read in {summary.batches} micro-batches")
+    print(f"{done}: {summary.records:,} records read in {summary.batches:,} micro-batches")
     from exactly.dedupe.status import render
 
-    print(render(summary.status))
+    print(render(summary.status, settings.data_dir))

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 import typer
 
 from exactly.cli.context import with_flags
+from exactly.cli.output import wrap
 from exactly.errors import ConfigError, ExactlyError
 from exactly.urls import scrub
 
@@ -121,7 +122,12 @@ def deliver(
         tallies = director.run(until_drained=until_drained, wait=wait)
     for name, tally in tallies.items():
         print(
-            f"{name}: {tally.sent} requests, {tally.succeeded} succeeded, {tally.retried} to "
-            f"retry, {tally.discarded} discarded, {tally.expired} expired"
-            + (f"; last error {tally.last_error}" if tally.last_error else "")
+            wrap(
+                f"{name}: {tally.sent:,} requests, {tally.succeeded:,} succeeded, "
+                f"{tally.retried:,} to retry, {tally.discarded:,} discarded, "
+                f"{tally.expired:,} expired",
+                "    ",
+            )
         )
+        if tally.last_error:
+            print(wrap(f"  last error: {' '.join(tally.last_error.split())}", "    "))

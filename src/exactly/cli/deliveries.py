@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Column, Table
+from rich.table import Column
 
 from exactly.cli.context import stop_if_never_ran, with_flags
 from exactly.cli.deliver import JOBDB, opened_jobdb
+from exactly.cli.output import console, count, table, wrap
 from exactly.config import Settings
 from exactly.errors import ConfigError
+from exactly.units import format_duration
 from exactly.urls import embedded_path
+
+if TYPE_CHECKING:
+    from exactly.delivery.jobdb.base import Summary
 
 app = typer.Typer(
     help="What is queued and delivered per destination; pause, resume or expire one.",
@@ -42,7 +45,7 @@ def deliveries(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from exactly.delivery.jobdb.base import AWAITING_RETRY, DISCARDED, EXPIRED, SUCCEEDED, Summary
+    from exactly.delivery.jobdb.base import Summary
 
     settings = with_flags(ctx, {"delivery.jobdb": jobdb}).settings
     url = settings.jobdb_url
@@ -65,41 +68,49 @@ def deliveries(
         ]
         print(json.dumps(rows, indent=1))
         return
-    widest = max((len(name) for name in found), default=11)
-    table = Table(
-        Column("destination", no_wrap=True, min_width=widest),
+    _print_table(found, limits)
+
+
+def _print_table(found: dict[str, Summary], limits: dict[str, float | None]) -> None:
+    """Two tables within 80 columns: the jobs by state, then the flow (rate, sending, error)."""
+    from exactly.delivery.jobdb.base import AWAITING_RETRY, DISCARDED, EXPIRED, SUCCEEDED
+
+    states = table(
+        "destination",
         *(
-            Column(header, justify="right", no_wrap=True, min_width=len(header))
-            for header in (
-                "queued",
-                "retrying",
-                "succeeded",
-                "discarded",
-                "expired",
-                "oldest queued",
-                "rate",
-                "sending",
-            )
+            Column(header, justify="right")
+            for header in ("queued", "retrying", "succeeded", "discarded", "expired")
         ),
-        Column("last error", overflow="fold", min_width=10),
+        Column("oldest queued", justify="right"),
+    )
+    flow = table(
+        Column("destination", no_wrap=True),
+        Column("rate", no_wrap=True),
+        Column("sending", no_wrap=True),
+        Column("last error", overflow="fold"),
     )
     for name, entry in sorted(found.items()):
         age = entry.oldest_pending_seconds
-        table.add_row(
+        states.add_row(
             name,
-            str(entry.queued),
-            str(entry.states.get(AWAITING_RETRY, 0)),
-            str(entry.states.get(SUCCEEDED, 0)),
-            str(entry.states.get(DISCARDED, 0)),
-            str(entry.states.get(EXPIRED, 0)),
-            "-" if age is None else f"{age:.0f} s",
-            f"{entry.rate_per_second:.1f}/s"
-            + ("" if limits.get(name) is None else f" (max {limits[name]:g})"),
-            entry.sending,
-            (entry.last_error or "")[:40],
+            count(entry.queued),
+            *(
+                count(entry.states.get(state, 0))
+                for state in (AWAITING_RETRY, SUCCEEDED, DISCARDED, EXPIRED)
+            ),
+            "-" if age is None else format_duration(round(age * 1000)),
         )
-    # piped output is not cut to 80 columns; a terminal keeps its own width
-    Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160).print(table)
+        limit = limits.get(name)
+        flow.add_row(
+            name,
+            f"{entry.rate_per_second:,.1f}/s" + ("" if limit is None else f" (max {limit:,g})"),
+            entry.sending,
+            " ".join((entry.last_error or "").split())[:120],
+        )
+    shown = console()
+    shown.print(states)
+    shown.print()
+    shown.print(flow)
 
 
 def _jobdb_file(url: str) -> Path | None:
@@ -139,7 +150,7 @@ def pause(
 
     settings = _known(ctx, destination, jobdb)
     with opened_jobdb(settings.jobdb_url) as database:
-        print(operators.pause(database, destination))
+        print(wrap(operators.pause(database, destination), "  "))
 
 
 @app.command()
@@ -153,7 +164,7 @@ def resume(
 
     settings = _known(ctx, destination, jobdb)
     with opened_jobdb(settings.jobdb_url) as database:
-        print(operators.resume(database, destination))
+        print(wrap(operators.resume(database, destination), "  "))
 
 
 @app.command()
@@ -182,4 +193,4 @@ def expire(
     now = time.time()
     when = parse_time(before, now, "--before") or now
     with opened_jobdb(settings.jobdb_url) as database:
-        print(operators.expire(database, destination, when))
+        print(wrap(operators.expire(database, destination, when), "  "))

@@ -6,9 +6,10 @@ import sys
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from exactly.cli.context import context
+from exactly.cli.output import console as narrow
+from exactly.cli.output import wrap
 
 
 def demo(
@@ -28,29 +29,26 @@ def demo(
     from exactly.aggregate.spec import EVENT_COUNTS
     from exactly.cli.aggregate import print_counts
     from exactly.delivery import demo as delivery
-    from exactly.demo import run_pipeline
+    from exactly.demo import STATS_ROWS, run_pipeline
 
-    console = Console(soft_wrap=True)
+    console = narrow()
     settings = context(ctx).settings
     result = run_pipeline(settings, events, partitions, lambda line: print(line, file=sys.stderr))
     traffic = result.traffic
     console.print("event counts by hour (exactly stats; --by minute for minutes):")
-    print_counts(result.stats, "hour", console)
+    print_counts(result.stats, "hour", console, limit=STATS_ROWS)
     seconds = result.seconds
-    console.print(
-        f"sent {traffic.events:,} events in {traffic.requests:,} batch requests "
-        f"({traffic.distinct:,} distinct;\n  {traffic.resent:,} sent twice by retrying clients) "
-        f"in {seconds['collect']:.1f} s: {traffic.events / max(traffic.seconds, 1e-9):,.0f} "
-        "events/s"
-    )
-    console.print(
+    rate = traffic.events / max(traffic.seconds, 1e-9)
+    for line in (
+        f"sent {traffic.events:,} events in {traffic.requests:,} batch requests in "
+        f"{seconds['collect']:.1f} s ({rate:,.0f} events/s):",
+        f"  {traffic.distinct:,} distinct, {traffic.resent:,} sent twice by retrying clients",
         f"dedupe: {result.raw:,} records in raw -> {result.events:,} events, "
-        f"{result.duplicates_dropped:,} duplicates dropped"
-    )
-    console.print(
-        f"aggregate: {result.counted:,} events counted into event_counts; all stages done "
-        f"{seconds['pipeline']:.1f} s after exactly up started"
-    )
+        f"{result.duplicates_dropped:,} duplicates dropped",
+        f"aggregate: {result.counted:,} events counted into event_counts;",
+        f"  all stages done {seconds['pipeline']:.1f} s after exactly up started",
+    ):
+        console.print(wrap(line, "    "), highlight=False)
     for line in render(result.audit, [EVENT_COUNTS]):
         console.print(line, highlight=False)
     for line in delivery.lines(result.received):
@@ -63,8 +61,10 @@ def demo(
     )
     if result.events != traffic.distinct or result.counted != result.events:
         console.print(
-            f"MISMATCH: {traffic.distinct:,} distinct events sent, {result.events:,} kept, "
-            f"{result.counted:,} counted"
+            wrap(
+                f"MISMATCH: {traffic.distinct:,} distinct events sent, {result.events:,} kept, "
+                f"{result.counted:,} counted"
+            )
         )
     if not exact:
         raise typer.Exit(1)

@@ -82,10 +82,12 @@ def import_file(
         else:
             report = run()
     if listed > MAX_LISTED:
-        err.print(f"... and {listed - MAX_LISTED} more invalid lines", markup=False, soft_wrap=True)
+        err.print(
+            f"... and {listed - MAX_LISTED:,} more invalid lines", markup=False, soft_wrap=True
+        )
     print(report.summary(topic), file=sys.stderr)
     if report.invalid:
         raise InvalidLines(
-            f"{report.invalid} invalid lines in {file} (listed above) were not imported; "
+            f"{report.invalid:,} invalid lines in {file} (listed above) were not imported; "
             "fix them and import those lines from a new file"
         )

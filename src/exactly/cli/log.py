@@ -11,13 +11,14 @@ from collections.abc import Iterable, Iterator
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
+from rich.table import Column
 
 from exactly.cli.context import context
+from exactly.cli.output import console, fit, table
 from exactly.errors import ExactlyError, InvalidRecord
 from exactly.events import partition_for
 from exactly.log import Log, LogRecord, Record
+from exactly.urls import redact
 
 app = typer.Typer(help="Create, append to, read and inspect log topics.", no_args_is_help=True)
 CHUNK = 1000
@@ -33,7 +34,7 @@ def create(
     """Create TOPIC with N partitions."""
     with context(ctx).open_log() as log:
         info = log.create_topic(topic, partitions, exist_ok=exist_ok)
-    print(f"topic {info.name}: {info.partitions} partitions in {log.url}")
+    print(fit(f"topic {info.name}: {info.partitions:,} partitions in", redact(log.url)))
 
 
 @app.command()
@@ -68,7 +69,7 @@ def append(ctx: typer.Context, topic: str) -> None:
             total += len(parsed)
             if failure is not None:
                 raise failure
-    print(f"appended {total} records to {topic}", file=sys.stderr)
+    print(f"appended {total:,} records to {topic}", file=sys.stderr)
 
 
 def parse_line(line: str, partitions: int, spread: Iterator[int]) -> tuple[int, Record]:
@@ -188,12 +189,17 @@ def stat(
         ]
         print(json.dumps(rows[0] if topic is not None else rows))
         return
-    table = Table("topic", "partitions", "records", "end offsets")
-    for name, count, ends in stats:
-        table.add_row(
+    found = table(
+        "topic",
+        Column("partitions", justify="right"),
+        Column("records", justify="right"),
+        "end offsets",
+    )
+    for name, partitions, ends in stats:
+        found.add_row(
             name,
-            str(count),
-            str(sum(ends.values())),
-            " ".join(f"{p}:{o}" for p, o in ends.items()),
+            f"{partitions:,}",
+            f"{sum(ends.values()):,}",
+            " ".join(f"{p}:{o:,}" for p, o in ends.items()),
         )
-    Console().print(table)
+    console().print(found)

@@ -47,7 +47,7 @@ def route(
     def report(batch: int, events: int, jobs: int, added: bool) -> None:
         if events or not added:
             how = "added" if added else "already added (replay), skipped"
-            say_line(f"batch {batch}: {jobs} jobs for {events} events {how}")
+            say_line(f"batch {batch}: {jobs:,} jobs for {events:,} events {how}")
 
     with opened_jobdb(
         plan.jobdb_url, dataset_rows=plan.dataset_rows, dataset_minutes=plan.dataset_minutes
@@ -57,7 +57,7 @@ def route(
         spark.stop()
     done = "caught up" if until_caught_up else "stopped"
     print(
-        f"{done}: {progress.jobs} jobs for {progress.events} events in "
-        f"{len(progress.batches)} micro-batches"
-        + (f", {progress.replays} replayed batch skipped" if progress.replays else "")
+        f"{done}: {progress.jobs:,} jobs for {progress.events:,} events in "
+        f"{len(progress.batches):,} micro-batches"
+        + (f", {progress.replays:,} replayed batch skipped" if progress.replays else "")
     )

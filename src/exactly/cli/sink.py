@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from exactly.cli.context import context
+from exactly.cli.output import wrap
 
 app = typer.Typer(
     help="Which streaming query writes a topic through the exactly-once sink.",
@@ -25,7 +26,7 @@ def owner(ctx: typer.Context, topic: str) -> None:
     if found is None:
         print(f"topic {topic}: no sink owns it")
     else:
-        print(f"topic {topic}: owned by {found.describe()}")
+        print(wrap(f"topic {topic}: owned by {found.describe()}", "  "))
 
 
 @app.command()
@@ -48,4 +49,4 @@ def release(
     if released is None:
         print(f"topic {topic}: nothing to release" + (f" for sink {sink}" if sink else ""))
     else:
-        print(f"topic {topic}: released from {released.describe()}")
+        print(wrap(f"topic {topic}: released from {released.describe()}", "  "))

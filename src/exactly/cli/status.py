@@ -46,11 +46,18 @@ def status(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of tables.")
     ] = False,
+    show_all: Annotated[
+        bool,
+        typer.Option(
+            "--all", help="Show exactly's internal topics too (exactly.sinks, Kafka's __...)."
+        ),
+    ] = False,
 ) -> None:
     """Every stage that ran in this data dir: log topics, dedupe, aggregates, deliveries.
 
     Stores and databases are found from the config ([dedupe] store, [aggregate] url,
-    [delivery] jobdb) and from what each job recorded, so no option needs repeating.
+    [delivery] jobdb) and from what each job recorded, so no option needs repeating. Topics
+    exactly keeps for itself are left out unless --all is given.
     """
     found = context(ctx)
     settings = found.settings
@@ -59,7 +66,7 @@ def status(
     jobs = sorted((settings.data_dir.resolve() / "status").glob("dedupe-*.json"))
     if jobs or _exists(settings.log_url):
         with found.open_log() as log:
-            topics = _topics(log)
+            topics = [t for t in _topics(log) if show_all or not internal(t["topic"])]
             dedupe = _dedupe(log, settings, jobs)
     marker, aggregate_error = _read(settings.aggregate_url, lambda: _marker(settings))
     destinations, jobdb_error = _read(settings.jobdb_url, lambda: _destinations(settings))
@@ -96,22 +103,40 @@ def _print(
     marker: Marker | None,
     destinations: list[Summary] | None,
 ) -> None:
-    """The report as text: a section per stage."""
+    """The report as text within 80 columns: the data dir, then a section per stage, each
+    embedded store's path relative to the data dir."""
+    from exactly.cli.output import count, fit, place, wrap
     from exactly.dedupe.status import render
 
+    home = settings.data_dir
     sections = []
     if topics:
-        sections.append(_render_topics(redact(settings.log_url), topics))
-    sections += [render(job) for job in dedupe]
+        sections.append(_render_topics(place(settings.log_url, home), topics))
+    sections += [render(job, home) for job in dedupe]
     if marker is not None:
         sections.append(
-            f"aggregate {redact(settings.aggregate_url)}: batch {marker.batch_id} of query "
-            f"{marker.query_id} committed at {marker.committed_at} ({marker.events:,} events)"
+            "\n".join(
+                [
+                    fit("aggregate", place(settings.aggregate_url, home)),
+                    wrap(
+                        f"  batch {marker.batch_id:,} committed at {marker.committed_at} "
+                        f"({count(marker.events)} events)",
+                        "    ",
+                    ),
+                    fit("  of query", marker.query_id, "    "),
+                ]
+            )
         )
     if destinations is not None:
-        sections.append(_render_destinations(redact(settings.jobdb_url), destinations))
+        sections.append(_render_destinations(place(settings.jobdb_url, home), destinations))
     if sections:
-        print("\n\n".join(sections))
+        print("\n\n".join([fit("data dir", str(home.resolve())), *sections]))
+
+
+def internal(topic: str) -> bool:
+    """Whether exactly (``exactly.sinks``) or Kafka (``__consumer_offsets``) keeps ``topic``
+    for itself: ``exactly status`` shows it only with ``--all``."""
+    return topic.startswith(("exactly.", "__"))
 
 
 def _stage(
@@ -199,28 +224,39 @@ def _destinations(settings: Settings) -> list[Summary] | None:
     return [entry for _, entry in sorted(found.items())]
 
 
-def _render_topics(url: str, topics: list[TopicStatus]) -> str:
+def _render_topics(where: str, topics: list[TopicStatus]) -> str:
+    from exactly.cli.output import fit
+
     width = max(len(t["topic"]) for t in topics)
     return "\n".join(
-        [f"log {url}"]
+        [fit("log", where)]
         + [
-            f"  {t['topic']:<{width}}  {t['partitions']:>4} partitions  {t['records']:>12,} records"
+            f"  {t['topic']:<{width}}  {t['partitions']:>4,} partitions  "
+            f"{t['records']:>12,} records"
             for t in topics
         ]
     )
 
 
-def _render_destinations(url: str, destinations: list[Summary]) -> str:
+def _render_destinations(where: str, destinations: list[Summary]) -> str:
+    from exactly.cli.output import count, fit, wrap
     from exactly.delivery.jobdb.base import AWAITING_RETRY, DISCARDED, EXPIRED, SUCCEEDED
+    from exactly.units import format_duration
 
-    lines = [f"delivery {url}"]
+    lines = [fit("delivery", where)]
     for entry in destinations:
         states, age = entry.states, entry.oldest_pending_seconds
         lines.append(
-            f"  {entry.destination}: queued {entry.queued}, retrying "
-            f"{states.get(AWAITING_RETRY, 0)}, succeeded {states.get(SUCCEEDED, 0)}, "
-            f"discarded {states.get(DISCARDED, 0)}, expired {states.get(EXPIRED, 0)}"
-            + ("" if age is None else f", oldest queued {age:.0f} s")
-            + ("" if not entry.last_error else f", last error: {entry.last_error[:80]}")
+            wrap(
+                f"  {entry.destination}: queued {count(entry.queued)}, retrying "
+                f"{count(states.get(AWAITING_RETRY, 0))}, succeeded "
+                f"{count(states.get(SUCCEEDED, 0))}, discarded {count(states.get(DISCARDED, 0))}, "
+                f"expired {count(states.get(EXPIRED, 0))}"
+                + ("" if age is None else f", oldest queued {format_duration(round(age * 1000))}"),
+                "    ",
+            )
         )
+        if entry.last_error:
+            error = " ".join(entry.last_error.split())[:160]
+            lines.append(wrap(f"    last error: {error}", "      "))
     return "\n".join(lines)

@@ -58,9 +58,10 @@ class ImportReport:
 
     def summary(self, topic: str) -> str:
         return (
-            f"imported {self.imported:,} events from {self.path} into {topic} in "
-            f"{self.seconds:.1f} s ({self.lines:,} lines: {self.skipped:,} already in the log, "
-            f"{self.invalid:,} invalid, {self.blank:,} blank)"
+            f"imported {self.imported:,} events into {topic} in {self.seconds:.1f} s\n"
+            f"  from {self.path}\n"
+            f"  {self.lines:,} lines: {self.skipped:,} already in the log, "
+            f"{self.invalid:,} invalid, {self.blank:,} blank"
         )
 
 

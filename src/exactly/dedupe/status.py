@@ -295,13 +295,24 @@ def saved_window(data_dir: Path, plan: DedupePlan) -> tuple[int, DedupeStatus | 
     return saved.effective_window, saved
 
 
-def render(status: DedupeStatus) -> str:
-    """A table for people."""
-    head = (
-        f"dedupe {status.source} -> {status.output} ({status.store}, scope {status.scope}, "
-        f"window {show_window(status.effective_window)}, store {status.location or status.store}, "
-        f"checkpoint {status.checkpoint})"
-    )
+def render(status: DedupeStatus, data_dir: Path | None = None) -> str:
+    """A table for people, within 80 columns: the store and the checkpoint each on a line of
+    their own, as paths relative to ``data_dir`` when they are inside it."""
+    from exactly.cli.output import count, fit, place, wrap
+
+    home = Path(".") if data_dir is None else data_dir
+    store = status.location or status.store
+    checkpoint_dir = Path(status.checkpoint)
+    if data_dir is not None and checkpoint_dir.resolve().is_relative_to(home.resolve()):
+        checkpoint_dir = checkpoint_dir.resolve().relative_to(home.resolve())
+    head = [
+        wrap(
+            f"dedupe {status.source} -> {status.output} ({status.store}, scope {status.scope}, "
+            f"window {show_window(status.effective_window)})"
+        ),
+        fit("  store", place(store, home) if data_dir is not None else store, "    "),
+        fit("  checkpoint", str(checkpoint_dir), "    "),
+    ]
     columns = ("partition", "raw", "in", "passed", "duplicate", "rejected", "lag", "keys", "window")
     rows = [columns]
     for p in status.partitions:
@@ -309,21 +320,21 @@ def render(status: DedupeStatus) -> str:
         rows.append(
             (
                 str(p.partition),
-                str(p.raw_end),
-                "-" if p.committed is None else str(p.committed),
-                str(p.passed),
-                "-" if p.dropped is None else str(p.dropped),
-                str(p.rejected),
-                str(p.lag),
-                "-" if p.keys is None else str(p.keys),
+                count(p.raw_end),
+                "-" if p.committed is None else count(p.committed),
+                count(p.passed),
+                "-" if p.dropped is None else count(p.dropped),
+                count(p.rejected),
+                count(p.lag),
+                "-" if p.keys is None else count(p.keys),
                 window,
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
-    lines = [head] + [
-        "  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in rows
+    lines = head + [
+        "  " + "  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in rows
     ]
     if status.late:
-        lines.append(f"late rows dropped by Spark's operator: {status.late}")
-    lines += [f"warning: {line}" for line in status.warnings()]
+        lines.append(f"late rows dropped by Spark's operator: {status.late:,}")
+    lines += [wrap(f"warning: {line}") for line in status.warnings()]
     return "\n".join(lines)

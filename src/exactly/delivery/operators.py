@@ -56,7 +56,7 @@ def expire(jobdb: JobDB, destination: str, before: float, *, wait: float = ANSWE
                 f"{destination}: asked the running director to expire jobs created before "
                 f"{when}; it has not answered in {wait:g} s (see `exactly deliveries`)"
             )
-    return f"{destination}: {count} pending jobs created before {when} expired"
+    return f"{destination}: {count:,} pending jobs created before {when} expired"
 
 
 def expire_now(jobdb: JobDB, destination: str, before: float) -> int:

@@ -118,18 +118,23 @@ class ReplayResult:
         }
 
     def line(self) -> str:
-        """The summary line ``exactly replay`` prints."""
-        states = ", ".join(f"{count} {state}" for state, count in sorted(self.enqueued.items()))
+        """The summary ``exactly replay`` prints, in lines within 80 columns."""
+        from exactly.cli.output import wrap
+
+        states = ", ".join(f"{count:,} {state}" for state, count in sorted(self.enqueued.items()))
         started = datetime.fromtimestamp(self.started_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        return (
-            f"{self.destination}: {self.total} jobs "
+        parts = [
+            f"{self.destination}: {self.total:,} jobs "
             + ("would be re-enqueued" if self.dry_run else "re-enqueued")
-            + (f" ({states})" if states else "")
-            + f" of {self.archived_jobs} archived jobs in {self.archive_files} files and "
-            f"{self.live_jobs} live jobs; window {self.window.describe()}; "
+            + (f" ({states})" if states else ""),
+            f"  of {self.archived_jobs:,} archived jobs in {self.archive_files:,} files and "
+            f"{self.live_jobs:,} live jobs",
+            f"  window {self.window.describe()}",
+            "  "
             + (f"resumed the run started {started}" if self.resumed else f"run {started}")
-            + ("; dry run, nothing enqueued" if self.dry_run else "")
-        )
+            + ("; dry run, nothing enqueued" if self.dry_run else ""),
+        ]
+        return "\n".join(wrap(part, "    ") for part in parts)
 
 
 def parse_states(text: str | None) -> tuple[str, ...]:
