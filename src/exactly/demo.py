@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exactly.cli.output import fit, place, wrap
 from exactly.config import Settings
 from exactly.errors import ExactlyError
+from exactly.text import fit, place, wrap
 
 EVENT_NAMES = ["Order Completed", "Product Viewed", "Signed Up", "Cart Viewed", "Checkout Started"]
 PAGES = ["/", "/pricing", "/docs", "/blog", "/signup"]

@@ -113,7 +113,7 @@ def run_audit(
 def render(result: AuditResult, specs: Sequence[TableSpec]) -> list[str]:
     """The audit for people, within 80 columns: what was compared, then up to :data:`SHOWN`
     differing rows."""
-    from exactly.cli.output import wrap
+    from exactly.text import wrap
 
     where = "nothing counted yet" if result.end_offsets is None else f"offsets {result.end_offsets}"
     lines = [wrap(f"audit: recounted {result.events:,} events from the topic up to {where}", "  ")]

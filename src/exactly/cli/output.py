@@ -1,4 +1,5 @@
-"""How the CLI lays out what it prints: 80 columns, counts with thousands separators.
+"""How the CLI lays out what it prints: 80 columns, counts with thousands separators (the plain
+text helpers are :mod:`exactly.text`; tables and the console are here).
 
 Every command's text output fits an 80-column terminal, however wide the real one is: a long
 value (a path, a URL, a query id) goes on its own line rather than stretching a line, paths
@@ -8,51 +9,13 @@ wide, wrapping a cell only between words.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rich import box
 from rich.console import Console
 from rich.table import Column, Table
 
-from exactly.urls import embedded_path, redact
+from exactly.text import WIDTH, count, fit, place, wrap
 
 __all__ = ["WIDTH", "console", "count", "fit", "place", "table", "wrap"]
-
-WIDTH = 80
-
-
-def count(number: int) -> str:
-    """A count as every command shows one: ``2,000``."""
-    return f"{number:,}"
-
-
-def fit(head: str, value: str, indent: str = "  ") -> str:
-    """``head value`` on one line when it fits :data:`WIDTH`, else ``value`` on its own line."""
-    line = f"{head} {value}"
-    return line if len(line) <= WIDTH else f"{head}\n{indent}{value}"
-
-
-def wrap(text: str, indent: str = "  ") -> str:
-    """``text`` broken between words into lines of :data:`WIDTH`, the later ones indented."""
-    import textwrap
-
-    return textwrap.fill(
-        text, WIDTH, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
-    )
-
-
-def place(url: str, data_dir: Path) -> str:
-    """Where a store is, for people: an embedded one (``sqlite://PATH``, ``rocksdb://PATH``, a
-    plain path) as its scheme and its path relative to the data dir (``sqlite log``), a server's
-    URL with its password masked."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        scheme, rest = "file", url
-    if not rest.startswith("/") and embedded_path(url) is None:
-        return redact(url)
-    path = Path(rest).resolve()
-    home = data_dir.resolve()
-    return f"{scheme} {path.relative_to(home) if path.is_relative_to(home) else path}"
 
 
 def console(*, stderr: bool = False) -> Console:

@@ -298,7 +298,7 @@ def saved_window(data_dir: Path, plan: DedupePlan) -> tuple[int, DedupeStatus | 
 def render(status: DedupeStatus, data_dir: Path | None = None) -> str:
     """A table for people, within 80 columns: the store and the checkpoint each on a line of
     their own, as paths relative to ``data_dir`` when they are inside it."""
-    from exactly.cli.output import count, fit, place, wrap
+    from exactly.text import count, fit, place, wrap
 
     home = Path(".") if data_dir is None else data_dir
     store = status.location or status.store

@@ -119,7 +119,7 @@ class ReplayResult:
 
     def line(self) -> str:
         """The summary ``exactly replay`` prints, in lines within 80 columns."""
-        from exactly.cli.output import wrap
+        from exactly.text import wrap
 
         states = ", ".join(f"{count:,} {state}" for state, count in sorted(self.enqueued.items()))
         started = datetime.fromtimestamp(self.started_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
