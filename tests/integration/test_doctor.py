@@ -39,12 +39,18 @@ def doctor(*args: str, cwd: Path, config: str = "") -> subprocess.CompletedProce
 
 
 def lines_of(result: subprocess.CompletedProcess[str]) -> dict[str, list[str]]:
-    """The report's lines by check name; each fits in 80 columns and starts with ✓ or ✗."""
+    """The report's findings by check name, a finding's lines joined; every line fits in 80
+    columns, and a finding starts with ✓ or ✗ (its further lines are indented)."""
     found: dict[str, list[str]] = {}
+    last: list[str] = []
     for line in result.stdout.splitlines():
-        assert len(line) <= 80, line
+        assert len(line) <= 80 or len(line.split()) == 1, line  # a path longer than a line
+        if line.startswith("    ") and last:
+            last[-1] += " " + line.strip()
+            continue
         assert line[:2] in ("✓ ", "✗ "), line
-        found.setdefault(line[2:].split()[0], []).append(line)
+        last = found.setdefault(line[2:].split()[0], [])
+        last.append(line)
     return found
 
 
@@ -74,11 +80,11 @@ url = "http://localhost:9/events"
     assert "answers" in found["dedupe"][0]
     assert found["jobdb"][0].startswith("✓ jobdb     mysql://127.0.0.1:3306/exac")
     assert found["jobdb"][0].endswith("reachable (no tables yet)")  # and doctor made none
-    assert found["archive"][0].startswith("✓ archive   /tmp")
+    assert found["archive"][0].startswith("✓ archive   file archive")  # in the data dir
     assert found["archive"][0].endswith(" not made yet (exactly deliver makes it)")
     assert not (tmp_path / ".exactly" / "archive").exists()
     assert found["dest"] == ["✓ dest      localhost (hook) resolves to 127.0.0.1"]
-    assert found["log"][0].startswith("✓ log       sqlite://")
+    assert found["log"][0].startswith("✓ log       sqlite log reachable")  # in the data dir
     assert result.stderr == ""
 
 

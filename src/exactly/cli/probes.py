@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import textwrap
 import threading
 import time
 from collections.abc import Callable
@@ -18,9 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exactly.config import Settings
+from exactly.text import WIDTH, place
+from exactly.urls import embedded_path
 
 TIMEOUT = 2.0  # seconds each probe may take
-WIDTH = 80  # a report line fits in this many columns
+INDENT = "    "  # a finding's further lines: under its name, room for a long path
 
 
 @dataclass(frozen=True)
@@ -36,17 +39,20 @@ class Finding:
     def line(self, marks: tuple[str, str] = ("✓", "✗"), width: int = WIDTH) -> str:
         """``✓ name      what said`` or ``✗ name      what: said; fix`` in ``width`` columns.
 
-        The fix is kept whole, then what was found; what was checked is shortened in the middle
-        (its start and end kept) when the line would be too long, and what was found last.
+        Nothing is cut (a path or URL shortened is one the user cannot act on): a finding too
+        long for one line goes on, between words, on lines indented by :data:`INDENT`.
         """
         head = f"{marks[0] if self.ok else marks[1]} {self.name:<9} "
         tail = "" if self.ok or not self.fix else f"; {self.fix}"
         sep = "" if not (self.what and self.said) else (" " if self.ok else ": ")
-        said = " ".join(self.said.split())
-        room = max(width - len(head) - len(tail), 24)
-        what_room = max(room - len(sep) - len(said), min(24, len(self.what)))
-        what = shorten(self.what, what_room)
-        return head + what + sep + shorten(said, room - len(what) - len(sep), middle=False) + tail
+        text = " ".join(f"{self.what}{sep}{self.said}{tail}".split())
+        return textwrap.fill(
+            head + text,
+            width,
+            subsequent_indent=INDENT,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
 
 
 @dataclass(frozen=True)
@@ -57,17 +63,6 @@ class Probe:
     what: str  # the URL (redacted), host or path checked
     fix: str
     run: Callable[[], str]
-
-
-def shorten(text: str, room: int, *, middle: bool = True) -> str:
-    """``text`` in at most ``room`` characters: its middle (or its end) replaced by ``…``."""
-    text = " ".join(text.split())
-    if len(text) <= room:
-        return text
-    if room < 2:
-        return "…"[:room]
-    front = (room - 1) * 2 // 3 if middle else room - 1
-    return text[:front] + "…" + text[len(text) - (room - 1 - front) :]
 
 
 def reason(error: BaseException) -> str:
@@ -146,7 +141,7 @@ def log_probe(settings: Settings) -> Probe:
             topics = log.topics()
         return f"reachable, {len(topics)} topic(s)"
 
-    return Probe("log", compact(url), "start it or fix [log] url", run)
+    return Probe("log", compact(url, settings.data_dir), "start it or fix [log] url", run)
 
 
 def aggregate_probe(settings: Settings) -> Probe:
@@ -166,7 +161,7 @@ def aggregate_probe(settings: Settings) -> Probe:
             db.query("SELECT 1")
         return "reachable"
 
-    return Probe("aggregate", compact(url), fix, run)
+    return Probe("aggregate", compact(url, settings.data_dir), fix, run)
 
 
 def dedupe_probes(settings: Settings) -> list[Probe]:
@@ -218,7 +213,7 @@ def jobdb_probe(settings: Settings) -> Probe:
             return "reachable (no tables yet)"
         return f"reachable, {sum(t.startswith('jobs_') for t in tables)} dataset(s)"
 
-    return Probe("jobdb", compact(url), "start it or fix [delivery] jobdb", run)
+    return Probe("jobdb", compact(url, settings.data_dir), "start it or fix [delivery] jobdb", run)
 
 
 def archive_probe(settings: Settings) -> Probe:
@@ -236,7 +231,7 @@ def archive_probe(settings: Settings) -> Probe:
         open_archive(url).check()
         return "reachable"
 
-    return Probe("archive", compact(url), "fix [delivery] archive", run)
+    return Probe("archive", compact(url, settings.data_dir), "fix [delivery] archive", run)
 
 
 def destination_probe(name: str, url: str) -> Probe:
@@ -253,9 +248,11 @@ def destination_probe(name: str, url: str) -> Probe:
     return Probe("dest", f"{host} ({name})", "fix its url", run)
 
 
-def compact(url: str) -> str:
+def compact(url: str, data_dir: Path | None = None) -> str:
     """``url`` as a report shows it: no user, password or options (``?...``), which the
-    config file has; a path as it is."""
+    config file has; an embedded store's path relative to ``data_dir`` when inside it."""
+    if data_dir is not None and embedded_path(url.partition("?")[0]) is not None:
+        return place(url.partition("?")[0], data_dir)
     if "://" not in url:
         return url
     scheme, _, rest = url.partition("://")
