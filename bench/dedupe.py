@@ -175,7 +175,7 @@ def task_batches(count: int, layout: str) -> list[Any]:
     (``sourceId`` first, with spaces: parsed)."""
     import pyarrow as pa  # type: ignore[import-untyped]
 
-    from exactly.spark.source import ARROW_SCHEMA
+    from exactly.spark.datasource.source import ARROW_SCHEMA
 
     ids = [m.encode() for m in message_ids(count, random.Random(3))]
     headers = ARROW_SCHEMA.field("headers").type
@@ -308,8 +308,8 @@ def worker_costs(count: int, repeat: int = 3) -> dict[str, list[float]]:
     """
     from exactly.dedupe.task import TaskPlan, dedupe_partition
     from exactly.gc_pause import collection_paused
-    from exactly.spark.marks import Mark
-    from exactly.spark.sink import Columns, PartitionOutput, _grouped, _in_columns
+    from exactly.spark.datasource.marks import Mark
+    from exactly.spark.datasource.sink import Columns, PartitionOutput, _grouped, _in_columns
 
     root = Path(tempfile.mkdtemp(prefix="exactly-bench-worker-"))
     found = task_batches(count, "collector")

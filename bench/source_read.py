@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from exactly.log import LogRecord, Record, open_log
-from exactly.spark.source import ARROW_SCHEMA, to_arrow
+from exactly.spark.datasource.source import ARROW_SCHEMA, to_arrow
 
 VALUE = b'{"type":"track","event":"Viewed","userId":"u1","sourceId":"web"}' + b" " * 200
 

@@ -41,8 +41,8 @@ from exactly.config import Settings
 from exactly.dedupe.rocksdb import RocksDBStore
 from exactly.dedupe.task import TaskPlan, dedupe_partition
 from exactly.log import Record, open_log
+from exactly.spark.datasource.source import ARROW_SCHEMA
 from exactly.spark.session import build_session
-from exactly.spark.source import ARROW_SCHEMA
 
 PARTITIONS = 4
 VALUE = b'{"type": "track", "event": "Viewed"}' + b" " * 264

@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from exactly.log import Log, LogRecord, Record
-from exactly.spark.marks import find_mark, without_mark
+from exactly.spark.datasource.marks import find_mark, without_mark
 
 
 def fill(log: Log, topic: str, partitions: int, count: int, *, start: int = 0) -> None:

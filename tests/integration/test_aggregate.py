@@ -216,7 +216,7 @@ def test_only_the_event_fields_the_tables_read_are_parsed(spark: SparkSession) -
     itself; with partial results, a wrong-typed field it no longer parses changes nothing else."""
     from datetime import UTC, datetime
 
-    from exactly.spark.source import SCHEMA as RECORD_SCHEMA
+    from exactly.spark.datasource.source import SCHEMA as RECORD_SCHEMA
 
     pages = parse_table(
         "pages", {"day": "day", "url": "upper(context.page.url)"}, {"n": "count(userId)"}

@@ -19,7 +19,7 @@ from exactly.dedupe.task import TaskPlan, dedupe_partition
 from exactly.errors import ConfigError
 from exactly.events.ids import pack_id, pack_owner
 from exactly.log import Log, Record, open_log
-from exactly.spark.source import to_arrow
+from exactly.spark.datasource.source import to_arrow
 from tests.conftest import redis_namespace
 from tests.dedupe_stores import STORES as CLAIM_STORES
 from tests.dedupe_stores import make_store

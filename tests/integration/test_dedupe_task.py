@@ -21,7 +21,7 @@ from exactly.dedupe.spark_state import SparkStateStore
 from exactly.dedupe.task import REJECTED_HEADER, TaskPlan, dedupe_partition
 from exactly.dedupe.window import Bounds
 from exactly.log import Log, Record, open_log
-from exactly.spark.source import to_arrow
+from exactly.spark.datasource.source import to_arrow
 
 
 @pytest.fixture

@@ -261,9 +261,9 @@ def test_range_reads_get_every_record_when_fetches_stop_short(
 ) -> None:
     """Every reader of ranges reads each record once though half the fetches stop short."""
     from exactly.dedupe.recovery import newest_first
-    from exactly.spark import source
-    from exactly.spark.options import SourceOptions
-    from exactly.spark.sink import last_mark
+    from exactly.spark.datasource import source
+    from exactly.spark.datasource.options import SourceOptions
+    from exactly.spark.datasource.sink import last_mark
     from tests import short_reads
 
     with open_log(kafka_url) as log:

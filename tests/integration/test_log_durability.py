@@ -139,8 +139,13 @@ def test_readers_do_not_see_records_before_their_fsync(
 ) -> None:
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from exactly.spark.options import SourceOptions
-    from exactly.spark.source import LogBatchReader, LogStreamReader, OffsetRange, read_range
+    from exactly.spark.datasource.options import SourceOptions
+    from exactly.spark.datasource.source import (
+        LogBatchReader,
+        LogStreamReader,
+        OffsetRange,
+        read_range,
+    )
 
     url = f"sqlite://{tmp_path / 'log'}"
     with open_log(url) as writer, open_log(url) as reader, ThreadPoolExecutor(2) as pool:

@@ -20,10 +20,14 @@ from exactly.errors import Fenced, StreamError, TopicOwned
 from exactly.events import partition_for
 from exactly.log import Log, Record, open_log
 from exactly.log.columns import HEADERS, record_columns
-from exactly.spark import lease
-from exactly.spark.datasource import register_staged
-from exactly.spark.marks import MARK, Mark, find_mark, without_mark
-from exactly.spark.sink import PROGRESS_GROUP, Columns, PartitionOutput, cluster_by_partition
+from exactly.spark.datasource import lease, register_staged
+from exactly.spark.datasource.marks import MARK, Mark, find_mark, without_mark
+from exactly.spark.datasource.sink import (
+    PROGRESS_GROUP,
+    Columns,
+    PartitionOutput,
+    cluster_by_partition,
+)
 from exactly.spark.streaming import from_spark
 from tests.spark_helpers import assert_copied, content, fill, read_partition
 

@@ -116,8 +116,8 @@ def test_read_tasks_group_partitions_and_the_grouping_is_recorded(
 ) -> None:
     from pyspark.sql import functions as F
 
-    from exactly.spark.options import SourceOptions
-    from exactly.spark.source import LogStreamReader, ReadTask
+    from exactly.spark.datasource.options import SourceOptions
+    from exactly.spark.datasource.source import LogStreamReader, ReadTask
 
     log.create_topic(topic, 5)
     fill(log, topic, 5, 12)

@@ -18,8 +18,8 @@ from pyspark.sql.types import (
 )
 
 from exactly.errors import StreamError, TopicOwned
-from exactly.spark.marks import MARK, Mark, find_mark, resume_at, without_mark
-from exactly.spark.sink import Columns
+from exactly.spark.datasource.marks import MARK, Mark, find_mark, resume_at, without_mark
+from exactly.spark.datasource.sink import Columns
 from exactly.spark.streaming import from_spark
 
 

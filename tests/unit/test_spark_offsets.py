@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exactly.errors import ConfigError, StreamError
-from exactly.spark import offsets
-from exactly.spark.options import SinkOptions, SourceOptions
+from exactly.spark.datasource import offsets
+from exactly.spark.datasource.options import SinkOptions, SourceOptions
 
 
 def test_parse_spec() -> None:
@@ -128,7 +128,7 @@ def test_a_position_records_its_read_tasks() -> None:
     st.one_of(st.none(), st.integers(1, 16)),
 )
 def test_read_tasks_keep_each_range_whole_and_in_order(sizes: list[int], tasks: int | None) -> None:
-    from exactly.spark.source import OffsetRange, ReadTask, ranges, read_tasks
+    from exactly.spark.datasource.source import OffsetRange, ReadTask, ranges, read_tasks
 
     end = {partition: size for partition, size in enumerate(sizes)}
     found = ranges({}, end)

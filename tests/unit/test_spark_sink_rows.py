@@ -13,8 +13,8 @@ from exactly.errors import StreamError
 from exactly.events import partition_for
 from exactly.log import Record, open_log
 from exactly.log.base import records_of
-from exactly.spark.marks import MARK, Mark
-from exactly.spark.sink import Columns, PartitionOutput, _grouped, _in_columns
+from exactly.spark.datasource.marks import MARK, Mark
+from exactly.spark.datasource.sink import Columns, PartitionOutput, _grouped, _in_columns
 
 HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
 ALL = Columns(key=True, partition=True, headers=True, timestamp=True)

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from exactly.errors import ExactlyError
 from exactly.log import LogRecord
-from exactly.spark.options import SourceOptions
-from exactly.spark.source import (
+from exactly.spark.datasource.options import SourceOptions
+from exactly.spark.datasource.source import (
     ARROW_SCHEMA,
     ARROW_SCHEMA_WITHOUT_HEADERS,
     SCHEMA,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from exactly.aggregate.base import AggregateDB, Row, normalise_row
 from exactly.aggregate.frame import aggregate, events_frame
 from exactly.aggregate.spec import EVENT_COUNTS, TableSpec
-from exactly.spark import offsets
+from exactly.spark.datasource import offsets
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

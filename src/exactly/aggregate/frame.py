@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from exactly.aggregate.spec import EVENT_SCHEMA, GroupKey, Measure, TableSpec
 from exactly.errors import ConfigError
 from exactly.events.fields import Field, Fields
-from exactly.spark.source import SCHEMA as RECORD_SCHEMA
+from exactly.spark.datasource.source import SCHEMA as RECORD_SCHEMA
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

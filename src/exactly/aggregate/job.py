@@ -29,8 +29,8 @@ from exactly.aggregate.spec import EVENT_COUNTS, TableSpec
 from exactly.errors import AggregateError
 from exactly.log import Log
 from exactly.spark import checkpoint as spark_checkpoint
-from exactly.spark import offsets
 from exactly.spark.batches import BatchFunction, run_batches
+from exactly.spark.datasource import offsets
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -18,7 +18,7 @@ app = typer.Typer(
 @app.command()
 def owner(ctx: typer.Context, topic: str) -> None:
     """Print the sink that owns TOPIC (its query's checkpoint), or that none does."""
-    from exactly.spark import lease
+    from exactly.spark.datasource import lease
 
     with context(ctx).open_log() as log:
         log.topic_info(topic)
@@ -41,7 +41,7 @@ def release(
 
     Stop the owning query first, for good: if it ran again it would be refused.
     """
-    from exactly.spark import lease
+    from exactly.spark.datasource import lease
 
     with context(ctx).open_log() as log:
         log.topic_info(topic)

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql import DataFrame, SparkSession
 
-    from exactly.spark.sink import Stage
+    from exactly.spark.datasource.sink import Stage
 
 STORES = BACKENDS
 SCHEMA = (
@@ -163,7 +163,8 @@ def prepare(log: Log, plan: DedupePlan) -> int:
     has another partition count (the job keeps partitions: messageId's partition everywhere), or
     the store (spark-state: the checkpoint) was built with another dedupe scope.
     """
-    from exactly.spark import checkpoint, lease
+    from exactly.spark import checkpoint
+    from exactly.spark.datasource import lease
 
     check_scope(plan.scope)
     store = plan.open_store()  # a bad store URL fails here, before any topic is touched
@@ -194,7 +195,7 @@ def build(
     task's Arrow batches after the stage (tests inject failures there).
     """
     from exactly.spark.datasource import register_staged
-    from exactly.spark.sink import Columns
+    from exactly.spark.datasource.sink import Columns
 
     reader = (
         spark.readStream.format("exactly")

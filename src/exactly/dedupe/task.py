@@ -101,7 +101,7 @@ def dedupe_partition(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> Itera
     ``batches`` hold one raw partition, or several one after the other (option ``readTasks``);
     each partition's run is deduped on its own, with its own store partition.
     """
-    from exactly.spark.options import shared_log
+    from exactly.spark.datasource.options import shared_log
 
     log = shared_log(plan.log_url, plan.max_record_bytes)
     runs = groupby(

@@ -40,8 +40,8 @@ from exactly.delivery.patience import Patience
 from exactly.delivery.settings import DestinationSettings
 from exactly.errors import ConfigError, ExactlyError, StreamError
 from exactly.spark import checkpoint as spark_checkpoint
-from exactly.spark import offsets
 from exactly.spark.batches import BatchFunction, run_batches
+from exactly.spark.datasource import offsets
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from exactly.errors import StreamError
-from exactly.spark import offsets
+from exactly.spark.datasource import offsets
 
 __all__ = ["batch_end", "committed_end", "last_committed", "local_path", "planned", "query_id"]
 

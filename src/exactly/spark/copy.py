@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 from exactly.errors import StreamError, TopicExists
 from exactly.log import Log
-from exactly.spark import checkpoint, lease
+from exactly.spark import checkpoint
+from exactly.spark.datasource import lease
 from exactly.spark.streaming import Report, run_query
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def configured_plan(
     append_records: int = 5000,
 ) -> CopyPlan:
     """The copy's plan from ``settings`` and ``exactly copy``'s options: its one builder."""
-    from exactly.spark.offsets import parse_spec
+    from exactly.spark.datasource.offsets import parse_spec
 
     parse_spec("--starting-offsets", starting_offsets)
     log_url = settings.log_url

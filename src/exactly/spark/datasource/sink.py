@@ -71,9 +71,9 @@ from exactly.gc_pause import collection_paused
 from exactly.log import Log, Record
 from exactly.log.base import Header, PartitionWriter
 from exactly.log.columns import HEADERS, record_columns, with_header, without_header
-from exactly.spark import lease
-from exactly.spark.marks import MARK, Mark, find_mark, resume_at, without_mark
-from exactly.spark.options import AT_LEAST_ONCE, SORTED, SinkOptions, shared_log
+from exactly.spark.datasource import lease
+from exactly.spark.datasource.marks import MARK, Mark, find_mark, resume_at, without_mark
+from exactly.spark.datasource.options import AT_LEAST_ONCE, SORTED, SinkOptions, shared_log
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -519,7 +519,7 @@ class LogStreamWriter(DataSourceStreamArrowWriter):
                     raise StreamError(
                         f"output partition {partition} was written by two Spark partitions in "
                         f"batch {batchId}: cluster the DataFrame with "
-                        "exactly.spark.sink.cluster_by_partition"
+                        "exactly.spark.datasource.sink.cluster_by_partition"
                     )
         if not done or not writers or self.options.guarantee == AT_LEAST_ONCE:
             return

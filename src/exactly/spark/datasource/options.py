@@ -15,8 +15,8 @@ from exactly.errors import ConfigError
 from exactly.events.fields import Fields
 from exactly.log import Log, open_log
 from exactly.log.base import DEFAULT_MAX_RECORD_BYTES, check_topic_name
-from exactly.spark import offsets
-from exactly.spark.offsets import Spec
+from exactly.spark.datasource import offsets
+from exactly.spark.datasource.offsets import Spec
 
 EXACTLY_ONCE = "exactly-once"
 AT_LEAST_ONCE = "at-least-once"

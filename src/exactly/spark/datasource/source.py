@@ -50,8 +50,8 @@ from exactly.events.fields import Fields
 from exactly.events.fields import parse as parse_fields
 from exactly.gc_pause import collection_paused
 from exactly.log import LogRecord
-from exactly.spark import offsets
-from exactly.spark.options import SourceOptions, shared_log
+from exactly.spark.datasource import offsets
+from exactly.spark.datasource.options import SourceOptions, shared_log
 
 SCHEMA_WITHOUT_HEADERS = (
     "partition int, offset bigint, key binary, value binary, timestamp timestamp"

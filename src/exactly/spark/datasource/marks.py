@@ -70,6 +70,7 @@ def resume_at(last: Mark | None, sink: str, batch: int, task: int, partition: in
         raise StreamError(
             f"output partition {partition} got rows from two Spark partitions ({last.task} and "
             f"{task}) in batch {batch}: the sink needs each output partition's rows in one Spark "
-            "partition; cluster the DataFrame with exactly.spark.sink.cluster_by_partition"
+            "partition; cluster the DataFrame with "
+            "exactly.spark.datasource.sink.cluster_by_partition"
         )
     return last.sequence + 1

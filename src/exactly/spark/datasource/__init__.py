@@ -23,11 +23,12 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from exactly.events.fields import Fields
-from exactly.spark import checkpoint, lease
-from exactly.spark.options import EXACTLY_ONCE, SinkOptions, SourceOptions, shared_log
-from exactly.spark.sink import Columns, LogStreamWriter, Stage
-from exactly.spark.source import LogBatchReader, LogStreamReader
-from exactly.spark.source import schema as source_schema
+from exactly.spark import checkpoint
+from exactly.spark.datasource import lease
+from exactly.spark.datasource.options import EXACTLY_ONCE, SinkOptions, SourceOptions, shared_log
+from exactly.spark.datasource.sink import Columns, LogStreamWriter, Stage
+from exactly.spark.datasource.source import LogBatchReader, LogStreamReader
+from exactly.spark.datasource.source import schema as source_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -83,9 +84,9 @@ def register_staged(spark: SparkSession, name: str, stage: Stage, columns: Colum
     """Make ``format(name)`` the ``exactly`` sink writing what ``stage`` yields.
 
     ``stage`` gets each task's Arrow batches (the query's rows) and yields the rows to write, with
-    ``columns`` (what :class:`~exactly.spark.sink.Columns` would find in their schema); it runs
-    in the sink's Python worker and is pickled with the class. Give each query its own ``name``:
-    registering a name again replaces it.
+    ``columns`` (what :class:`~exactly.spark.datasource.sink.Columns` would find in their
+    schema); it runs in the sink's Python worker and is pickled with the class. Give each query
+    its own ``name``: registering a name again replaces it.
     """
     source = type(
         f"StagedSink[{name}]",
