@@ -48,7 +48,8 @@ class Archiving(SQLSchema):
         2. ``write`` every job with its transitions (an archive writer, idempotent per dataset:
            a crash before step 4 makes it run again);
         3. append ``archived`` to every job (one statement), commit;
-        4. ``DROP TABLE`` both tables and forget the dataset.
+        4. forget the dataset and the batches whose members were all in it or before, then
+           ``DROP TABLE`` both tables.
 
         A dataset found all ``archived`` (a crash between steps 3 and 4) goes straight to step 4:
         its file was complete before step 3, and writing it again would add ``archived`` to it.
@@ -66,6 +67,7 @@ class Archiving(SQLSchema):
             try:  # 4.
                 self._begin(cursor)
                 self._execute(cursor, "DELETE FROM jobdb_datasets WHERE number = ?", (number,))
+                self._forget_batches(cursor)
                 self._connection.commit()
                 self._execute(cursor, f"DROP TABLE IF EXISTS job_state_transitions_{number}")
                 self._execute(cursor, f"DROP TABLE IF EXISTS jobs_{number}")
