@@ -7,13 +7,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from exactly.delivery.jobdb.base import ARCHIVED, ARCHIVING, PENDING, JobDBError
+from exactly.delivery.jobdb.sql.batching import Batching
 from exactly.delivery.jobdb.sql.rows import JOB_COLUMNS, job_of
-from exactly.delivery.jobdb.sql.schema import SQLSchema
 
 RECORD_PAGE = 2000  # jobs read at once when a dataset is archived
 
 
-class Archiving(SQLSchema):
+class Archiving(Batching):
     """``archivable`` and ``archive`` (a dataset at a time), ``drop_orphans`` (at start)."""
 
     def archivable(self) -> list[int]:
