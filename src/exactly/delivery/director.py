@@ -136,7 +136,10 @@ class _Writer:
             formed = [one for (_, batches, _), _ in batch for one in batches]
             steps = [step for (_, _, steps), _ in batch for step in steps]
             try:
-                await self._call(self._jobdb.record, transitions, batches=formed, steps=steps)
+                if formed or steps:
+                    await self._call(self._jobdb.record, transitions, batches=formed, steps=steps)
+                else:  # a destination without batches writes as it always did
+                    await self._call(self._jobdb.record, transitions)
             except Exception as error:  # noqa: BLE001 (handed to every waiter)
                 failure = (
                     error
