@@ -9,6 +9,8 @@ Paths choose the behaviour (``N`` counts the requests for one ``webhook-id``):
 * ``/flap``: 503 while :attr:`Receiver.down` is set, else 200;
 * ``/scripted``: 500 for the first :attr:`Receiver.failures` ``[id]`` requests of an id, then 200;
 * ``/slow/S``: 200 after S seconds;
+* ``/unlucky/M``: 500 for the first request of an id whose CRC-32 is a multiple of M (batch ids
+  are not known beforehand: this fails about one batch in M once);
 * ``/busy``: 429 with ``Retry-After: 1`` until :attr:`Receiver.busy_until` (monotonic), then 200.
 
 :attr:`Receiver.peak` is the most requests it held at once.
@@ -24,6 +26,7 @@ import asyncio
 import dataclasses
 import threading
 import time
+import zlib
 from collections import Counter
 from dataclasses import dataclass
 from types import TracebackType
@@ -110,6 +113,12 @@ class Receiver:
             await asyncio.sleep(float(parts[1]))
         if parts[0] == "scripted" and count <= self.failures.get(key[1], 0):
             return web.Response(status=500, text="scripted failure")
+        if (
+            parts[0] == "unlucky"
+            and count == 1
+            and zlib.crc32(key[1].encode()) % int(parts[1]) == 0
+        ):
+            return web.Response(status=500, text="unlucky")
         if parts[0] == "flap" and self.down:
             return web.Response(status=503, text="down")
         return web.Response(text="ok")

@@ -21,6 +21,8 @@ from exactly.delivery.jobdb.base import (
     EXECUTING,
     EXPIRED,
     SUCCEEDED,
+    Batch,
+    BatchStep,
     JobDB,
     NewJob,
     Transition,
@@ -185,6 +187,100 @@ def test_transitions_set_the_state(db: JobDB) -> None:
     assert db.states() == {"hook": {SUCCEEDED: 1, DISCARDED: 1, AWAITING_RETRY: 1, EXPIRED: 1}}
     with pytest.raises(ValueError, match="unknown job state"):
         db.record([Transition(a.id, "lost", 1)])
+
+
+def test_a_batch_is_recorded_once_and_its_outcome_applies_to_each_member(
+    db: JobDB, url: str
+) -> None:
+    """A batch (its members spanning two datasets) recorded with its members' ``executing``;
+    its retries are steps of the batch alone; its end gives each member its outcome."""
+    db.add(jobs(8), query_id="q", batch_id=0)
+    db.add(jobs(6, start=8), query_id="q", batch_id=1)  # dataset_rows=10: 8 in 1, 6 in 2
+    pending = db.pending("web/hook")
+    first = Batch("batch_a", "web/hook", "hook", tuple(job.id for job in pending[5:10]))
+    second = Batch("batch_b", "web/hook", "hook", tuple(job.id for job in pending[10:12]))
+    assert {db.datasets()[0].holds(i) for i in first.job_ids} == {True, False}
+    executing = [Transition(i, EXECUTING, 1) for i in (*first.job_ids, *second.job_ids)]
+    db.record(
+        executing,
+        batches=[first, second],
+        steps=[BatchStep("batch_a", EXECUTING, 1), BatchStep("batch_b", EXECUTING, 1)],
+    )
+    retry_at = time.time() + 30
+    db.record(
+        [], steps=[BatchStep("batch_a", AWAITING_RETRY, 1, retry_at=retry_at, status_code=503)]
+    )
+    db.record([], steps=[BatchStep("batch_a", EXECUTING, 2)])  # a retry, then a crash
+    with open_jobdb(url) as again:  # what a director finds on its start
+        found = again.open_batches("web/hook")
+        assert [b.batch for b in found] == [
+            Batch("batch_a", "web/hook", "hook", first.job_ids, found[0].batch.created_at),
+            Batch("batch_b", "web/hook", "hook", second.job_ids, found[1].batch.created_at),
+        ]
+        assert [job.id for job in found[0].jobs] == list(first.job_ids)
+        assert [job.payload for job in found[0].jobs] == [job.payload for job in pending[5:10]]
+        assert {job.state for job in found[0].jobs} == {EXECUTING}
+        assert (found[0].state, found[0].attempt) == (EXECUTING, 2)
+        assert again.open_batches("web/other") == []
+    db.record(
+        [Transition(i, SUCCEEDED, 2, status_code=200) for i in first.job_ids],
+        steps=[BatchStep("batch_a", SUCCEEDED, 2, status_code=200)],
+    )
+    db.record([], steps=[BatchStep("batch_b", AWAITING_RETRY, 1, retry_at=retry_at)])
+    (left,) = db.open_batches("web/hook")
+    assert (left.batch.id, left.state, left.retry_at) == ("batch_b", AWAITING_RETRY, retry_at)
+    # a member has two transitions, whatever the batch's attempts
+    assert [step.state for step in db.history(first.job_ids[0])] == [EXECUTING, SUCCEEDED]
+    batch, steps = db.batch_history("batch_a") or (None, [])
+    assert batch is not None and batch.job_ids == first.job_ids
+    assert [(s.state, s.attempt, s.status_code) for s in steps] == [
+        (EXECUTING, 1, None),
+        (AWAITING_RETRY, 1, 503),
+        (EXECUTING, 2, None),
+        (SUCCEEDED, 2, 200),
+    ]
+    assert db.states() == {"hook": {AWAITING_SCHEDULING: 7, SUCCEEDED: 5, EXECUTING: 2}}
+    assert db.batch_history("nothing") is None
+
+
+def test_batches_go_with_the_last_dataset_of_their_members(db: JobDB) -> None:
+    db.add(jobs(8), query_id="q", batch_id=0)
+    db.add(jobs(6, start=8), query_id="q", batch_id=1)
+    db.add(jobs(9, start=14), query_id="q", batch_id=2)  # datasets 1, 2, 3
+    pending = db.pending("web/hook")
+    groups = {"in_1": pending[0:8], "across": pending[7:10], "in_2": pending[10:13]}
+    for name, members in groups.items():
+        if name == "across":
+            members = members[1:]  # job 8 is in batch in_1 already
+        ids = tuple(job.id for job in members)
+        db.record(
+            [Transition(i, SUCCEEDED, 1) for i in ids],
+            batches=[Batch(name, "web/hook", "hook", ids)],
+            steps=[BatchStep(name, SUCCEEDED, 1)],
+        )
+    db.record([Transition(job.id, SUCCEEDED, 1) for job in pending[13:14]])
+    assert db.archivable() == [1, 2]
+    db.archive(1, lambda records: None)
+    assert db.batch_history("in_1") is None  # all its members dropped
+    assert db.batch_history("across") is not None  # one member still live
+    db.archive(2, lambda records: None)
+    assert db.batch_history("across") is None and db.batch_history("in_2") is None
+
+
+def test_a_batch_id_is_recorded_once(db: JobDB) -> None:
+    db.add(jobs(2), query_id="q", batch_id=0)
+    ids = tuple(job.id for job in db.pending("web/hook"))
+    batch = Batch("batch_x", "web/hook", "hook", ids)
+    db.record([], batches=[batch], steps=[BatchStep("batch_x", EXECUTING, 1)])
+    with pytest.raises(Exception):  # noqa: B017 (each driver's IntegrityError)
+        db.record(
+            [Transition(i, EXECUTING, 1) for i in ids],
+            batches=[batch],
+            steps=[BatchStep("batch_x", EXECUTING, 1)],
+        )
+    assert {job.state for job in db.pending("web/hook")} == {AWAITING_SCHEDULING}  # rolled back
+    (found,) = db.open_batches("web/hook")
+    assert found.attempt == 1
 
 
 def test_buckets_are_separate(db: JobDB) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import heapq
 import random
 import signal
 import sys
@@ -53,6 +54,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed pack
     ) from None
 
 from exactly.delivery.archive import Archive, archive_name
+from exactly.delivery.batches import CONTENT_TYPES, batch_id, body
 from exactly.delivery.failures import failure
 from exactly.delivery.jobdb.base import (
     AWAITING_RETRY,
@@ -61,6 +63,8 @@ from exactly.delivery.jobdb.base import (
     EXPIRED,
     MAX_RESPONSE,
     SUCCEEDED,
+    Batch,
+    BatchStep,
     Control,
     Job,
     JobDB,
@@ -71,7 +75,7 @@ from exactly.delivery.operators import BY_OPERATOR
 from exactly.delivery.pacing import Pace, result_of
 from exactly.delivery.patience import Patience
 from exactly.delivery.policy import next_step, retry_after
-from exactly.delivery.queues import Bucket, Destination
+from exactly.delivery.queues import Bucket, Destination, HeldBatch
 from exactly.delivery.settings import DestinationSettings
 from exactly.delivery.signing import request_headers
 from exactly.errors import ExactlyError, JobDBError
@@ -96,19 +100,29 @@ class Tally:
     last_error: str | None = None
 
 
+_Write = tuple[Sequence[Transition], Sequence["Batch"], Sequence["BatchStep"]]
+
+
 class _Writer:
-    """Group commit of transitions: callers wait until their transitions are durable."""
+    """Group commit of transitions (and batches with their steps): callers wait until what
+    they handed in is durable."""
 
     def __init__(self, call: Callable[..., Any], jobdb: JobDB) -> None:
         self._call = call
         self._jobdb = jobdb
-        self._waiting: list[tuple[Sequence[Transition], asyncio.Future[None]]] = []
+        self._waiting: list[tuple[_Write, asyncio.Future[None]]] = []
         self._wake = asyncio.Event()
         self._closing = False
 
-    async def record(self, transitions: Sequence[Transition]) -> None:
+    async def record(
+        self,
+        transitions: Sequence[Transition],
+        *,
+        batches: Sequence[Batch] = (),
+        steps: Sequence[BatchStep] = (),
+    ) -> None:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append((transitions, future))
+        self._waiting.append(((transitions, batches, steps), future))
         self._wake.set()
         await future
 
@@ -125,9 +139,14 @@ class _Writer:
                 if self._closing:
                     return
                 continue
-            steps = [step for transitions, _ in batch for step in transitions]
+            transitions = [step for (writes, _, _), _ in batch for step in writes]
+            formed = [one for (_, batches, _), _ in batch for one in batches]
+            steps = [step for (_, _, steps), _ in batch for step in steps]
             try:
-                await self._call(self._jobdb.record, steps)
+                if formed or steps:
+                    await self._call(self._jobdb.record, transitions, batches=formed, steps=steps)
+                else:  # a destination without batches writes as it always did
+                    await self._call(self._jobdb.record, transitions)
             except Exception as error:  # noqa: BLE001 (handed to every waiter)
                 failure = (
                     error
@@ -529,10 +548,18 @@ class Director:
                 if len(page) < self.page_size:
                     break
                 after = page[-1].id
-        unsent = [entry for entry in destination.outbox if entry[1].created_at < before]
-        if unsent:  # recorded executing, not sent: ended with the attempt they were given
+        unsent = [
+            (bucket, job)
+            for bucket, job in destination.outbox
+            if isinstance(job, Job) and job.created_at < before
+        ]  # recorded executing, not sent: ended with the attempt they were given (a batch
+        # recorded for an attempt goes out and ends as it would)
+        if unsent:
+            gone_ids = {job.id for _, job in unsent}
             destination.outbox = deque(
-                entry for entry in destination.outbox if entry[1].created_at >= before
+                entry
+                for entry in destination.outbox
+                if not (isinstance(entry[1], Job) and entry[1].id in gone_ids)
             )
         now = time.time()
         steps = [
@@ -571,6 +598,8 @@ class Director:
                 # answered job would keep the JobDB's thread busy with small queries, and the
                 # outcomes' commits, which free the slots, would wait behind them
                 refill = room >= min(self.page_size, REFILL) or (room > 0 and not bucket.ready)
+                if destination.settings.batching and not bucket.loaded:
+                    await self._load_batches(destination, bucket, now)
                 if refill and (not bucket.caught_up or now - bucket.paged_at >= self.poll_seconds):
                     await self._page(bucket, room, now)
                 bucket.due(now)
@@ -578,6 +607,19 @@ class Director:
                     waits.append(0.05)
                 if bucket.retries:
                     waits.append(bucket.retries[0][0] - now)
+            if destination.settings.batching:
+                items, held_back = destination.form(now)
+                if items:
+                    task = asyncio.create_task(self._attempt_batches(destination, items))
+                    self._sends.add(task)
+                    task.add_done_callback(self._sent)
+                    waits.append(0.0 if destination.batches_out < destination.reserve else 1.0)
+                if held_back is not None:
+                    waits.append(held_back)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(destination.wake.wait(), max(0.0, min(waits)))
+                destination.wake.clear()
+                continue
             batch, held_back = destination.take(now)
             if batch:
                 task = asyncio.create_task(self._attempt(destination, batch))
@@ -596,6 +638,91 @@ class Director:
         bucket.paged_at = now
         bucket.caught_up = len(jobs) < room
         bucket.place(jobs, now)
+
+    async def _load_batches(self, destination: Destination, bucket: Bucket, now: float) -> None:
+        """The batches a previous run left open (in flight at a crash, or waiting to retry):
+        sent again whole, under their ids, before anything new; their members are never paged
+        in as jobs of their own."""
+        for found in await self._db(self.jobdb.open_batches, bucket.name):
+            jobs = [dataclasses.replace(job, attempt=max(0, job.attempt - 1)) for job in found.jobs]
+            if not jobs:
+                continue
+            attempt = found.attempt if found.state == AWAITING_RETRY else found.attempt - 1
+            held = HeldBatch(found.batch, bucket, jobs, attempt, found.retry_at)
+            bucket.in_batches.update(job.id for job in jobs if job.id > bucket.cursor)
+            bucket.taken += len(jobs)
+            if bucket.ordered:
+                bucket.users_out.update(job.user_id or "" for job in jobs)
+            due = found.retry_at if found.state == AWAITING_RETRY and found.retry_at else now
+            heapq.heappush(bucket.batches, (due, jobs[0].id, held))
+        bucket.loaded = True
+
+    async def _attempt_batches(
+        self, destination: Destination, items: list[HeldBatch | tuple[Bucket, list[Job]]]
+    ) -> None:
+        """Step 1 for batches: a new batch is formed (its id from its members) and recorded
+        with its first step and its members' ``executing``; a batch sent again gets a step of
+        its own; both committed before the request leaves. Jobs or batches past their expiry
+        are expired unsent instead."""
+        now = time.time()
+        name = destination.name
+        transitions: list[Transition] = []
+        formed: list[Batch] = []
+        steps: list[BatchStep] = []
+        ready: list[HeldBatch] = []
+        ended: list[HeldBatch] = []
+        for item in items:
+            if isinstance(item, HeldBatch):
+                if _expired_batch(item, now):
+                    transitions += _ends(item, EXPIRED, item.attempt, now)
+                    steps.append(BatchStep(item.id, EXPIRED, item.attempt, time=now))
+                    ended.append(item)
+                    continue
+                steps.append(BatchStep(item.id, EXECUTING, item.attempt + 1, time=now))
+                ready.append(item)
+                continue
+            bucket, jobs = item
+            live = [job for job in jobs if not _expired(job, now)]
+            gone = [job for job in jobs if _expired(job, now)]
+            transitions += [Transition(job.id, EXPIRED, job.attempt, time=now) for job in gone]
+            if not live:
+                ended.append(HeldBatch(Batch("", bucket.name, name, ()), bucket, gone))
+                continue
+            if gone:
+                bucket.taken -= len(gone)
+                if bucket.ordered:
+                    bucket.users_out.difference_update(job.user_id or "" for job in gone)
+            members = tuple(job.id for job in live)
+            formed_batch = Batch(
+                batch_id(name, [(job.id, job.message_id) for job in live]),
+                bucket.name,
+                name,
+                members,
+                created_at=now,
+            )
+            formed.append(formed_batch)
+            steps.append(BatchStep(formed_batch.id, EXECUTING, 1, time=now))
+            transitions += [
+                Transition(job.id, EXECUTING, job.attempt + 1, time=now) for job in live
+            ]
+            ready.append(HeldBatch(formed_batch, bucket, live))
+        tally = self.tallies[name]
+        try:
+            await self._writer_of().record(transitions, batches=formed, steps=steps)  # 1.
+        except BaseException:
+            for held in [*ready, *ended]:
+                destination.batch_done(held, ended=True)
+            raise
+        tally.expired += sum(1 for step in transitions if step.state == EXPIRED)
+        for held in ended:
+            destination.batch_done(held, ended=True)
+        destination.outbox.extend((held.bucket, held) for held in ready)
+        room = destination.settings.max_in_flight - destination.senders
+        for _ in range(min(len(destination.outbox), room)):
+            destination.senders += 1
+            sender = asyncio.create_task(self._sender(destination))
+            self._sends.add(sender)
+            sender.add_done_callback(self._sent)
 
     async def _attempt(self, destination: Destination, batch: list[tuple[Bucket, Job]]) -> None:
         """Step 1 of the module docstring for jobs taken together, then on to the senders."""
@@ -638,7 +765,10 @@ class Director:
                 bucket, job = destination.outbox[0]
                 if time.time() > job.expire_at + LAST_TRY:  # held past its expiry (a breaker)
                     destination.outbox.popleft()
-                    await self._expire_unsent(destination, bucket, job)
+                    if isinstance(job, HeldBatch):
+                        await self._expire_unsent_batch(destination, job)
+                    else:
+                        await self._expire_unsent(destination, bucket, job)
                     continue
                 wait = destination.pace.take(time.time())
                 if wait > 0:  # left recorded and unsent if stopped meanwhile: not a duplicate
@@ -646,7 +776,10 @@ class Director:
                         await asyncio.wait_for(self._stop.wait(), min(wait, 1.0))
                     continue
                 destination.outbox.popleft()  # no await since the peek: still this job
-                await self._send_now(destination, bucket, job)
+                if isinstance(job, HeldBatch):
+                    await self._send_batch(destination, job)
+                else:
+                    await self._send_now(destination, bucket, job)
         finally:
             destination.senders -= 1
 
@@ -666,36 +799,10 @@ class Director:
         settings = destination.settings
         tally = self.tallies[destination.name]
         attempt = job.attempt + 1
-        status: int | None = None
-        error_type: str | None = None
-        response: str | None = None
-        wait: float | None = None
-        started = time.monotonic()
         tally.sent += 1
-        try:
-            headers = request_headers(
-                message_id=job.message_id,
-                body=job.payload,
-                timestamp=int(time.time()),
-                keys=settings.signing_keys(),
-                extra=settings.headers,
-            )
-            async with asyncio.timeout(settings.timeout):
-                async with destination.session.post(  # 2. the request
-                    settings.url, data=job.payload, headers=headers, allow_redirects=False
-                ) as answer:
-                    status = answer.status
-                    text = await answer.content.read(MAX_RESPONSE)
-                    if not 200 <= status < 300:
-                        response = text.decode("utf-8", "replace")
-                        wait = retry_after(answer.headers.get("Retry-After"), time.time())
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:  # noqa: BLE001 (any failure of one request is the job's)
-            status = None
-            error_type, response = failure(error, timeout=settings.timeout, url=settings.url)
-        if self.metrics is not None:
-            self.metrics.latency.labels(destination.name).observe(time.monotonic() - started)
+        status, error_type, response, wait = await self._post(  # 2. the request
+            destination, job.message_id, lambda: job.payload
+        )
         now = time.time()
         destination.pace.answered(result_of(status, retry_after=wait), now, wait=wait)
         step = next_step(
@@ -732,6 +839,152 @@ class Director:
             tally.discarded += 1
         elif step.state == EXPIRED:
             tally.expired += 1
+
+    async def _post(
+        self,
+        destination: Destination,
+        key: str,
+        make_body: Callable[[], bytes],
+        content_type: str = "application/json",
+    ) -> tuple[int | None, str | None, str | None, float | None]:
+        """One request with ``key`` as its Idempotency-Key / webhook-id, signed; its status,
+        error type, response start (when not 2xx) and the wait a Retry-After asks for. Any
+        failure while the request is built or sent is its error, never raised."""
+        settings = destination.settings
+        status: int | None = None
+        error_type: str | None = None
+        response: str | None = None
+        wait: float | None = None
+        started = time.monotonic()
+        try:
+            data = make_body()
+            headers = request_headers(
+                message_id=key,
+                body=data,
+                timestamp=int(time.time()),
+                keys=settings.signing_keys(),
+                extra=settings.headers,
+                content_type=content_type,
+            )
+            async with asyncio.timeout(settings.timeout):
+                async with destination.session.post(
+                    settings.url, data=data, headers=headers, allow_redirects=False
+                ) as answer:
+                    status = answer.status
+                    text = await answer.content.read(MAX_RESPONSE)
+                    if not 200 <= status < 300:
+                        response = text.decode("utf-8", "replace")
+                        wait = retry_after(answer.headers.get("Retry-After"), time.time())
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # noqa: BLE001 (any failure of one request is the job's)
+            status = None
+            error_type, response = failure(error, timeout=settings.timeout, url=settings.url)
+        if self.metrics is not None:
+            self.metrics.latency.labels(destination.name).observe(time.monotonic() - started)
+        return status, error_type, response, wait
+
+    async def _send_batch(self, destination: Destination, held: HeldBatch) -> None:
+        """Steps 2 and 3 for a batch: the request (its body rebuilt from its members in their
+        order; ``sentAt`` is this attempt's), then the outcome: a batch step, and when the batch
+        ends, each member's terminal transition in the same commit."""
+        settings = destination.settings
+        form = settings.batch.format
+        tally = self.tallies[destination.name]
+        attempt = held.attempt + 1
+        payloads = [job.payload for job in held.jobs]
+        tally.sent += 1
+        status, error_type, response, wait = await self._post(  # 2. the request
+            destination, held.id, lambda: body(form, payloads, time.time()), CONTENT_TYPES[form]
+        )
+        now = time.time()
+        destination.pace.answered(result_of(status, retry_after=wait), now, wait=wait)
+        outcome = next_step(
+            job_id=0,
+            attempt=attempt,
+            expire_at=held.expire_at,
+            now=now,
+            status=status,
+            error_type=error_type,
+            response=response,
+            retry_after_seconds=wait,
+            max_attempts=settings.retry.max_attempts,
+            minimum=settings.backoff.minimum,
+            maximum=settings.backoff.maximum,
+            coefficient=settings.backoff.coefficient,
+            jitter=self.jitter,
+        )
+        step = BatchStep(
+            held.id,
+            outcome.state,
+            attempt,
+            time=now,
+            retry_at=outcome.retry_at,
+            status_code=status,
+            error_type=error_type,
+            response=outcome.response,
+        )
+        ended = outcome.state != AWAITING_RETRY
+        transitions = _ends(held, outcome.state, attempt, now, outcome) if ended else []
+        try:
+            await self._writer_of().record(transitions, steps=[step])  # 3. the outcome
+        finally:
+            destination.batch_done(held, ended=ended)
+        count = len(held.jobs)
+        if outcome.state == SUCCEEDED:
+            tally.succeeded += count
+            return
+        tally.last_error = f"{status or error_type}: {(response or '')[:200]}"
+        if outcome.state == AWAITING_RETRY:
+            tally.retried += count
+            held.attempt, held.retry_at = attempt, outcome.retry_at
+            heapq.heappush(held.bucket.batches, (outcome.retry_at or now, held.jobs[0].id, held))
+        elif outcome.state == DISCARDED:
+            tally.discarded += count
+        elif outcome.state == EXPIRED:
+            tally.expired += count
+
+    async def _expire_unsent_batch(self, destination: Destination, held: HeldBatch) -> None:
+        """A batch recorded for an attempt that could not leave before its expiry."""
+        now = time.time()
+        step = BatchStep(
+            held.id, EXPIRED, held.attempt + 1, time=now, error_type="not sent in time"
+        )
+        try:
+            await self._writer_of().record(
+                _ends(held, EXPIRED, held.attempt + 1, now), steps=[step]
+            )
+        finally:
+            destination.batch_done(held, ended=True)
+        self.tallies[destination.name].expired += len(held.jobs)
+
+
+def _ends(
+    held: HeldBatch, state: str, attempt: int, now: float, outcome: Transition | None = None
+) -> list[Transition]:
+    """Each member's transition when its batch ends in ``state`` after ``attempt`` tries of
+    the batch (a member's attempts count the tries it had before the batch too)."""
+    return [
+        Transition(
+            job.id,
+            state,
+            job.attempt + max(attempt, 1),
+            time=now,
+            status_code=None if outcome is None else outcome.status_code,
+            error_type=None if outcome is None else outcome.error_type,
+            response=None if outcome is None else outcome.response,
+        )
+        for job in held.jobs
+    ]
+
+
+def _expired_batch(held: HeldBatch, now: float) -> bool:
+    """Whether a batch's time is up before its next try (its first member's expiry), unless
+    the retry was set at the expiry: its last try."""
+    expire_at = held.expire_at
+    if expire_at > now:
+        return False
+    return not (held.retry_at is not None and held.retry_at >= expire_at)
 
 
 REMOVED = "destination removed"

@@ -6,6 +6,11 @@ What the receiver can take is the destination's: its requests in flight (``max_i
 rate and its pauses (:mod:`exactly.delivery.pacing`) are shared by its buckets, which
 :meth:`Destination.take` serves in turn, one job each, so a source with a million jobs queued
 delays a source with ten by at most one request per turn.
+
+A batching destination (``batch.max_events`` above 1) takes batches instead of jobs
+(:meth:`Destination.form`): each from one bucket, buckets in turn, a batch's retries before new
+ones; a partial batch waits until ``max_wait`` has passed since its oldest job was ready. A
+batch counts as one request against ``max_in_flight`` and the rate.
 """
 
 from __future__ import annotations
@@ -17,9 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from exactly.delivery.jobdb.base import AWAITING_RETRY, Job
+from exactly.delivery.batches import cut
+from exactly.delivery.jobdb.base import AWAITING_RETRY, Batch, Job
 from exactly.delivery.pacing import Pace
-from exactly.delivery.settings import DestinationSettings
+from exactly.delivery.settings import BatchSettings, DestinationSettings
 
 
 @dataclass
@@ -35,6 +41,12 @@ class Bucket:
     caught_up: bool = False
     paged_at: float = 0.0
     users_out: set[str] = field(default_factory=set)  # ordered: users with a job taken
+    # batching: batches to send again (retry time, seq, batch), the members of batches a
+    # previous run left open (never paged in as new jobs), when the oldest ready job got ready
+    batches: list[tuple[float, int, HeldBatch]] = field(default_factory=list)
+    in_batches: set[int] = field(default_factory=set)
+    ready_since: float | None = None
+    loaded: bool = False
 
     @property
     def held(self) -> int:
@@ -49,6 +61,9 @@ class Bucket:
         every job in ``ready``, by id, and :meth:`next_jobs` skips those not yet due)."""
         for job in jobs:
             self.cursor = max(self.cursor, job.id)
+            if job.id in self.in_batches:  # a member of a batch loaded open: sent as such
+                self.in_batches.discard(job.id)
+                continue
             if job.state == AWAITING_RETRY and job.retry_at is not None and job.retry_at > now:
                 heapq.heappush(self.retries, (job.retry_at, job.id, job))
             else:
@@ -99,6 +114,55 @@ class Bucket:
         self.ready = kept
         return taken, wait
 
+    def next_batch(self, now: float, limits: BatchSettings) -> tuple[list[Job], float | None]:
+        """The jobs of the next batch, removed from ``ready``, when it is full or its oldest job
+        has waited ``max_wait``; else none and the seconds until it may leave partial.
+
+        Ordered: in id order, skipping users with a job out (a batch may carry several jobs of
+        one user, in order; they are held until the batch ends)."""
+        if not self.ready:
+            self.ready_since = None
+            return [], None
+        if self.ready_since is None:
+            self.ready_since = now
+        if self.ordered:
+            blocked = set(self.users_out)
+            candidates: list[Job] = []
+            for job in self.ready:
+                user = job.user_id or ""
+                if user in blocked:
+                    continue
+                if job.retry_at is not None and job.retry_at > now:
+                    blocked.add(user)
+                    continue
+                candidates.append(job)
+                if len(candidates) > limits.max_events:
+                    break
+        else:
+            candidates = [self.ready[at] for at in range(min(len(self.ready), limits.max_events))]
+        count, full = cut(
+            (len(job.payload) for job in candidates),
+            max_events=limits.max_events,
+            max_bytes=limits.max_bytes,
+            form=limits.format,
+        )
+        if not count:
+            return [], None
+        if not full and now - self.ready_since < limits.max_wait:
+            return [], self.ready_since + limits.max_wait - now
+        taken = candidates[:count]
+        if self.ordered:
+            chosen = {job.id for job in taken}
+            self.ready = deque(job for job in self.ready if job.id not in chosen)
+            self.users_out.update(job.user_id or "" for job in taken)
+        else:
+            for _ in range(count):
+                self.ready.popleft()
+        if not self.ready:
+            self.ready_since = None
+        self.taken += count
+        return taken, None
+
     def drop(self, matches: Callable[[Job], bool]) -> list[Job]:
         """Remove the waiting jobs (ready or to retry) that ``matches``; those removed."""
         dropped = [job for job in self.ready if matches(job)]
@@ -119,6 +183,30 @@ class Bucket:
             self.ready.extendleft(reversed(jobs))
 
 
+@dataclass(eq=False)
+class HeldBatch:
+    """A batch in the director's memory from when it is formed (or loaded open after a start)
+    until it ends; its members each hold the attempts they had before it."""
+
+    batch: Batch
+    bucket: Bucket
+    jobs: list[Job]
+    attempt: int = 0  # the batch's tries so far
+    retry_at: float | None = None
+
+    @property
+    def id(self) -> str:
+        return self.batch.id
+
+    @property
+    def expire_at(self) -> float:
+        return min(job.expire_at for job in self.jobs)
+
+    @property
+    def created_at(self) -> float:
+        return min(job.created_at for job in self.jobs)
+
+
 @dataclass
 class Destination:
     """One receiver: its settings, HTTP session, pacing, buckets and the jobs on their way."""
@@ -127,8 +215,9 @@ class Destination:
     pace: Pace
     session: Any = None  # aiohttp.ClientSession, made inside the event loop
     buckets: list[Bucket] = field(default_factory=list)
-    outbox: deque[tuple[Bucket, Job]] = field(default_factory=deque)  # recorded, not yet sent
+    outbox: deque[tuple[Bucket, Job | HeldBatch]] = field(default_factory=deque)  # not yet sent
     senders: int = 0
+    batches_out: int = 0  # batching: batches taken for an attempt, not yet answered
     turn: int = 0  # the bucket served first at the next take
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -181,6 +270,54 @@ class Destination:
                 bucket.users_out.add(job.user_id or "")
         self.turn = start + last + 1 if chosen else start
         return chosen, wait
+
+    def form(self, now: float) -> tuple[list[HeldBatch | tuple[Bucket, list[Job]]], float | None]:
+        """Batches to record and send, one bucket after another in turn, up to the reserve (in
+        requests): batches due to be sent again, and new ones as ``(bucket, jobs)``; and the
+        seconds until the next partial batch or retry is due."""
+        room = self.reserve - self.batches_out
+        if room <= 0 or not self.buckets:
+            return [], None
+        wait: float | None = None
+        count = len(self.buckets)
+        start = self.turn % count
+        order = self.buckets[start:] + self.buckets[:start]
+        chosen: list[HeldBatch | tuple[Bucket, list[Job]]] = []
+        last = -1
+        progress = True
+        while progress and len(chosen) < room:
+            progress = False
+            for at, bucket in enumerate(order):
+                if len(chosen) >= room:
+                    break
+                if bucket.batches and bucket.batches[0][0] <= now:
+                    chosen.append(heapq.heappop(bucket.batches)[2])
+                    progress, last = True, at
+                    continue
+                jobs, held_back = bucket.next_batch(now, self.settings.batch)
+                if jobs:
+                    chosen.append((bucket, jobs))
+                    progress, last = True, at
+                for due in (held_back, bucket.batches[0][0] - now if bucket.batches else None):
+                    if due is not None:
+                        wait = due if wait is None else min(wait, due)
+        self.batches_out += len(chosen)
+        self.turn = start + last + 1 if chosen else start
+        return chosen, wait
+
+    def batch_done(self, held: HeldBatch, *, ended: bool) -> None:
+        """A batch's attempt has ended; with ``ended``, the batch too (its outcome recorded)."""
+        self.batches_out -= 1
+        if ended:
+            self.batch_ended(held)
+        self.wake.set()
+
+    def batch_ended(self, held: HeldBatch) -> None:
+        bucket = held.bucket
+        bucket.taken -= len(held.jobs)
+        if bucket.ordered:
+            bucket.users_out.difference_update(job.user_id or "" for job in held.jobs)
+        self.wake.set()
 
     def done(self, bucket: Bucket, job: Job) -> None:
         """A taken job's attempt has ended (its outcome recorded, or the recording failed)."""

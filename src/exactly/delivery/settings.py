@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -111,6 +111,34 @@ class BreakerSettings(BaseModel):
         return seconds(value, "breaker.failing_for")
 
 
+class BatchSettings(BaseModel):
+    """``[destinations.batch]``: several events in one request (docs/delivery.md, "Batches").
+
+    ``max_events = 1`` (the default) sends one event per request, each with its messageId as
+    the key; above 1 a batch is formed once, recorded in the JobDB, and keyed by its own id.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_events: int = Field(1, ge=1, le=100_000, description="events in one request at most")
+    max_bytes: int = Field(
+        500_000, ge=1024, le=100_000_000, description="a request's body at most (one event more)"
+    )
+    max_wait: float = Field(
+        1.0, ge=0, le=3600, description="how long a partial batch may wait (seconds or '200ms')"
+    )
+    format: Literal["json-array", "ndjson", "segment"] = Field(
+        "json-array",
+        description="json-array: [e1, e2]; ndjson: one event a line; segment: a /v1/batch "
+        'body {"batch": [...], "sentAt": ...}',
+    )
+
+    @field_validator("max_wait", mode="before")
+    @classmethod
+    def _durations(cls, value: object) -> object:
+        return seconds(value, "batch.max_wait")
+
+
 class DestinationSettings(BaseModel):
     """One ``[[destinations]]`` entry: an HTTP endpoint and the events it receives."""
 
@@ -138,6 +166,7 @@ class DestinationSettings(BaseModel):
     backoff: BackoffSettings = BackoffSettings()
     retry: RetrySettings = RetrySettings()
     breaker: BreakerSettings = BreakerSettings()
+    batch: BatchSettings = BatchSettings()
 
     @field_validator("timeout", "expire", mode="before")
     @classmethod
@@ -153,6 +182,11 @@ class DestinationSettings(BaseModel):
         retry = self.retry.model_copy(update={"window": self.expire})
         object.__setattr__(self, "retry", retry)
         return self
+
+    @property
+    def batching(self) -> bool:
+        """Whether requests carry batches (``batch.max_events`` above 1)."""
+        return self.batch.max_events > 1
 
     @property
     def window(self) -> float:

@@ -31,11 +31,13 @@ def request_headers(
     timestamp: int,
     keys: Sequence[bytes],
     extra: dict[str, str],
+    content_type: str = "application/json",
 ) -> dict[str, str]:
     """Every header of one request: the configured ones, then the ones exactly owns; signed with
-    each of ``keys`` (none: unsigned)."""
+    each of ``keys`` (none: unsigned). ``message_id`` is the key: an event's messageId, or a
+    batch's id."""
     headers = dict(extra)
-    headers["Content-Type"] = "application/json"
+    headers["Content-Type"] = content_type
     headers["Idempotency-Key"] = message_id
     headers["webhook-id"] = message_id
     headers["webhook-timestamp"] = str(timestamp)

@@ -123,6 +123,46 @@ class Transition:
 
 
 @dataclass(frozen=True, slots=True)
+class Batch:
+    """Jobs of one bucket sent in one request, formed once and recorded before its first try.
+
+    Its ``id`` is the request's ``Idempotency-Key`` / ``webhook-id`` on every attempt; its
+    ``job_ids`` are its members in the order the body carries them."""
+
+    id: str
+    bucket: str
+    destination: str
+    job_ids: tuple[int, ...]
+    created_at: float = 0.0  # 0 means now
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStep:
+    """One step of a batch's history (its attempts), appended and never changed."""
+
+    batch_id: str
+    state: str
+    attempt: int
+    time: float = 0.0  # 0 means now
+    retry_at: float | None = None
+    status_code: int | None = None
+    error_type: str | None = None
+    response: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OpenBatch:
+    """A batch not yet ended (its latest step ``executing`` or ``awaiting-retry``) with its
+    member jobs (each ``executing``, as recorded when the batch was formed)."""
+
+    batch: Batch
+    jobs: tuple[Job, ...]
+    state: str
+    attempt: int
+    retry_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Dataset:
     number: int
     first_id: int
@@ -261,8 +301,26 @@ class JobDB(ABC):
         is ``after``, has not paged in yet (all still ``awaiting-scheduling``)."""
 
     @abstractmethod
-    def record(self, transitions: Sequence[Transition]) -> None:
-        """Append ``transitions`` in one transaction, durable on return."""
+    def record(
+        self,
+        transitions: Sequence[Transition],
+        *,
+        batches: Sequence[Batch] = (),
+        steps: Sequence[BatchStep] = (),
+    ) -> None:
+        """Append ``transitions``, new ``batches`` and batch ``steps`` in one transaction,
+        durable on return.
+
+        A batch is recorded once, when formed, with its first step and its members'
+        ``executing``; its later attempts are steps of the batch alone; when it ends, its final
+        step comes with each member's terminal transition. So a batch costs its members two
+        transitions each, however many attempts it takes.
+        """
+
+    @abstractmethod
+    def open_batches(self, bucket: str) -> list[OpenBatch]:
+        """The batches of ``bucket`` not yet ended, oldest first, with their member jobs: what
+        a director resends (executing at a crash) or retries (awaiting-retry) after a start."""
 
     @abstractmethod
     def datasets(self) -> list[Dataset]:
@@ -305,6 +363,10 @@ class JobDB(ABC):
     def states(self) -> dict[str, dict[str, int]]:
         """Per destination, how many jobs are in each latest state (live datasets only)."""
         raise self._cannot("states")
+
+    def batch_history(self, batch_id: str) -> tuple[Batch, list[BatchStep]] | None:
+        """A batch with every step of it, oldest first; None once its datasets are dropped."""
+        raise self._cannot("batch_history")
 
     def summary(self, now: float | None = None) -> dict[str, Summary]:
         """Per destination: jobs per state, the oldest pending job's age, the last error and the

@@ -5,6 +5,8 @@
 * ``routing.py``: the router's ``add`` with its marker, ``marker``, ``end_offsets``;
 * ``directing.py``: the director's ``buckets``, ``pending``, ``unpaged``, ``record``,
   ``datasets``;
+* ``batching.py``: batches and their steps (written inside ``record``), ``open_batches``,
+  ``batch_history``;
 * ``archiving.py``: the director's upkeep, ``archivable``, ``archive``, ``drop_orphans``;
 * ``reading.py``: the readers', ``history``, ``states``, ``summary``, ``jobs_of``, ``jobs_with``;
 * ``controls.py``: ``controls`` and ``set_control``, what operators and the director set per

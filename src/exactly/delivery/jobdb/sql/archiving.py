@@ -7,14 +7,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from exactly.delivery.jobdb.base import ARCHIVED, ARCHIVING, PENDING
+from exactly.delivery.jobdb.sql.batching import Batching
 from exactly.delivery.jobdb.sql.rows import JOB_COLUMNS, job_of
-from exactly.delivery.jobdb.sql.schema import SQLSchema
 from exactly.errors import JobDBError
 
 RECORD_PAGE = 2000  # jobs read at once when a dataset is archived
 
 
-class Archiving(SQLSchema):
+class Archiving(Batching):
     """``archivable`` and ``archive`` (a dataset at a time), ``drop_orphans`` (at start)."""
 
     def archivable(self) -> list[int]:
@@ -49,7 +49,8 @@ class Archiving(SQLSchema):
         2. ``write`` every job with its transitions (an archive writer, idempotent per dataset:
            a crash before step 4 makes it run again);
         3. append ``archived`` to every job (one statement), commit;
-        4. ``DROP TABLE`` both tables and forget the dataset.
+        4. forget the dataset and the batches whose members were all in it or before, then
+           ``DROP TABLE`` both tables.
 
         A dataset found all ``archived`` (a crash between steps 3 and 4) goes straight to step 4:
         its file was complete before step 3, and writing it again would add ``archived`` to it.
@@ -70,6 +71,7 @@ class Archiving(SQLSchema):
             try:  # 4.
                 self._begin(cursor)
                 self._execute(cursor, "DELETE FROM jobdb_datasets WHERE number = ?", (number,))
+                self._forget_batches(cursor)
                 self._connection.commit()
                 self._execute(cursor, f"DROP TABLE IF EXISTS job_state_transitions_{number}")
                 self._execute(cursor, f"DROP TABLE IF EXISTS jobs_{number}")

@@ -6,11 +6,20 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from exactly.delivery.jobdb.base import MAX_RESPONSE, PENDING, STATES, Dataset, Job, Transition
-from exactly.delivery.jobdb.sql.schema import SQLSchema
+from exactly.delivery.jobdb.base import (
+    MAX_RESPONSE,
+    PENDING,
+    STATES,
+    Batch,
+    BatchStep,
+    Dataset,
+    Job,
+    Transition,
+)
+from exactly.delivery.jobdb.sql.batching import Batching
 
 
-class Directing(SQLSchema):
+class Directing(Batching):
     """What the director reads and writes while it delivers."""
 
     def buckets(self) -> list[str]:
@@ -66,9 +75,16 @@ class Directing(SQLSchema):
             self._connection.commit()
             return count
 
-    def record(self, transitions: Sequence[Transition]) -> None:
-        """Append ``transitions`` in one transaction, durable on return (the director's write)."""
-        if not transitions:
+    def record(
+        self,
+        transitions: Sequence[Transition],
+        *,
+        batches: Sequence[Batch] = (),
+        steps: Sequence[BatchStep] = (),
+    ) -> None:
+        """Append ``transitions``, ``batches`` and their ``steps`` in one transaction, durable
+        on return (the director's write)."""
+        if not transitions and not batches and not steps:
             return
         with self._mutex:
             cursor = self._cursor()
@@ -93,6 +109,7 @@ class Directing(SQLSchema):
                 )
             try:
                 self._begin(cursor)
+                self._write_batches(cursor, batches, steps, now)
                 for number, rows in by_dataset.items():
                     cursor.executemany(
                         self._sql(

@@ -4,8 +4,9 @@
 and of :class:`~exactly.delivery.jobdb.sql.SQLJobDB`, which composes them. A backend gives a
 DB-API connection (``_connect``), how to start a write transaction (``_begin``), its placeholder
 (``_sql``), its column types, its marker upsert, how to list and lock tables, and the director's
-lock. Tables: ``jobdb_datasets`` and ``jobdb_markers``, then per dataset N ``jobs_N`` and
-``job_state_transitions_N``. One connection per JobDB, used under a mutex.
+lock. Tables: ``jobdb_datasets``, ``jobdb_markers``, ``jobdb_batches`` and
+``jobdb_batch_steps``, then per dataset N ``jobs_N`` and ``job_state_transitions_N``. One
+connection per JobDB, used under a mutex.
 """
 
 from __future__ import annotations
@@ -128,6 +129,7 @@ class SQLSchema(JobDB):
             f"committed_at {t['real']})",
         )
         self._connection.commit()
+        self._create_batch_tables(cursor)
         self._add_marker_columns(cursor)
         if not self._load_datasets(cursor):
             self._create_dataset(cursor, 1)
@@ -145,6 +147,41 @@ class SQLSchema(JobDB):
             except Exception:  # noqa: BLE001 (another process created it first)
                 self._connection.rollback()
             self._load_datasets(cursor)
+
+    def _create_batch_tables(self, cursor: Any) -> None:
+        """``jobdb_batches`` (a row per batch: its bucket, destination and members) and
+        ``jobdb_batch_steps`` (its attempts). Beside the datasets rather than in them: a batch's
+        members may span two datasets; its rows go when the last of them is dropped."""
+        t = self.types
+        inline = self.inline_indexes
+        self._execute(
+            cursor,
+            f"CREATE TABLE IF NOT EXISTS jobdb_batches (id {t['text']} PRIMARY KEY, "
+            f"bucket {t['text']} NOT NULL, destination {t['text']} NOT NULL, "
+            f"first_job {t['id']} NOT NULL, last_job {t['id']} NOT NULL, "
+            f"job_ids {t['body']} NOT NULL, created_at {t['real']} NOT NULL"
+            + (", INDEX jobdb_batches_bucket (bucket, first_job))" if inline else ")"),
+        )
+        self._execute(
+            cursor,
+            f"CREATE TABLE IF NOT EXISTS jobdb_batch_steps (id {t['serial']}, "
+            f"batch_id {t['text']} NOT NULL, time {t['real']} NOT NULL, attempt {t['id']} "
+            f"NOT NULL, state {t['text']} NOT NULL, retry_at {t['real']}, status_code {t['id']}, "
+            f"error_type {t['text']}, response {t['body']}"
+            + (", INDEX jobdb_batch_steps_batch (batch_id, id))" if inline else ")"),
+        )
+        if not inline:
+            self._execute(
+                cursor,
+                "CREATE INDEX IF NOT EXISTS jobdb_batches_bucket ON jobdb_batches "
+                "(bucket, first_job)",
+            )
+            self._execute(
+                cursor,
+                "CREATE INDEX IF NOT EXISTS jobdb_batch_steps_batch ON jobdb_batch_steps "
+                "(batch_id, id)",
+            )
+        self._connection.commit()
 
     def _add_marker_columns(self, cursor: Any) -> None:
         """Give a JobDB made before markers kept their position the columns for it."""

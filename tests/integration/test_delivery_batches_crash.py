@@ -1,0 +1,219 @@
+"""Batching destinations under crashes, and a ``segment`` destination feeding a real collector.
+
+``exactly deliver`` is SIGKILLed 20 times while it sends batches to a receiver that flaps between
+503 and 200 and, in Segment's ``/v1/batch`` format, to a second ``exactly collect``. A receiver
+may see a batch again only if that batch was in flight (``executing``) at a kill, and then whole,
+under the same Idempotency-Key; the collector's ``raw`` holds every event, twice only for events
+of such batches (its dedupe drops those by messageId).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from standardwebhooks.webhooks import Webhook
+
+from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb.base import EXECUTING, SUCCEEDED, JobDB, NewJob
+from tests.integration.collector_server import KEYS, Collector
+from tests.receiver import Receiver
+from tests.seeds import crash_seed
+
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+
+def config(path: Path, receiver_url: str, collector_url: str | None) -> Path:
+    text = f'data_dir = "{path / "data"}"\n'
+    text += (
+        f'[[destinations]]\nname = "hook"\nurl = "{receiver_url}"\nsecret = "{SECRET}"\n'
+        'timeout = "2s"\nmax_in_flight = 2\n'
+        '[destinations.backoff]\nmin = "50ms"\nmax = "300ms"\n'
+        "[destinations.breaker]\nopen_after = 0\n"
+        '[destinations.batch]\nmax_events = 10\nmax_wait = "200ms"\n'
+    )
+    if collector_url is not None:
+        auth = base64.b64encode(f"{KEYS['web']}:".encode()).decode()
+        text += (
+            f'[[destinations]]\nname = "collector"\nurl = "{collector_url}/v1/batch"\n'
+            f'timeout = "10s"\nmax_in_flight = 2\nrate = 3\n'
+            f'[destinations.headers]\nAuthorization = "Basic {auth}"\n'
+            '[destinations.backoff]\nmin = "50ms"\nmax = "300ms"\n'
+            '[destinations.batch]\nmax_events = 25\nmax_wait = "200ms"\nformat = "segment"\n'
+        )
+    config_path = path / "exactly.toml"
+    config_path.write_text(text)
+    return config_path
+
+
+def segment_event(i: int) -> bytes:
+    return json.dumps(
+        {
+            "type": "track",
+            "event": "Order Completed",
+            "userId": f"u{i % 7}",
+            "messageId": f"msg-{i:05d}",
+            "properties": {"n": i},
+            "timestamp": "2026-01-02T03:04:05.000Z",
+        }
+    ).encode()
+
+
+def enqueue(db: JobDB, name: str, count: int) -> None:
+    db.add(
+        [
+            NewJob(
+                source="web",
+                destination=name,
+                payload=segment_event(i),
+                message_id=f"msg-{i:05d}",
+                user_id=f"u{i % 7}",
+                expire_at=time.time() + 3600,
+            )
+            for i in range(count)
+        ],
+        query_id=f"route-{name}",
+        batch_id=0,
+    )
+
+
+def deliver(config_path: Path, url: str, *extra: str) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "exactly", "--config", str(config_path), "deliver"]
+    return subprocess.Popen(
+        [*command, "--jobdb", url, *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ},
+    )
+
+
+def executing_batches(db: JobDB) -> dict[str, list[str]]:
+    """The batches in flight (``executing``) now, by id, with their members' message ids."""
+    found: dict[str, list[str]] = {}
+    for bucket in ("web/hook", "web/collector"):
+        for batch in db.open_batches(bucket):
+            if batch.state == EXECUTING:
+                found[batch.batch.id] = [job.message_id for job in batch.jobs]
+    return found
+
+
+def message_ids(body: bytes) -> list[str]:
+    document: Any = json.loads(body)
+    events = document["batch"] if isinstance(document, dict) else document
+    return [event["messageId"] for event in events]
+
+
+KILLS = 20
+JOBS = 1_500
+SEGMENT_JOBS = 600
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_batches_under_20_kills_resend_only_what_was_in_flight_and_whole(tmp_path: Path) -> None:
+    rng = random.Random(f"batches-crash-{crash_seed('34')}")
+    url = f"sqlite://{tmp_path / 'jobdb'}"
+    in_flight: dict[str, list[str]] = {}  # batches executing at some kill
+    with Receiver(delay=0.1) as receiver, Collector(tmp_path / "collector") as collector:
+        config_path = config(tmp_path, receiver.url + "/flap", collector.url)
+        with open_jobdb(url) as db:
+            enqueue(db, "hook", JOBS)
+            enqueue(db, "collector", SEGMENT_JOBS)
+        stop = threading.Event()
+
+        def flap() -> None:
+            while not stop.wait(rng.uniform(0.1, 0.5)):
+                receiver.down = not receiver.down
+
+        flapper = threading.Thread(target=flap, daemon=True)
+        flapper.start()
+        kills = 0
+        try:
+            while kills < KILLS:
+                seen = len(receiver.requests)
+                process = deliver(config_path, url)
+                deadline = time.monotonic() + 60
+                while len(receiver.requests) == seen:
+                    assert process.poll() is None, process.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
+                    assert time.monotonic() < deadline, "no request in 60 s"
+                    time.sleep(0.01)
+                time.sleep(rng.uniform(0.0, 0.4))
+                assert process.poll() is None, process.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
+                process.send_signal(signal.SIGKILL)
+                process.wait(30)
+                kills += 1
+                with open_jobdb(url) as db:
+                    in_flight.update(executing_batches(db))
+        finally:
+            stop.set()
+            flapper.join(5)
+        receiver.down = False
+        final = deliver(config_path, url, "--until-drained")
+        _, stderr = final.communicate(timeout=300)
+        assert final.returncode == 0, stderr.decode()[-2000:]
+        with open_jobdb(url) as db:
+            assert db.states() == {
+                "hook": {SUCCEEDED: JOBS},
+                "collector": {SUCCEEDED: SEGMENT_JOBS},
+            }
+        raw = Counter(json.loads(record.value)["messageId"] for record in collector.records())
+    # the receiver: every key always the same members; each event in one batch only
+    webhook = Webhook(SECRET)
+    members: dict[str, list[str]] = {}
+    for request in receiver.requests:
+        key = request.headers["webhook-id"]
+        assert request.headers["Idempotency-Key"] == key
+        webhook.verify(request.body, request.headers)
+        assert members.setdefault(key, message_ids(request.body)) == message_ids(request.body)
+    every = Counter(message for ids in members.values() for message in ids)
+    assert set(every) == {f"msg-{i:05d}" for i in range(JOBS)} and set(every.values()) == {1}
+    successes = receiver.successes()
+    assert set(successes) == set(members)
+    again = {key for key, count in successes.items() if count > 1}
+    assert again <= set(in_flight), "a batch not in flight at a kill was received twice"
+    # the collector: every event; a copy only of events in batches in flight at a kill
+    assert set(raw) == {f"msg-{i:05d}" for i in range(SEGMENT_JOBS)}
+    twice = {message for message, count in raw.items() if count > 1}
+    assert twice <= {message for ids in in_flight.values() for message in ids}
+    print(
+        f"{kills} kills, {len(in_flight)} batches executing at the kills, "
+        f"{len(again)} received again at the receiver, {len(twice)} events twice in raw; "
+        f"{len(members)} receiver batches, {len(receiver.requests)} requests"
+    )
+    assert len(in_flight) >= KILLS // 4, "most kills should find a batch out"
+
+
+def test_a_segment_destination_feeds_a_second_collector_each_event_once(tmp_path: Path) -> None:
+    """``format = "segment"`` to another ``exactly collect``: each event once in its ``raw``,
+    with the batch's ``sentAt`` taken as the client's send time."""
+    from exactly.delivery.director import Director
+    from exactly.delivery.settings import DestinationSettings
+
+    auth = base64.b64encode(f"{KEYS['web']}:".encode()).decode()
+    with Collector(tmp_path / "collector") as collector, open_jobdb(f"sqlite://{tmp_path}") as db:
+        target = DestinationSettings.model_validate(
+            {
+                "name": "collector",
+                "url": f"{collector.url}/v1/batch",
+                "headers": {"Authorization": f"Basic {auth}"},
+                "batch": {"max_events": 40, "max_wait": "100ms", "format": "segment"},
+            }
+        )
+        enqueue(db, "collector", 250)
+        Director(db, [target], poll_seconds=0.05, report=lambda _: None).run(until_drained=True)
+        assert db.states() == {"collector": {SUCCEEDED: 250}}
+        events = [json.loads(record.value) for record in collector.records()]
+    assert sorted(event["messageId"] for event in events) == [f"msg-{i:05d}" for i in range(250)]
+    assert {event["event"] for event in events} == {"Order Completed"}
+    assert all(event["sentAt"] for event in events)
