@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -29,45 +29,14 @@ from pydantic_settings import (
 
 from exactly.aggregate.settings import AggregateSettings
 from exactly.collector.settings import CollectorConfig
+from exactly.console.settings import ConsoleSettings
 from exactly.dedupe.settings import DedupeSettings
 from exactly.delivery.settings import DeliverySettings, DestinationSettings, unique_names
 from exactly.errors import ConfigError
+from exactly.log.settings import LogSettings
+from exactly.spark.settings import SparkSettings
 
 DEFAULT_CONFIG = Path("exactly.toml")
-
-
-class LogSettings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    url: str | None = Field(None, description="log URL; default sqlite://DATA_DIR/log")
-    max_record_bytes: int = Field(1024 * 1024, gt=0, description="largest record accepted")
-
-
-class SparkSettings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    master: str = Field("local[*]", description="Spark master URL")
-    class_sharing: bool = Field(
-        True,
-        description="start the driver JVM from an archive of Spark's classes, made once in the "
-        "background under ~/.cache/exactly (a streaming command starts about a quarter sooner)",
-    )
-
-
-class ConsoleSettings(BaseModel):
-    """``[console]``: the web console ``exactly up`` serves (docs/up.md): numbers, no controls."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    enabled: bool = Field(True, description="serve the console (port 0 turns it off too)")
-    host: str = Field(
-        "127.0.0.1", description="address to listen on; it has no login, so keep it local"
-    )
-    port: int = Field(8089, ge=0, le=65535, description="port to listen on; 0: no console")
-
-    @property
-    def on(self) -> bool:
-        return self.enabled and self.port != 0
 
 
 class Settings(BaseSettings):
