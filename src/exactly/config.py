@@ -133,6 +133,12 @@ class CollectorConfig(BaseModel):
     sources: Annotated[dict[str, SecretStr], NoDecode] = Field(
         default_factory=dict, description="source name -> write key"
     )
+    max_buffered_mb: int = Field(
+        200,
+        ge=1,
+        description="MB of request bodies still arriving that each worker buffers at most; "
+        "beyond, a body waits up to 1 s, then gets 503 with Retry-After",
+    )
     max_event_bytes: int = Field(
         32 * 1024, ge=1024, le=64 * 1024 * 1024, description="largest event, as stored"
     )
@@ -170,6 +176,21 @@ class CollectorConfig(BaseModel):
     )
     rate_limit_burst: int = Field(
         20, ge=1, description="requests a quiet client may send at once before the rate applies"
+    )
+    max_expansion: float = Field(
+        100.0,
+        ge=1,
+        description="most one request may store (after inflating and copying the batch context "
+        "into each event) per byte it sent, beyond 64 KiB; 413 beyond",
+    )
+    byte_limit: int = Field(
+        0,
+        ge=0,
+        description="bytes per second, as stored, a client address may send to a source, per "
+        "worker (0: no limit), 10 s worth at once; 429 with Retry-After beyond",
+    )
+    byte_limits: dict[str, int] = Field(
+        default_factory=dict, description="source name -> its own byte_limit (0: no limit)"
     )
 
     @field_validator("allowed_origins")
@@ -212,7 +233,7 @@ class CollectorConfig(BaseModel):
             raise ValueError("two sources have the same write key")
         return value
 
-    @field_validator("rate_limits")
+    @field_validator("rate_limits", "byte_limits")
     @classmethod
     def _rates(cls, value: dict[str, float]) -> dict[str, float]:
         for name, rate in value.items():
@@ -223,6 +244,10 @@ class CollectorConfig(BaseModel):
     def rate_limit_of(self, source: str) -> float:
         """Requests per second per client address for ``source`` (0: no limit)."""
         return self.rate_limits.get(source, self.rate_limit)
+
+    def byte_limit_of(self, source: str) -> int:
+        """Stored bytes per second per client address for ``source`` (0: no limit)."""
+        return self.byte_limits.get(source, self.byte_limit)
 
 
 class ConsoleSettings(BaseModel):

@@ -16,6 +16,7 @@ from pydantic import SecretStr, ValidationError
 
 from exactly.cli.context import context
 from exactly.collector.settings import (
+    BYTE_BURST,
     CollectorSettings,
     RateLimit,
     Source,
@@ -82,7 +83,7 @@ def collect(
     topic = config.topic if topic is None else topic
     check_topic_name(topic)
     sources = _sources(source, config.sources)
-    for setting in ("allowed_origins", "rate_limits"):
+    for setting in ("allowed_origins", "rate_limits", "byte_limits"):
         unknown = sorted(set(getattr(config, setting)) - {s.name for s in sources})
         if unknown:
             raise ConfigError(
@@ -100,6 +101,7 @@ def collect(
             * 1024
             * 1024,
             max_event_bytes=config.max_event_bytes,
+            max_buffered_bytes=config.max_buffered_mb * 1024 * 1024,
             max_append_bytes=int(config.max_append_mb * 1024 * 1024),
             read_timeout_seconds=config.read_timeout,
             body_timeout_seconds=config.body_timeout,
@@ -108,6 +110,12 @@ def collect(
                 s.name: RateLimit(per_second=rate, burst=config.rate_limit_burst)
                 for s in sources
                 if (rate := config.rate_limit_of(s.name)) > 0
+            },
+            max_expansion=config.max_expansion,
+            byte_limits={
+                s.name: RateLimit(per_second=rate, burst=max(10 * rate, BYTE_BURST))
+                for s in sources
+                if (rate := config.byte_limit_of(s.name)) > 0
             },
         )
     except ValidationError as error:

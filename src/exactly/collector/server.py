@@ -21,6 +21,15 @@ from exactly.errors import ConfigError
 
 FACTORY = "exactly.collector.app:from_environment"
 BACKLOG = 4096  # connections the kernel queues before granian accepts them (somaxconn caps it)
+# Memory a body costs in granian itself (issue 33; docs/collector.md, "Security"). Its HTTP/1 read
+# buffer grows to 408 KiB per connection while a body arrives (0.27-0.4 MB for each of 1,000
+# stalled 490 KB bodies): capped at 64 KiB, which still holds any request head we take. Its
+# jemalloc keeps freed pages until later allocations purge them (no background thread in its
+# build), so an idle collector held +285 MB after 1,000 such connections had closed; purged at
+# once, it held +8 MB. Set in the environment before granian's module is loaded (the workers
+# are forked from this process).
+READ_BUFFER_BYTES = 64 * 1024
+JEMALLOC_CONF = ("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
 
 
 @contextmanager
@@ -94,6 +103,7 @@ def serve(
     within the settings' ``read_timeout_seconds`` and the whole within ``body_timeout_seconds``
     (408).
     """
+    os.environ.setdefault(*JEMALLOC_CONF)
     from granian import Granian
     from granian.constants import HTTPModes, Interfaces, Loops
     from granian.http import HTTP1Settings
@@ -127,5 +137,8 @@ def serve(
             log_access=False,
             respawn_failed_workers=True,
             workers_kill_timeout=max(1, round(shutdown_timeout)),
-            http1_settings=HTTP1Settings(header_read_timeout=max(1, int(header_timeout * 1000))),
+            http1_settings=HTTP1Settings(
+                header_read_timeout=max(1, int(header_timeout * 1000)),
+                max_buffer_size=READ_BUFFER_BYTES,
+            ),
         ).serve()

@@ -13,6 +13,9 @@ from exactly.events.normalise import MAX_EVENT_BYTES, MAX_MESSAGE_ID_BYTES
 
 ENVIRONMENT_KEY = "EXACTLY_COLLECTOR_SPEC"
 MAX_REQUEST_BYTES = 500 * 1024
+MAX_BUFFERED_MB = 200
+EXPANSION_FLOOR = 64 * 1024  # bytes any request may store, whatever it sent (max_expansion)
+BYTE_BURST = 64 * 1024  # the least burst of a byte limit: 10 s at its rate, at least this
 
 
 class Source(BaseModel):
@@ -47,6 +50,11 @@ class CollectorSettings(BaseModel):
     max_pending_bytes: int = Field(
         64 * 1024 * 1024, ge=MAX_REQUEST_BYTES, description="events queued for the log at most"
     )
+    max_buffered_bytes: int = Field(
+        MAX_BUFFERED_MB * 1024 * 1024,
+        ge=MAX_REQUEST_BYTES,
+        description="bytes of bodies still arriving a worker buffers at most (503 beyond)",
+    )
     retry_after_seconds: int = Field(1, ge=1)
     max_event_bytes: int = Field(MAX_EVENT_BYTES, ge=1024)
     max_append_bytes: int = Field(
@@ -59,6 +67,13 @@ class CollectorSettings(BaseModel):
     )
     rate_limits: dict[str, RateLimit] = Field(
         default_factory=dict, description="source name -> its limit per client (absent: none)"
+    )
+    max_expansion: float = Field(
+        100.0, ge=1, description="most one request may store per byte it sent (413 beyond)"
+    )
+    byte_limits: dict[str, RateLimit] = Field(
+        default_factory=dict,
+        description="source name -> stored bytes per second per client and burst (absent: none)",
     )
 
     @model_validator(mode="after")
