@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from exactly.collector.memory import BodyBudget, tune_malloc
+from exactly.errors import ConfigError
 
 
 def test_holds_take_room_until_released_and_unkeyed_bodies_get_half() -> None:
@@ -45,3 +48,15 @@ def test_a_waiting_body_gets_the_room_released_meanwhile() -> None:
 
 def test_malloc_is_tuned_on_glibc() -> None:
     assert tune_malloc()
+
+
+def test_collect_refuses_to_start_in_one_line_without_files_for_its_caps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from exactly.collector import server
+
+    monkeypatch.setattr(server.resource, "getrlimit", lambda _: (1024, 4096))
+    monkeypatch.setattr(server.resource, "setrlimit", lambda *_: None)
+    with pytest.raises(ConfigError, match=r"open-file limit \(4096\) is below the 10256"):
+        server.check_file_limit(10_000, 1)
+    assert server.check_file_limit(3_000, 1) == 3_000
