@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["Rate", "conforming_at", "police", "shape"]
+__all__ = ["Rate", "conforming_at", "police", "police_cost", "shape"]
 
 _SLACK = 1e-9  # seconds: float rounding must not hold back a party that is on its schedule
 
@@ -62,6 +62,17 @@ def police(tat: float, now: float, rate: Rate) -> tuple[float, float]:
     if wait > _SLACK:
         return tat, wait
     return _taken(tat, now, rate), 0.0
+
+
+def police_cost(tat: float, now: float, rate: Rate, cost: float) -> tuple[float, float]:
+    """:func:`police` for a request that costs ``cost`` units (bytes, say) rather than one:
+    taken when the party's backlog after it is at most ``burst`` units, or, for a request larger
+    than ``burst``, when the backlog is empty; ``(new_tat, 0.0)`` or ``(tat, wait)``."""
+    start = max(tat, now)
+    wait = tat - now if cost > rate.burst else start + (cost - rate.burst) * rate.interval - now
+    if wait > _SLACK:
+        return tat, wait
+    return start + cost * rate.interval, 0.0
 
 
 def shape(tat: float, now: float, rate: Rate) -> tuple[float, float]:

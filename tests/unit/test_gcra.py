@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exactly.gcra import Rate, police, shape
+from exactly.gcra import Rate, police, police_cost, shape
 
 RATES = st.builds(
     Rate,
@@ -107,3 +107,33 @@ def test_a_rate_must_be_positive_and_finite_with_a_burst_of_one_or_more(
 ) -> None:
     with pytest.raises(ValueError, match="per_second > 0"):
         Rate(per_second, burst)
+
+
+@given(
+    per_second=st.floats(1, 1e6),
+    burst=st.integers(1, 10**7),
+    costs=st.lists(st.tuples(st.floats(0, 5), st.floats(0, 1)), min_size=1, max_size=60),
+)
+def test_police_cost_never_takes_more_than_burst_plus_rate(
+    per_second: float, burst: int, costs: list[tuple[float, float]]
+) -> None:
+    """Weighted by cost (bytes, each at most the burst): what is taken from the first taken
+    request up to any moment is at most ``burst + rate * elapsed``."""
+    rate = Rate(per_second, burst)
+    tat, now, first, taken = 0.0, 0.0, None, 0.0
+    for gap, share in costs:
+        now += gap
+        cost = share * burst
+        tat, wait = police_cost(tat, now, rate, cost)
+        if not wait:
+            first = now if first is None else first
+            taken += cost
+            assert taken <= (burst + (now - first) * per_second) * (1 + 1e-9) + 1e-6
+
+
+def test_police_cost_takes_a_request_larger_than_the_burst_only_when_quiet() -> None:
+    rate = Rate(1000, 100)
+    tat, wait = police_cost(0.0, 10.0, rate, 500)
+    assert wait == 0 and tat == 10.5
+    assert police_cost(tat, 10.2, rate, 500) == (tat, pytest.approx(0.3))
+    assert police_cost(tat, 10.45, rate, 10)[1] == 0  # a small one, once its backlog fits

@@ -38,15 +38,17 @@ from exactly.collector.appender import Appender, QueueFull
 from exactly.collector.body import (
     ClientGone,
     HTTPError,
+    NoRoom,
     Receive,
     TrackedBody,
     decode,
     drain,
     read_body,
 )
+from exactly.collector.memory import BodyBudget, Hold, tune_malloc
 from exactly.collector.metrics import Metrics
 from exactly.collector.ratelimit import RateLimiter
-from exactly.collector.settings import CollectorSettings
+from exactly.collector.settings import EXPANSION_FLOOR, CollectorSettings
 from exactly.collector.sources import Sources, Unauthorized, basic_username
 from exactly.collector.wire import RECORD
 from exactly.errors import InvalidEvent, LogUnavailable, UnknownTopic
@@ -99,7 +101,14 @@ class CollectorApp:
                 for name, limit in settings.rate_limits.items()
             }
         )
+        self.byte_limiter = RateLimiter(
+            {
+                name: Rate(limit.per_second, limit.burst)
+                for name, limit in settings.byte_limits.items()
+            }
+        )
         self.metrics = Metrics()
+        self.body_budget = BodyBudget(settings.max_buffered_bytes)
         self.partitions = settings.partitions
         self.appender: Appender | None = None
         self.last_error: str | None = None
@@ -169,7 +178,7 @@ class CollectorApp:
             status, body, content_type, headers = await self._route(scope, request, path, origin)
         except HTTPError as error:
             status, body, headers = error.status, error.body(), error.headers
-            if not request.started and not await drain(request):
+            if not request.started and (not error.drain or not await drain(request)):
                 headers = (*headers, (b"connection", b"close"))
         except ClientGone:
             # the client went away, or its chunked body was malformed (the server cannot tell
@@ -221,7 +230,11 @@ class CollectorApp:
         if segment_key is not None or path in sdk_settings.RUDDERSTACK_CONFIG_PATHS:
             return self._sdk_settings(scope, origin, segment_key)
         if path in DISCARD_PATHS:
-            await self._read_body(scope, receive)
+            hold = self.body_budget.hold(keyed=False)
+            try:
+                await self._read_body(scope, receive, hold)
+            finally:
+                hold.release()
             return 200, _OK, _JSON, ()
         return (*await self._post(scope, receive, SINGLE_EVENT_PATHS.get(path), origin), ())
 
@@ -319,7 +332,6 @@ class CollectorApp:
                 authorization = value
             elif name == b"content-encoding":
                 encoding = value
-        limit = self.settings.max_request_bytes
         try:
             if authorization is not None:
                 source: str | None = self.sources.source_of(basic_username(authorization))
@@ -331,8 +343,28 @@ class CollectorApp:
             raise self._unauthorized(str(error)) from None
         if source is not None:
             self._admit(scope, source, origin)
-        body = await self._read_body(scope, receive)
+        hold = self.body_budget.hold(keyed=source is not None)
+        try:
+            return await self._take(scope, receive, hold, source, encoding, kind, origin)
+        finally:
+            hold.release()
+
+    async def _take(
+        self,
+        scope: Scope,
+        receive: Receive,
+        hold: Hold,
+        source: str | None,
+        encoding: bytes | None,
+        kind: str | None,
+        origin: bytes | None,
+    ) -> tuple[int, bytes, bytes]:
+        """The rest of :meth:`_post`, its body held in ``hold`` until it returns."""
+        limit = self.settings.max_request_bytes
+        body = await self._read_body(scope, receive, hold)
+        sent = len(body)
         raw = decode(body, encoding, limit)
+        del body
         try:
             document = orjson.loads(raw)
         except orjson.JSONDecodeError as error:
@@ -344,19 +376,64 @@ class CollectorApp:
         if source is None:
             source = self._source_from_body(document.get("writeKey"))
             self._admit(scope, source, origin)
+        most = self._most(sent)
         if kind is not None:
-            return await self._single(document, kind, source)
-        return await self._batch(document, source)
+            return await self._single(scope, document, kind, source, most)
+        return await self._batch(scope, document, source, most)
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+    def _most(self, sent: int) -> tuple[int, str]:
+        """What a request that sent ``sent`` bytes may store, and the setting that says so."""
         settings = self.settings
-        return await read_body(
-            receive,
-            settings.max_request_bytes,
-            _length(scope),
-            settings.read_timeout_seconds,
-            settings.body_timeout_seconds,
+        expanded = max(EXPANSION_FLOOR, int(settings.max_expansion * sent))
+        if expanded < settings.max_append_bytes:
+            return expanded, (
+                f"{expanded} bytes as stored: {settings.max_expansion:g} times the {sent} bytes "
+                "it sent (collector.max_expansion)"
+            )
+        return settings.max_append_bytes, (
+            f"{settings.max_append_bytes} bytes as stored (collector.max_append_mb)"
         )
+
+    def _limit_bytes(self, scope: Scope, source: str, size: int, events: int) -> None:
+        """429 when the client stored more bytes in ``source`` than its byte limit allows."""
+        client = scope.get("client")
+        address = client[0] if client else None
+        wait = self.byte_limiter.check(source, address, time.monotonic(), size)
+        if wait:
+            self.metrics.reject("byte_limited", events)
+            raise HTTPError(
+                429,
+                "byte_limited",
+                f"this client stored more bytes in this source than its limit allows "
+                f"(collector.byte_limits); retry in {wait} s",
+                headers=((b"retry-after", str(wait).encode()),),
+            )
+
+    async def _read_body(self, scope: Scope, receive: Receive, hold: Hold) -> bytearray:
+        settings = self.settings
+        try:
+            return await read_body(
+                receive,
+                settings.max_request_bytes,
+                _length(scope),
+                settings.read_timeout_seconds,
+                settings.body_timeout_seconds,
+                hold,
+            )
+        except NoRoom:
+            self.metrics.reject("busy")
+            raise HTTPError(
+                503,
+                "busy",
+                f"the collector is buffering {settings.max_buffered_bytes} bytes of request "
+                "bodies still arriving, its limit (collector.max_buffered_mb); retry after "
+                "Retry-After seconds",
+                headers=(
+                    (b"retry-after", str(settings.retry_after_seconds).encode()),
+                    (b"connection", b"close"),
+                ),
+                drain=False,
+            ) from None
 
     def _source_from_body(self, write_key: object) -> str:
         if type(write_key) is not str or not write_key:
@@ -384,7 +461,12 @@ class CollectorApp:
         )
 
     async def _single(
-        self, event: dict[str, Any], kind: str, source: str
+        self,
+        scope: Scope,
+        event: dict[str, Any],
+        kind: str,
+        source: str,
+        most: tuple[int, str],
     ) -> tuple[int, bytes, bytes]:
         try:
             normalised = normalise(event, self._receipt(source), kind)
@@ -395,11 +477,17 @@ class CollectorApp:
         key, value = normalised.message_id.encode(), normalised.value
         partition = partition_for(key, self.partitions)
         record = _pack(partition, len(key), len(value)) + key + value
+        if len(record) > most[0]:
+            self.metrics.reject("too_large")
+            raise HTTPError(413, "too_large", f"this event is more than {most[1]}")
+        self._limit_bytes(scope, source, len(record), 1)
         await self._append(record, 1, len(record))
         self.metrics.accept(source, 1)
         return 200, _OK, _JSON
 
-    async def _batch(self, document: dict[str, Any], source: str) -> tuple[int, bytes, bytes]:
+    async def _batch(
+        self, scope: Scope, document: dict[str, Any], source: str, limit: tuple[int, str]
+    ) -> tuple[int, bytes, bytes]:
         events = document.get("batch")
         if type(events) is not list or not events:
             self.metrics.reject("invalid_batch")
@@ -413,7 +501,7 @@ class CollectorApp:
         rejected: list[dict[str, Any]] = []
         codes: Counter[str] = Counter()
         size = 0
-        most = self.settings.max_append_bytes
+        most, named = limit
         partitions = self.partitions
         for index, event in enumerate(events):
             if index and not index % EVENTS_PER_SLICE:
@@ -432,9 +520,8 @@ class CollectorApp:
                 raise HTTPError(
                     413,
                     "too_large",
-                    f"the events of this request are more than {most} bytes as stored, after "
-                    "the batch's context and integrations are merged into each event; "
-                    "send smaller batches",
+                    f"the events of this request are more than {named}, after the batch's "
+                    "context and integrations are merged into each event; send smaller batches",
                 )
             parts += (_pack(partition_for(key, partitions), len(key), len(value)), key, value)
         for code, count in codes.items():
@@ -447,6 +534,7 @@ class CollectorApp:
             raise HTTPError(
                 400, "no_valid_events", "every event of the batch was rejected", extra=listed
             )
+        self._limit_bytes(scope, source, size, accepted)
         await self._append(b"".join(parts), accepted, size)
         self.metrics.accept(source, accepted)
         return 200, orjson.dumps({"success": True, "accepted": accepted, **listed}), _JSON
@@ -525,4 +613,5 @@ def from_environment() -> CollectorApp:
     from exactly.lifetime import die_with_parent
 
     die_with_parent()
+    tune_malloc()
     return CollectorApp(CollectorSettings.from_environment())

@@ -9,6 +9,8 @@ from typing import Any
 
 import orjson
 
+from exactly.collector.memory import Hold
+
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 
 _GZIP_OR_ZLIB = 32 + zlib.MAX_WBITS  # zlib detects either header
@@ -25,8 +27,10 @@ class HTTPError(Exception):
         *,
         headers: tuple[tuple[bytes, bytes], ...] = (),
         extra: dict[str, Any] | None = None,
+        drain: bool = True,
     ) -> None:
         super().__init__(message)
+        self.drain = drain  # read what is left of the body before answering (else close)
         self.status = status
         self.code = code
         self.message = message
@@ -103,24 +107,38 @@ class TrackedBody:
         return await self._receive()
 
 
+class NoRoom(Exception):
+    """The worker's budget for bodies in flight has no room for this one (see
+    :class:`~exactly.collector.memory.BodyBudget`). The rest of the body is not read: reading it,
+    even to throw it away, costs the memory the budget is there to bound; the connection closes.
+    """
+
+
 async def read_body(
     receive: Receive,
     limit: int,
     declared: int | None,
     timeout: float | None = None,
     total: float | None = None,
-) -> bytes:
+    hold: Hold | None = None,
+) -> bytearray:
     """The raw body, at most ``limit`` bytes (413 beyond, checked before reading if declared).
 
     408 when the client sends nothing for ``timeout`` seconds, or has not sent the whole body
     within ``total`` seconds: a slow client (one byte, then nothing; or a trickle) must not hold
-    a worker, nor its shutdown, for long.
+    a worker, nor its shutdown, for long. The bytes are counted in ``hold`` before they are read
+    (the declared length at once, else chunk by chunk): :class:`NoRoom` when it has none.
+
+    The body is copied into one buffer, the declared length allocated once, and each chunk is
+    dropped as soon as it is copied (:mod:`exactly.collector.memory` says why).
     """
     if declared is not None and declared > limit:
         raise await _refuse(receive, limit, more=declared - limit <= DRAIN_BYTES)
+    if hold is not None and declared and not await hold.grow(declared):
+        raise NoRoom
     loop = asyncio.get_running_loop()
     deadline = None if total is None else loop.time() + total
-    chunks: list[bytes] = []
+    body = bytearray(declared or 0)
     size = 0
     while True:
         wait = timeout
@@ -138,17 +156,24 @@ async def read_body(
         if message["type"] == "http.disconnect":
             raise ClientGone
         chunk = message.get("body", b"")
+        more = message.get("more_body", False)
         if chunk:
-            size += len(chunk)
-            if size > limit:
-                raise await _refuse(receive, limit, more=message.get("more_body", False))
-            chunks.append(chunk)
-        if not message.get("more_body", False):
+            end = size + len(chunk)
+            if end > limit:
+                raise await _refuse(receive, limit, more=more)
+            if hold is not None and end > hold.size and not await hold.grow(end - hold.size):
+                raise NoRoom
+            body[size:end] = chunk
+            size = end
+        del chunk, message
+        if not more:
             break
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    if size < len(body):
+        del body[size:]
+    return body
 
 
-def decode(body: bytes, encoding: bytes | None, limit: int) -> bytes:
+def decode(body: bytes | bytearray, encoding: bytes | None, limit: int) -> bytes | bytearray:
     """``body`` without its Content-Encoding (gzip, x-gzip, deflate or identity), within ``limit``.
 
     Decompression stops at ``limit`` + 1 bytes, so a small body that inflates hugely costs no

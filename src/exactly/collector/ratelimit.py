@@ -3,7 +3,9 @@
 Write keys in pages are public, so one page (or a script with its key) could flood a source. Each
 source may set a rate (requests per second per client address) and a burst (requests a client may
 send at once after being quiet); beyond, the collector answers 429 with ``Retry-After`` and
-appends nothing, and the SDKs retry later.
+appends nothing, and the SDKs retry later. The same table, weighted by the bytes a request
+stores, limits stored bytes per second (``[collector.byte_limits]``): a gzip body that inflates a
+hundredfold costs what it stores, not one request.
 
 The limit itself is :func:`exactly.gcra.police` (GCRA, one number per client: its theoretical
 arrival time), the same algorithm the director shapes its sends with. IPv6 clients are limited
@@ -20,7 +22,7 @@ from __future__ import annotations
 import math
 import socket
 
-from exactly.gcra import Rate, police
+from exactly.gcra import Rate, police, police_cost
 
 __all__ = ["Rate", "RateLimiter", "client_key"]
 
@@ -49,13 +51,15 @@ class RateLimiter:
         self.max_clients = max_clients
         self._tats: dict[tuple[str, str], float] = {}
 
-    def check(self, source: str, address: str | None, now: float) -> int:
-        """0 when the request may go on, else the whole seconds to put in ``Retry-After``."""
+    def check(self, source: str, address: str | None, now: float, cost: float | None = None) -> int:
+        """0 when the request may go on, else the whole seconds to put in ``Retry-After``;
+        ``cost``: what the request weighs in the rate's units (bytes), else it counts one."""
         rate = self.rates.get(source)
         if rate is None or address is None:
             return 0
         key = (source, client_key(address))
-        tat, wait = police(self._tats.get(key, 0.0), now, rate)
+        tat = self._tats.get(key, 0.0)
+        tat, wait = police(tat, now, rate) if cost is None else police_cost(tat, now, rate, cost)
         if wait:
             return max(1, math.ceil(wait))
         if key not in self._tats and len(self._tats) >= self.max_clients:

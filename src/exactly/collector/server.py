@@ -11,7 +11,6 @@ import os
 import resource
 import shutil
 import socket
-import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +20,15 @@ from exactly.errors import ConfigError
 
 FACTORY = "exactly.collector.app:from_environment"
 BACKLOG = 4096  # connections the kernel queues before granian accepts them (somaxconn caps it)
+# Memory a body costs in granian itself (issue 33; docs/collector.md, "Security"). Its HTTP/1 read
+# buffer grows to 408 KiB per connection while a body arrives (0.27-0.4 MB for each of 1,000
+# stalled 490 KB bodies): capped at 64 KiB, which still holds any request head we take. Its
+# jemalloc keeps freed pages until later allocations purge them (no background thread in its
+# build), so an idle collector held +285 MB after 1,000 such connections had closed; purged at
+# once, it held +8 MB. Set in the environment before granian's module is loaded (the workers
+# are forked from this process).
+READ_BUFFER_BYTES = 64 * 1024
+JEMALLOC_CONF = ("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
 
 
 @contextmanager
@@ -69,6 +77,22 @@ def raise_file_limit(wanted: int) -> int:
     return wanted if soft == resource.RLIM_INFINITY else soft
 
 
+def check_file_limit(max_connections: int, workers: int) -> int:
+    """Raise the open-file limit to what the connection caps need, or fail in one line (issue
+    33: with a 4,096 limit, 5,000 idle sockets from one host left no file for anyone else);
+    the connections per worker."""
+    reserve = 256 * workers  # logs, sockets to appenders, the interpreter's own files
+    needed = max_connections * workers + reserve
+    limit = raise_file_limit(needed)
+    if limit < needed:
+        raise ConfigError(
+            f"the open-file limit ({limit}) is below the {needed} the collector needs "
+            f"({max_connections} connections x {workers} workers + {reserve}): raise it "
+            "(ulimit -n, or LimitNOFILE= in a systemd unit) or lower collector.max_connections"
+        )
+    return max_connections
+
+
 def serve(
     settings: CollectorSettings,
     host: str,
@@ -94,21 +118,13 @@ def serve(
     within the settings' ``read_timeout_seconds`` and the whole within ``body_timeout_seconds``
     (408).
     """
+    os.environ.setdefault(*JEMALLOC_CONF)
     from granian import Granian
     from granian.constants import HTTPModes, Interfaces, Loops
     from granian.http import HTTP1Settings
     from granian.log import LogLevels
 
-    reserve = 256 * workers  # logs, sockets to appenders, the interpreter's own files
-    limit = raise_file_limit(max_connections * workers + reserve)
-    per_worker = max(16, min(max_connections, (limit - reserve) // workers))
-    if per_worker < max_connections:
-        print(
-            f"warning: the open-file limit ({limit}) allows {per_worker} connections per worker, "
-            f"not {max_connections}; raise it (ulimit -n) or lower collector.max_connections",
-            file=sys.stderr,
-            flush=True,
-        )
+    per_worker = check_file_limit(max_connections, workers)
     header_timeout = min(idle_timeout, shutdown_timeout)
     with _environment(settings, workers):
         Granian(
@@ -127,5 +143,8 @@ def serve(
             log_access=False,
             respawn_failed_workers=True,
             workers_kill_timeout=max(1, round(shutdown_timeout)),
-            http1_settings=HTTP1Settings(header_read_timeout=max(1, int(header_timeout * 1000))),
+            http1_settings=HTTP1Settings(
+                header_read_timeout=max(1, int(header_timeout * 1000)),
+                max_buffer_size=READ_BUFFER_BYTES,
+            ),
         ).serve()

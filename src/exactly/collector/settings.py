@@ -27,6 +27,9 @@ from exactly.events.normalise import MAX_EVENT_BYTES, MAX_MESSAGE_ID_BYTES
 
 ENVIRONMENT_KEY = "EXACTLY_COLLECTOR_SPEC"
 MAX_REQUEST_BYTES = 500 * 1024
+MAX_BUFFERED_MB = 200
+EXPANSION_FLOOR = 64 * 1024  # bytes any request may store, whatever it sent (max_expansion)
+BYTE_BURST = 64 * 1024  # the least burst of a byte limit: 10 s at its rate, at least this
 SOURCE_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")  # use fullmatch: "$" would let "web\n" pass
 
 
@@ -93,6 +96,11 @@ class CollectorSettings(BaseModel):
     max_pending_bytes: int = Field(
         64 * 1024 * 1024, ge=MAX_REQUEST_BYTES, description="events queued for the log at most"
     )
+    max_buffered_bytes: int = Field(
+        MAX_BUFFERED_MB * 1024 * 1024,
+        ge=MAX_REQUEST_BYTES,
+        description="bytes of bodies still arriving a worker buffers at most (503 beyond)",
+    )
     retry_after_seconds: int = Field(1, ge=1)
     max_event_bytes: int = Field(MAX_EVENT_BYTES, ge=1024)
     max_append_bytes: int = Field(
@@ -105,6 +113,13 @@ class CollectorSettings(BaseModel):
     )
     rate_limits: dict[str, RateLimit] = Field(
         default_factory=dict, description="source name -> its limit per client (absent: none)"
+    )
+    max_expansion: float = Field(
+        100.0, ge=1, description="most one request may store per byte it sent (413 beyond)"
+    )
+    byte_limits: dict[str, RateLimit] = Field(
+        default_factory=dict,
+        description="source name -> stored bytes per second per client and burst (absent: none)",
     )
 
     @model_validator(mode="after")
@@ -170,6 +185,12 @@ class CollectorConfig(BaseModel):
     sources: Annotated[dict[str, SecretStr], NoDecode] = Field(
         default_factory=dict, description="source name -> write key"
     )
+    max_buffered_mb: int = Field(
+        MAX_BUFFERED_MB,
+        ge=1,
+        description="MB of request bodies still arriving that each worker buffers at most; "
+        "beyond, a body waits up to 1 s, then gets 503 with Retry-After",
+    )
     max_event_bytes: int = Field(
         32 * 1024, ge=1024, le=64 * 1024 * 1024, description="largest event, as stored"
     )
@@ -207,6 +228,21 @@ class CollectorConfig(BaseModel):
     )
     rate_limit_burst: int = Field(
         20, ge=1, description="requests a quiet client may send at once before the rate applies"
+    )
+    max_expansion: float = Field(
+        100.0,
+        ge=1,
+        description="most one request may store (after inflating and copying the batch context "
+        "into each event) per byte it sent, beyond 64 KiB; 413 beyond",
+    )
+    byte_limit: int = Field(
+        0,
+        ge=0,
+        description="bytes per second, as stored, a client address may send to a source, per "
+        "worker (0: no limit), 10 s worth at once; 429 with Retry-After beyond",
+    )
+    byte_limits: dict[str, int] = Field(
+        default_factory=dict, description="source name -> its own byte_limit (0: no limit)"
     )
 
     @field_validator("allowed_origins")
@@ -246,7 +282,7 @@ class CollectorConfig(BaseModel):
         check_write_keys(key.get_secret_value() for key in value.values())
         return value
 
-    @field_validator("rate_limits")
+    @field_validator("rate_limits", "byte_limits")
     @classmethod
     def _rates(cls, value: dict[str, float]) -> dict[str, float]:
         for name, rate in value.items():
@@ -258,12 +294,16 @@ class CollectorConfig(BaseModel):
         """Requests per second per client address for ``source`` (0: no limit)."""
         return self.rate_limits.get(source, self.rate_limit)
 
+    def byte_limit_of(self, source: str) -> int:
+        """Stored bytes per second per client address for ``source`` (0: no limit)."""
+        return self.byte_limits.get(source, self.byte_limit)
+
     def worker_settings(self, log_url: str, max_record_bytes: int) -> CollectorSettings:
         """What each worker of ``exactly collect`` runs with: this section resolved (sources
         as :class:`Source`, megabytes as bytes, each source's rate limit) for the log at
-        ``log_url``. :class:`ConfigError` when there is no source, when ``allowed_origins`` or
-        ``rate_limits`` name one that is not a source, or when the log's record limit is below
-        the event limit."""
+        ``log_url``. :class:`ConfigError` when there is no source, when ``allowed_origins``,
+        ``rate_limits`` or ``byte_limits`` name one that is not a source, or when the log's
+        record limit is below the event limit."""
         from exactly.log.base import check_topic_name
 
         check_topic_name(self.topic)
@@ -272,7 +312,7 @@ class CollectorConfig(BaseModel):
                 "no source: add write keys under [collector.sources] in exactly.toml "
                 '(web = "KEY") or set EXACTLY_COLLECTOR__SOURCES=web=KEY'
             )
-        for setting in ("allowed_origins", "rate_limits"):
+        for setting in ("allowed_origins", "rate_limits", "byte_limits"):
             unknown = sorted(set(getattr(self, setting)) - set(self.sources))
             if unknown:
                 raise ConfigError(
@@ -288,6 +328,7 @@ class CollectorConfig(BaseModel):
                 sources=tuple(Source(name=n, write_key=k) for n, k in self.sources.items()),
                 max_pending_bytes=self.max_queue_mb * 1024 * 1024,
                 max_event_bytes=self.max_event_bytes,
+                max_buffered_bytes=self.max_buffered_mb * 1024 * 1024,
                 max_append_bytes=int(self.max_append_mb * 1024 * 1024),
                 read_timeout_seconds=self.read_timeout,
                 body_timeout_seconds=self.body_timeout,
@@ -296,6 +337,12 @@ class CollectorConfig(BaseModel):
                     name: RateLimit(per_second=rate, burst=self.rate_limit_burst)
                     for name in self.sources
                     if (rate := self.rate_limit_of(name)) > 0
+                },
+                max_expansion=self.max_expansion,
+                byte_limits={
+                    name: RateLimit(per_second=rate, burst=max(10 * rate, BYTE_BURST))
+                    for name in self.sources
+                    if (rate := self.byte_limit_of(name)) > 0
                 },
             )
         except ValidationError as error:
