@@ -320,7 +320,8 @@ def run_pipeline(
             result = DemoResult(traffic)
             result.seconds["collect"] = time.perf_counter() - clock
             result.raw = topic_size(settings.log_url, "raw") - raw_before
-            say("2/3 waiting for dedupe, aggregate, route and delivery to catch up ...")
+            say("2/3 waiting for dedupe, aggregate, route and delivery to catch up")
+            say("    (records each stage has still to read, deliveries waiting) ...")
             _wait_until_done(load_settings(config), up, say)
             result.seconds["pipeline"] = time.perf_counter() - clock
         finally:
@@ -351,7 +352,8 @@ def _wait_until_done(settings: Settings, up: UpService, say: Callable[[str], Non
     from exactly.up import watch
 
     stages = watch.stages(settings)
-    shown = 0.0
+    began = time.monotonic()
+    shown: float | None = None
     with open_log(settings.log_url) as log:
         while True:
             if not up.alive():
@@ -364,13 +366,14 @@ def _wait_until_done(settings: Settings, up: UpService, say: Callable[[str], Non
             )
             if all(lag == 0 for lag in lags.values()) and waiting == 0:
                 return
-            if time.monotonic() - shown >= 5:
+            if shown is None or time.monotonic() - shown >= 5:
                 shown = time.monotonic()
-                behind = ", ".join(
-                    f"{name} {'starting' if lag is None else f'{lag:,} behind'}"
+                behind = "  ".join(
+                    f"{name} {'starting' if lag is None else f'{lag:,}'}"
                     for name, lag in lags.items()
                 )
-                say(wrap(f"  {behind}; {waiting:,} deliveries waiting", "    "))
+                elapsed = shown - began
+                say(wrap(f"  {elapsed:4.0f} s  {behind}  deliver {waiting:,}", " " * 10))
             time.sleep(0.5)
 
 
