@@ -57,8 +57,9 @@ def portion(total: int, mine: Collection[int], spread: Iterable[int]) -> int:
 
     The limit is apportioned over the destination's partitions in order (partition ``i`` of
     ``n`` gets ``floor(total·(i+1)/n) - floor(total·i/n)``), and a director gets the sum for the
-    ones it holds, at least 1 (so when ``total`` is below the number of directors sharing the
-    destination the sum can reach that number instead). Without any spread it is ``total``.
+    ones it holds, at least 1: the portions add up to ``total`` when it is at least the number of
+    partitions, else they may pass it by at most the directors sharing it but one. Without any
+    spread it is ``total``.
     """
     order = sorted(set(spread))
     if not order:
