@@ -134,8 +134,8 @@ class View:
             if running in directors and len(directors) > 1:
                 if running is directors[0]:
                     up = sum(1 for r in directors if r.alive)
-                    restarts = sum(max(0, r.starts - 1) for r in directors)
-                    again = f" ({restarts} restarts)" if restarts else ""
+                    count = sum(max(0, r.starts - 1) for r in directors)
+                    again = f" ({count} restarts)" if count else ""
                     words.append(f"directors {up}/{len(directors)} up{again}")
                 continue
             state = "up" if running.alive else "starting" if not running.starts else "restarting"
