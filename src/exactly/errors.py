@@ -118,7 +118,11 @@ class JobDBError(ExactlyError):
 
 
 class DirectorLockHeld(JobDBError):
-    """Another director holds the JobDB's lock (one director per JobDB)."""
+    """Another director holds the JobDB's lock, or every partition's lease."""
+
+
+class PartitionLost(JobDBError):
+    """A director's partition lease was lost (its connection ended) and another took it."""
 
 
 class ReplayRunning(JobDBError):

@@ -588,3 +588,73 @@ def test_one_replay_of_a_destination_at_a_time(url: str) -> None:
     finally:
         if holder.is_alive():
             holder.kill()
+
+
+def _lease(url: str, partitions: list[int], ready: Any) -> None:
+    db = open_jobdb(url)
+    assert all(db.take_partition(partition) for partition in partitions)
+    db.heartbeat("holder", partitions, time.time())
+    ready.set()
+    time.sleep(600)
+
+
+def test_a_partition_has_one_holder_and_a_holders_death_frees_it(url: str) -> None:
+    """Partition leases (many directors): another process's lease is refused, other
+    partitions are free, a release frees one at once, and a SIGKILL frees the holder's."""
+    context = multiprocessing.get_context("spawn")
+    ready = context.Event()
+    holder = context.Process(target=_lease, args=(url, [0, 2], ready))
+    holder.start()
+    try:
+        assert ready.wait(60)
+        db, other = open_jobdb(url), open_jobdb(url)
+        assert not db.take_partition(0) and not db.take_partition(2)
+        assert db.take_partition(1) and db.take_partition(1)  # taking one held here: held
+        assert not other.take_partition(1)  # another JobDB object (connection) of this process
+        assert db.held_partitions() == {1}
+        db.keep_partitions()
+        db.release_partition(1)
+        assert other.take_partition(1) and db.held_partitions() == set()
+        with pytest.raises(DirectorLockHeld, match="partition 0"), db.all_partitions(3):
+            pass
+        assert db.held_partitions() == set()  # the ones it took on the way are released
+        assert ("holder", [0, 2]) in [(name, held) for name, held, _ in db.directors()]
+        assert db.heartbeat("me", [], time.time()) == 2  # the holder and this one
+        os.kill(holder.pid or 0, signal.SIGKILL)
+        holder.join(30)
+        other.release_partition(1)
+        deadline = time.monotonic() + 10
+        while not (db.take_partition(0) and db.take_partition(2)):
+            assert time.monotonic() < deadline  # the server notices the closed connection
+            time.sleep(0.1)
+        with db.all_partitions(3):
+            assert db.held_partitions() == {0, 1, 2}
+        db.leave("me")
+        assert "me" not in [name for name, _, _ in db.directors()]
+        db.close()
+        other.close()
+    finally:
+        if holder.is_alive():
+            holder.kill()
+
+
+def test_a_lease_is_taken_again_on_a_new_connection_or_reported_lost(url: str) -> None:
+    """A lease lives on the connection the director writes on (sqlite: a file lock, which no
+    connection carries): after the connection is lost, the next statement takes it again, or
+    raises PartitionLost if another took it meanwhile (the director then stops)."""
+    from exactly.errors import PartitionLost
+
+    db, rival = open_jobdb(url), open_jobdb(url)
+    assert db.take_partition(3)
+    db.close()  # as a terminated backend would: the session's locks are gone
+    db.keep_partitions()
+    assert db.held_partitions() == {3} and not rival.take_partition(3)
+    if url.startswith("sqlite"):
+        return  # an flock outlives the connection: nothing can take it meanwhile
+    db.close()
+    assert rival.take_partition(3)
+    with pytest.raises(PartitionLost, match="partitions 3 of"):
+        db.keep_partitions()
+    assert db.held_partitions() == set()
+    db.close()
+    rival.close()

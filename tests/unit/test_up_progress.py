@@ -145,3 +145,15 @@ def test_latency_percentiles_are_weighted() -> None:
     assert percentiles([]) == {"p50_ms": None, "p99_ms": None, "events": 0}
     found = percentiles([(100.0, 98.0), (900.0, 1.0), (5000.0, 1.0)])
     assert found == {"p50_ms": 100, "p99_ms": 900, "events": 100}
+
+
+def test_several_directors_are_one_entry_of_the_parts_line(tmp_path: Path) -> None:
+    """[delivery] directors = 8: the parts line stays within 80 columns."""
+    names = ["collector", "pipeline", "director", *(f"director-{n}" for n in range(2, 9))]
+    supervisor = Supervisor([Part(name, ["true"]) for name in names], tmp_path)
+    view = View(load_settings(data_dir=tmp_path / "data"), None, supervisor, live=False)  # type: ignore[arg-type]
+    line = f"14:02:07 UTC  {view.parts()}"
+    assert line.endswith("pipeline starting; directors 0/8 up") and len(line) <= 80, line
+    for running in supervisor.parts[2:]:
+        running.starts = 3  # each director restarted twice
+    assert view.parts().endswith("directors 0/8 up (16 restarts)")

@@ -75,7 +75,7 @@ def deliver(
     wait: Annotated[
         bool,
         typer.Option(
-            help="Wait for the director lock if another director holds it (standby).",
+            help="Wait for a free partition if other directors hold them all (standby).",
             envvar="EXACTLY_DELIVERY_WAIT",
         ),
     ] = True,
@@ -92,7 +92,8 @@ def deliver(
 ) -> None:
     """Deliver queued jobs to their destinations until stopped (SIGTERM) or drained.
 
-    One director per JobDB: a second one waits on the lock and takes over when the first dies.
+    Each director leases some of the JobDB's [delivery] partitions and sends only their jobs;
+    with every partition held, another one waits and takes over when a holder dies.
     Every job is recorded executing before its request leaves, so after a crash only the requests
     that were in flight are sent again, with the same Idempotency-Key and webhook-id.
     """
@@ -118,6 +119,7 @@ def deliver(
             archive=archive,
             metrics_port=options.metrics_port,
             jobdb_patience=options.jobdb_patience,
+            partitions=options.partitions,
         )
         tallies = director.run(until_drained=until_drained, wait=wait)
     for name, tally in tallies.items():

@@ -193,4 +193,7 @@ def expire(
     now = time.time()
     when = parse_time(before, now, "--before") or now
     with opened_jobdb(settings.jobdb_url) as database:
-        print(wrap(operators.expire(database, destination, when), "  "))
+        line = operators.expire(
+            database, destination, when, partitions=settings.delivery.partitions
+        )
+        print(wrap(line, "  "))

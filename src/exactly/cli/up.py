@@ -76,8 +76,10 @@ def up(
         Part("collector", [*command, "collect"], stops_first=True),
         Part("pipeline", [*command, "pipeline", "--trigger-seconds", str(trigger_seconds)]),
     ]
-    if settings.destinations:
-        parts.append(Part("director", [*command, "deliver"]))
+    if settings.destinations:  # [delivery] directors: "director", "director-2", ...
+        for number in range(1, settings.delivery.directors + 1):
+            name = "director" if number == 1 else f"director-{number}"
+            parts.append(Part(name, [*command, "deliver"]))
     log_dir = settings.data_dir.resolve() / "up"
 
     def say(line: str) -> None:

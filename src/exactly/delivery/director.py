@@ -1,7 +1,11 @@
-"""The director: the one process that sends the JobDB's jobs to their destinations.
+"""The director: the process that sends the JobDB's jobs of its partitions to their destinations.
 
-It holds the JobDB's director lock for as long as it runs (a standby waits on it), so it is the
-only writer of job transitions. Jobs wait in memory in their bucket (source × destination), each
+The JobDB's buckets are spread over ``partitions`` (:mod:`exactly.delivery.partitions`); a
+director holds the lease of some of them and is the only writer of their jobs' transitions. It
+looks every second for free partitions and keeps its fair share (:meth:`Director._lease`); a
+director alone takes them all, and one started when every partition is held waits (a standby).
+
+Jobs wait in memory in their bucket (source × destination), each
 with its own queue and retry times, so a source with a backlog grows only its own queue. What a
 receiver can take belongs to its destination and is shared by its buckets in turn
 (:mod:`exactly.delivery.queues`): ``max_in_flight`` requests, the ``rate``, the pauses a 429 asks
@@ -31,8 +35,10 @@ import asyncio
 import contextlib
 import dataclasses
 import heapq
+import os
 import random
 import signal
+import socket
 import sys
 import time
 from collections import deque
@@ -73,12 +79,20 @@ from exactly.delivery.jobdb.base import (
 from exactly.delivery.metrics import DeliveryMetrics, Gauges
 from exactly.delivery.operators import BY_OPERATOR
 from exactly.delivery.pacing import Pace, result_of
+from exactly.delivery.partitions import (
+    fair_share,
+    partition_of,
+    portion,
+    probe_order,
+    rate_portion,
+    to_release,
+)
 from exactly.delivery.patience import Patience
 from exactly.delivery.policy import next_step, retry_after
 from exactly.delivery.queues import Bucket, Destination, HeldBatch
 from exactly.delivery.settings import DestinationSettings
 from exactly.delivery.signing import request_headers
-from exactly.errors import ExactlyError, JobDBError
+from exactly.errors import DirectorLockHeld, ExactlyError, JobDBError
 
 T = TypeVar("T")
 REFILL = 1_000  # jobs: a bucket pages more in once it has room for this many
@@ -181,8 +195,19 @@ class Director:
         archive_seconds: float = 5.0,
         metrics_port: int | None = None,
         jobdb_patience: float = 60.0,
+        partitions: int = 1,
+        lease_seconds: float = 1.0,
     ) -> None:
         self.jobdb = jobdb
+        self.partitions = partitions
+        self.lease_seconds = lease_seconds
+        self.tag = f"{os.getpid()}.{random.getrandbits(32):08x}"  # X-Exactly-Director
+        self.name = f"{socket.gethostname()}:{self.tag}"  # in jobdb_directors
+        self._held: set[int] = set()  # partitions leased
+        self._leaving: set[int] = set()  # leased, being given up: nothing new is sent
+        self._leased_at = 0.0
+        self._all_buckets: list[str] = []  # every bucket of the JobDB (for the limits' portions)
+        self._breakers: dict[str, tuple[bool, float | None]] = {}  # as this director wrote them
         self.destinations = {destination.name: destination for destination in destinations}
         self.page_size = page_size
         self.poll_seconds = poll_seconds
@@ -227,22 +252,121 @@ class Director:
                 self.metrics.close()
 
     def _run(self, *, until_drained: bool, wait: bool) -> dict[str, Tally]:
-        if not wait:
-            self.report(f"taking the director lock of {self.jobdb.describe()}")
-        else:
-            self.report(f"waiting for the director lock of {self.jobdb.describe()}")
-        with self.jobdb.director_lock(wait=wait):
-            self.report("holding the director lock; delivering")
-            for number in self.jobdb.drop_orphans():  # tables a crash left unlisted
-                self.report(f"dropped the tables of dataset {number}, which no dataset lists")
-            try:
-                uvloop.run(self.deliver(until_drained=until_drained))
-            finally:
-                self._executor.shutdown(wait=True)
-                self._archiver.shutdown(wait=True)
-                if self._archive_db is not None:
-                    self._archive_db.close()
+        described = self.jobdb.describe()
+        if not self._take_first(wait=wait):
+            raise DirectorLockHeld(
+                f"another director holds the lock of {described} (each of its "
+                f"{self.partitions} partitions is leased); {PARTITIONS_HELD}"
+            )
+        try:
+            uvloop.run(self.deliver(until_drained=until_drained))
+        finally:
+            self._executor.shutdown(wait=True)
+            self._archiver.shutdown(wait=True)
+            if self._archive_db is not None:
+                self._archive_db.close()
+            for partition in sorted(self._held):
+                with contextlib.suppress(Exception):
+                    self.jobdb.release_partition(partition)
+            with contextlib.suppress(Exception):
+                self.jobdb.leave(self.name)
         return self.tallies
+
+    def _take_first(self, *, wait: bool) -> bool:
+        """Lease a first partition before delivering (a standby waits here, its heartbeat
+        counted, so the directors holding more than their share give some up)."""
+        described = self.jobdb.describe()
+        if wait:
+            self.report(f"waiting for the director lock of {described} (a free partition)")
+        else:
+            self.report(f"taking the director lock of {described} (a free partition)")
+        start = random.randrange(self.partitions)
+        while True:
+            live = self.jobdb.heartbeat(self.name, [], time.time())
+            for partition in probe_order(self.partitions, start):
+                if self.jobdb.take_partition(partition):
+                    self._took(partition)
+                    self.report(
+                        f"holding the director lock (partition {partition} of "
+                        f"{self.partitions}, {live} directors); delivering"
+                    )
+                    return True
+            if not wait:
+                self.jobdb.leave(self.name)
+                return False
+            time.sleep(self.lease_seconds)
+
+    def _took(self, partition: int) -> None:
+        self._held.add(partition)
+        if partition == 0:  # its holder does the upkeep: tables a crash left unlisted
+            for number in self.jobdb.drop_orphans():
+                self.report(f"dropped the tables of dataset {number}, which no dataset lists")
+
+    def _mine(self, bucket: str) -> bool:
+        """Whether ``bucket`` is in a partition this director leases and keeps."""
+        partition = partition_of(bucket, self.partitions)
+        return partition in self._held and partition not in self._leaving
+
+    async def _lease(self) -> None:
+        """Every second: check the leases (a lost one stops the director: PartitionLost),
+        heartbeat, give up partitions above the fair share ``ceil(P / live directors)`` (the
+        highest first, never 0) once nothing of theirs is out, take free ones up to it, and
+        set each destination's portion of its limits."""
+        self._leased_at = time.time()
+        await self._db(self.jobdb.keep_partitions)
+        live = await self._db(self.jobdb.heartbeat, self.name, sorted(self._held), time.time())
+        share = fair_share(self.partitions, live)
+        for partition in to_release(self._held - self._leaving, share):
+            self._leaving.add(partition)
+            self._removed = {name for name in self._removed if self._mine(name)}
+            for destination in self._destinations.values():
+                destination.buckets = [b for b in destination.buckets if self._mine(b.name)]
+                destination.wake.set()
+        for partition in sorted(self._leaving):
+            mine = [
+                bucket
+                for name, bucket in self._buckets.items()
+                if partition_of(name, self.partitions) == partition
+            ]
+            if any(bucket.taken for bucket in mine):
+                continue  # in flight: released once their outcomes are recorded
+            for bucket in mine:
+                del self._buckets[bucket.name]
+            await self._db(self.jobdb.release_partition, partition)
+            self._held.discard(partition)
+            self._leaving.discard(partition)
+            self.report(f"released partition {partition} ({live} directors, {share} each)")
+        if len(self._held) < share:
+            for partition in probe_order(self.partitions, random.randrange(self.partitions)):
+                if len(self._held) >= share:
+                    break
+                if partition in self._held:
+                    continue
+                if await self._db(self.jobdb.take_partition, partition):
+                    await self._db(self._took, partition)
+                    self.report(f"took partition {partition} ({live} directors, {share} each)")
+        self._portions()
+
+    def _portions(self) -> None:
+        """Each destination's ``rate``, ``burst`` and ``max_in_flight`` for this director:
+        the destination's limit × the share of the partitions holding its buckets that this
+        director keeps (:func:`~exactly.delivery.partitions.portion`)."""
+        if self.partitions <= 1:
+            return
+        spreads: dict[str, set[int]] = {}
+        for name in self._all_buckets:
+            spreads.setdefault(name.rpartition("/")[2], set()).add(
+                partition_of(name, self.partitions)
+            )
+        mine = self._held - self._leaving
+        for name, destination in self._destinations.items():
+            configured = self.destinations[name]
+            spread = spreads.get(name, set())
+            in_flight = portion(configured.max_in_flight, mine, spread)
+            if destination.settings.max_in_flight != in_flight:
+                destination.settings = configured.model_copy(update={"max_in_flight": in_flight})
+            destination.pace.rate = rate_portion(configured.rate, mine, spread)
+            destination.pace.burst = portion(configured.burst, mine, spread)
 
     async def _db(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Call the JobDB from its thread; a failure is retried (new connection, the director
@@ -258,7 +382,7 @@ class Director:
         while True:
             try:
                 if patience.attempt:
-                    await loop.run_in_executor(self._executor, self.jobdb.keep_lock)
+                    await loop.run_in_executor(self._executor, self.jobdb.keep_partitions)
                 return await loop.run_in_executor(
                     self._executor, partial(function, *args, **kwargs)
                 )
@@ -293,7 +417,12 @@ class Director:
         tasks: list[asyncio.Task[None]] = []
         try:
             while not self._stop.is_set():
-                for name in await self._db(self.jobdb.buckets):
+                if time.time() - self._leased_at >= self.lease_seconds:
+                    await self._lease()
+                self._all_buckets = await self._db(self.jobdb.buckets)
+                for name in self._all_buckets:
+                    if not self._mine(name):
+                        continue
                     if name not in self._buckets and name not in self._removed:
                         destination = self._open_bucket(name)
                         if destination is not None:
@@ -302,17 +431,17 @@ class Director:
                     await self._expire_removed()
                 if (
                     self.archive is not None
+                    and 0 in self._held  # partition 0's holder archives
                     and time.time() - self._archived_at > self.archive_seconds
                 ):
                     self._start_archiving()
                 if time.time() - self._lock_checked_at >= 1.0:
                     self._lock_checked_at = time.time()
-                    await self._db(self.jobdb.keep_lock)
                     await self._apply_controls()
                 if self.metrics is not None and time.time() - self._measured_at >= 1.0:
                     await self._measure(self.metrics)
                 if until_drained and await self._drained():
-                    if self.archive is not None:
+                    if self.archive is not None and 0 in self._held:
                         if self._archiving is not None:
                             await self._archiving
                         await self._archive()
@@ -447,13 +576,14 @@ class Director:
                 return
 
     async def _drained(self) -> bool:
+        """Whether nothing is pending in the buckets of this director's partitions."""
         if not all(b.idle for d in self._destinations.values() for b in d.buckets):
             return False
         for name in self._buckets:
             if await self._db(self.jobdb.pending, name, limit=1):
                 return False
         known = set(self._buckets) | self._removed
-        return all(name in known for name in await self._db(self.jobdb.buckets))
+        return all(name in known for name in await self._db(self.jobdb.buckets) if self._mine(name))
 
     def _open_bucket(self, name: str) -> Destination | None:
         """Add a new bucket to its destination; the destination when it is new too (its
@@ -491,6 +621,8 @@ class Director:
         """Expire the pending jobs of buckets whose destination was removed from the config
         (RudderStack drops them too): archived like any other, and replayable from there."""
         for name in sorted(self._removed):
+            if not self._mine(name):
+                continue
             jobs = await self._db(self.jobdb.pending, name, limit=self.page_size)
             if not jobs:
                 continue
@@ -504,40 +636,53 @@ class Director:
             self.report(f"bucket {name}: {len(jobs)} jobs expired ({REMOVED})")
 
     async def _apply_controls(self) -> None:
-        """Apply what operators set (a pause, an expiry asked for) and report each breaker."""
+        """Apply what operators set (a pause, an expiry asked for: answered for the partitions
+        this director keeps) and report each breaker. The breaker is this director's own:
+        its row is written when this director's breaker changes, so it shows the last change
+        any director made."""
         controls = await self._db(self.jobdb.controls)
+        mine = self._held - self._leaving
         for name, destination in self._destinations.items():
             control = controls.get(name, Control(name))
             if destination.pace.held != control.held:
                 destination.pace.held = control.held
                 self.report(f"{name}: {'paused' if control.held else 'resumed'} by an operator")
                 destination.wake.set()
-            if control.expire_asked is not None and control.expired is None:
+            unanswered = mine - set(control.expired_partitions)
+            if control.expire_asked is not None and unanswered:
                 before = control.expire_before or control.expire_asked
-                count = await self._expire_before(destination, before)
-                await self._db(self.jobdb.set_control, name, expired=count)
+                count = await self._expire_before(destination, before, unanswered)
+                await self._db(
+                    self.jobdb.answer_expiry, name, control.expire_asked, unanswered, count
+                )
                 self.report(f"{name}: {count} jobs expired by an operator")
             pace = destination.pace
             since = pace.failing_since if pace.open else None
-            if (control.breaker_open, control.failing_since) != (pace.open, since):
+            last = self._breakers.get(name, (control.breaker_open, control.failing_since))
+            if last != (pace.open, since):
                 await self._db(
                     self.jobdb.set_control, name, breaker_open=pace.open, failing_since=since
                 )
                 if pace.open:
                     self.report(f"{name}: paused after {pace.failures} failed requests; probing")
-                elif control.breaker_open:
+                elif last[0]:
                     self.report(f"{name}: answering again; sending resumed")
+            self._breakers[name] = (pace.open, since)
         for name, control in controls.items():  # asked of a destination with no jobs here
-            asked = control.expire_asked is not None and control.expired is None
-            if asked and name not in self._destinations:
-                await self._db(self.jobdb.set_control, name, expired=0)
+            unanswered = mine - set(control.expired_partitions)
+            if control.expire_asked is not None and unanswered and name not in self._destinations:
+                await self._db(self.jobdb.answer_expiry, name, control.expire_asked, unanswered, 0)
 
-    async def _expire_before(self, destination: Destination, before: float) -> int:
-        """Expire the destination's pending jobs created before ``before`` (an operator's
-        ask): those held in memory, those recorded but not sent, and those not yet paged in;
-        only jobs whose request is out finish as they would."""
+    async def _expire_before(
+        self, destination: Destination, before: float, partitions: set[int]
+    ) -> int:
+        """Expire the destination's pending jobs created before ``before`` in ``partitions``
+        (an operator's ask): those held in memory, those recorded but not sent, and those not
+        yet paged in; only jobs whose request is out finish as they would."""
         gone: list[Job] = []
         for bucket in destination.buckets:
+            if partition_of(bucket.name, self.partitions) not in partitions:
+                continue
             gone += bucket.drop(lambda job: job.created_at < before)
             after = bucket.cursor
             while True:
@@ -551,7 +696,9 @@ class Director:
         unsent = [
             (bucket, job)
             for bucket, job in destination.outbox
-            if isinstance(job, Job) and job.created_at < before
+            if isinstance(job, Job)
+            and job.created_at < before
+            and partition_of(bucket.name, self.partitions) in partitions
         ]  # recorded executing, not sent: ended with the attempt they were given (a batch
         # recorded for an attempt goes out and ends as it would)
         if unsent:
@@ -763,6 +910,13 @@ class Director:
         try:
             while destination.outbox and not self._stop.is_set():
                 bucket, job = destination.outbox[0]
+                if not self._mine(bucket.name):  # its partition is being given up: not sent
+                    destination.outbox.popleft()
+                    if isinstance(job, HeldBatch):
+                        destination.batch_done(job, ended=True)
+                    else:
+                        destination.done(bucket, job)
+                    continue
                 if time.time() > job.expire_at + LAST_TRY:  # held past its expiry (a breaker)
                     destination.outbox.popleft()
                     if isinstance(job, HeldBatch):
@@ -863,7 +1017,7 @@ class Director:
                 body=data,
                 timestamp=int(time.time()),
                 keys=settings.signing_keys(),
-                extra=settings.headers,
+                extra={**settings.headers, DIRECTOR_HEADER: self.tag},
                 content_type=content_type,
             )
             async with asyncio.timeout(settings.timeout):
@@ -988,6 +1142,11 @@ def _expired_batch(held: HeldBatch, now: float) -> bool:
 
 
 REMOVED = "destination removed"
+DIRECTOR_HEADER = "X-Exactly-Director"  # which director sent a request: its pid and a nonce
+PARTITIONS_HELD = (
+    "stop another director first, let this one wait for a free partition (without "
+    "--no-wait), or raise [delivery] partitions to run more directors"
+)
 
 LAST_TRY = 5.0  # seconds past its expiry a job's last try may still leave
 

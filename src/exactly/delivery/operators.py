@@ -2,8 +2,10 @@
 
 Each writes the destination's control row in the JobDB (:class:`~exactly.delivery.jobdb.base.
 Control`); the running director reads the rows every second and applies them, so a command takes
-effect within a second and never races the director's own writes. With no director running, an
-expiry is applied at once under the director's lock (the lock keeps a director from starting
+effect within a second and never races the director's own writes. With several directors, each
+applies an expiry to the buckets of the partitions it holds and adds its count and partitions to
+the row; the ask is answered once every partition is. With no director running, an expiry is
+applied at once holding every partition's lease (which keeps a director from starting
 meanwhile); a pause waits in the row for the next director.
 
 Expired jobs end like any other: archived with their dataset, and ``exactly replay --state
@@ -35,20 +37,34 @@ def resume(jobdb: JobDB, destination: str) -> str:
     return f"{destination}: resumed"
 
 
-def expire(jobdb: JobDB, destination: str, before: float, *, wait: float = ANSWER_WAIT) -> str:
+def expire(
+    jobdb: JobDB,
+    destination: str,
+    before: float,
+    *,
+    partitions: int = 1,
+    wait: float = ANSWER_WAIT,
+) -> str:
     """Expire ``destination``'s pending jobs created before ``before``; the line to print."""
     when = datetime.fromtimestamp(before, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     try:
-        with jobdb.director_lock(wait=False):
+        with jobdb.all_partitions(partitions, wait=False):
             count = expire_now(jobdb, destination, before)
     except DirectorLockHeld:
         asked = time.time()
-        jobdb.set_control(destination, expire_before=before, expire_asked=asked, expired=None)
+        jobdb.set_control(
+            destination,
+            expire_before=before,
+            expire_asked=asked,
+            expired=None,
+            expired_partitions=(),
+        )
+        everyone = set(range(partitions))
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             control = jobdb.controls().get(destination)
-            if control is not None and control.expired is not None:
-                count = control.expired
+            if control is not None and everyone <= set(control.expired_partitions):
+                count = control.expired or 0
                 break
             time.sleep(0.2)
         else:
@@ -60,7 +76,7 @@ def expire(jobdb: JobDB, destination: str, before: float, *, wait: float = ANSWE
 
 
 def expire_now(jobdb: JobDB, destination: str, before: float) -> int:
-    """Expire the pending jobs directly; only while holding the director's lock."""
+    """Expire the pending jobs directly; only while holding every partition's lease."""
     count = 0
     for bucket in jobdb.buckets():
         if bucket.rpartition("/")[2] != destination:

@@ -357,6 +357,16 @@ class DeliverySettings(BaseModel):
     metrics_port: int | None = Field(
         None, ge=1, le=65535, description="serve Prometheus /metrics on 127.0.0.1:PORT (off)"
     )
+    partitions: int = Field(
+        1,
+        ge=1,
+        le=4096,
+        description="the JobDB's buckets are spread over this many partitions; each director "
+        "leases some (the most directors that can share the work)",
+    )
+    directors: int = Field(
+        1, ge=1, le=64, description="how many `exactly deliver` processes `exactly up` starts"
+    )
 
     @field_validator("jobdb_patience", mode="before")
     @classmethod

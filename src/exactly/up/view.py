@@ -126,8 +126,18 @@ class View:
         return found
 
     def parts(self) -> str:
+        """Each part's state; several directors as one entry (``directors 2/3 up``), so the
+        line stays within 80 columns."""
         words = []
+        directors = [r for r in self.supervisor.parts if r.part.name.startswith("director")]
         for running in self.supervisor.parts:
+            if running in directors and len(directors) > 1:
+                if running is directors[0]:
+                    up = sum(1 for r in directors if r.alive)
+                    count = sum(max(0, r.starts - 1) for r in directors)
+                    again = f" ({count} restarts)" if count else ""
+                    words.append(f"directors {up}/{len(directors)} up{again}")
+                continue
             state = "up" if running.alive else "starting" if not running.starts else "restarting"
             restarts = f" ({running.starts - 1} restarts)" if running.starts > 1 else ""
             words.append(f"{running.part.name} {state}{restarts}")

@@ -28,8 +28,11 @@ Guarantees, on every backend:
 * **No credentials at rest.** A job names its destination and never holds its URL or headers:
   the director resolves them from the current settings when it sends, so nothing a destination
   is configured with reaches the JobDB or the archive.
-* **One director.** Only the holder of :meth:`JobDB.director_lock` records transitions; the lock
-  is released by the database or the kernel when its holder dies, however it dies.
+* **One director per partition.** Buckets are spread over partitions
+  (:func:`exactly.delivery.partitions.partition_of`); only the holder of a partition's lease
+  (:meth:`JobDB.take_partition`) records its buckets' transitions. A lease is released by the
+  database or the kernel when its holder dies, however it dies, and on PostgreSQL and MariaDB
+  it lives on the connection that writes, so a write that commits was made under the lease.
 
 Who calls what (:class:`JobDB` groups its methods so): the **router** (``route.py``, and replay
 enqueuing) adds jobs with their marker; the **director** (``director.py``) holds the lock, pages
@@ -45,6 +48,8 @@ the ``sql`` package.
 
 from __future__ import annotations
 
+import contextlib
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -52,9 +57,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from exactly.errors import JobDBError
+from exactly.errors import DirectorLockHeld, JobDBError
 
 HELD = "one director runs per JobDB: stop the other one first, or wait for it to stop"
+PARTITIONS_HELD = (
+    "every partition is held by a running director: raise [delivery] partitions to run more "
+    "directors, or let this one wait (a standby) without --no-wait"
+)
+STALE = 5.0  # seconds: a director whose heartbeat is older is not counted as live
 REPLAYING = "wait for it to finish, then replay again"
 AWAITING_SCHEDULING = "awaiting-scheduling"
 EXECUTING = "executing"
@@ -183,7 +193,8 @@ class Control:
     held: bool = False
     expire_before: float | None = None  # asked: expire pending jobs created before this
     expire_asked: float | None = None  # when it was asked
-    expired: int | None = None  # how many the director expired for that ask
+    expired: int | None = None  # how many the directors expired for that ask (so far)
+    expired_partitions: tuple[int, ...] = ()  # the partitions whose director answered the ask
     failing_since: float | None = None
     breaker_open: bool = False
 
@@ -205,6 +216,7 @@ CONTROL_FIELDS = (
     "expire_before",
     "expire_asked",
     "expired",
+    "expired_partitions",
     "failing_since",
     "breaker_open",
 )
@@ -341,6 +353,58 @@ class JobDB(ABC):
         """Archive dataset ``number`` through ``write(records)`` and drop its tables (with
         ``drop=False`` stop before the drop: the next call finds it archived and drops it)."""
 
+    # -- many directors: partition leases and heartbeats -----------------------------------------
+
+    @abstractmethod
+    def take_partition(self, partition: int) -> bool:
+        """Take the lease of ``partition`` without waiting; whether it is now held here. A
+        lease is released by the database or the kernel when its holder dies."""
+
+    @abstractmethod
+    def release_partition(self, partition: int) -> None:
+        """Release the lease of ``partition`` (only once nothing of it is being sent)."""
+
+    @abstractmethod
+    def held_partitions(self) -> set[int]:
+        """The partitions whose lease this JobDB object holds."""
+
+    def keep_partitions(self) -> None:  # noqa: B027 (a lease that cannot be lost needs nothing)
+        """Check the leases are still held, taking them again on a new connection if the one
+        that held them was lost; raise PartitionLost if another director took one meanwhile."""
+
+    @abstractmethod
+    def heartbeat(self, director: str, partitions: Sequence[int], now: float) -> int:
+        """Record that ``director`` is alive holding ``partitions``; how many directors are
+        live (a heartbeat within :data:`STALE` seconds, this one included)."""
+
+    @abstractmethod
+    def leave(self, director: str) -> None:
+        """Forget ``director``'s heartbeat (it stops)."""
+
+    @abstractmethod
+    def directors(self) -> list[tuple[str, list[int], float]]:
+        """Every director's heartbeat: its name, partitions and when it was last seen."""
+
+    @contextlib.contextmanager
+    def all_partitions(self, partitions: int, *, wait: bool = False) -> Iterator[None]:
+        """Hold every partition's lease while inside (no director delivers meanwhile); wait for
+        them, or raise DirectorLockHeld at once when one is held elsewhere."""
+        taken: list[int] = []
+        try:
+            for partition in range(partitions):
+                while not self.take_partition(partition):
+                    if not wait:
+                        raise DirectorLockHeld(
+                            f"a director holds partition {partition} of {self.describe()}; {HELD}"
+                        )
+                    time.sleep(0.2)
+                taken.append(partition)
+            yield
+        finally:
+            for partition in taken:
+                with contextlib.suppress(Exception):
+                    self.release_partition(partition)
+
     # -- the director's upkeep: nothing to do unless a backend needs it ---------------------------
 
     def keep_lock(self) -> None:  # noqa: B027 (a lock that cannot be lost needs nothing)
@@ -407,6 +471,14 @@ class JobDB(ABC):
     def set_control(self, destination: str, **fields: Any) -> None:
         """Set some of ``destination``'s control fields (:data:`CONTROL_FIELDS`), durably."""
         raise self._cannot("set_control")
+
+    def answer_expiry(
+        self, destination: str, asked: float, partitions: Sequence[int], count: int
+    ) -> None:
+        """A director has expired ``count`` jobs of ``destination`` in ``partitions`` for the
+        ask made at ``asked``: add both to the row, in one transaction (several directors answer
+        the same ask, each for its partitions); nothing if a newer ask replaced it."""
+        raise self._cannot("answer_expiry")
 
     def _cannot(self, what: str) -> JobDBError:
         return JobDBError(f"the JobDB {self.describe()} cannot answer {what}")

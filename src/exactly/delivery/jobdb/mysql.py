@@ -5,7 +5,9 @@ Guarantee: a transaction is durable on return (InnoDB, ``innodb_flush_log_at_trx
 default). Sessions run at READ COMMITTED; routers serialize on the newest dataset's row. DDL
 commits implicitly in MySQL, so dataset tables are created before the transaction that fills them.
 The director's lock is ``GET_LOCK`` named after the database, held on its own connection; the
-server releases it when that connection ends.
+server releases it when that connection ends. A partition's lease is a ``GET_LOCK`` named after
+the database and the partition, taken on the connection the director writes on
+(``sql/leasing.py``; MariaDB holds several named locks per session).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ import pymysql
 from exactly.delivery.jobdb.base import HELD, REPLAYING
 from exactly.delivery.jobdb.sql import MARKER_COLUMNS, SQLJobDB
 from exactly.errors import DirectorLockHeld, ReplayRunning
+
+# lock names are 64 characters at most: a hash of the database and the partition
+_LEASE = "CONCAT('exactly-partition:', SHA1(CONCAT(DATABASE(), ':', %s)))"
 
 
 class MySQLJobDB(SQLJobDB):
@@ -122,6 +127,14 @@ class MySQLJobDB(SQLJobDB):
             with contextlib.suppress(pymysql.Error):
                 connection.close()
         self._lock_connection = self._take_lock(wait=False)
+
+    def _try_lease(self, cursor: Any, partition: int) -> bool:
+        cursor.execute(f"SELECT GET_LOCK({_LEASE}, 0)", (partition,))
+        return bool(cursor.fetchone()[0] == 1)
+
+    def _drop_lease(self, cursor: Any, partition: int) -> None:
+        cursor.execute(f"SELECT RELEASE_LOCK({_LEASE})", (partition,))
+        cursor.fetchall()
 
     @contextlib.contextmanager
     def replay_lock(self, destination: str) -> Iterator[None]:

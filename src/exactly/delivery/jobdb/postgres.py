@@ -4,6 +4,8 @@ Guarantee: a transaction is durable on return (the server's durable commit). Rou
 the newest dataset's row (``SELECT ... FOR UPDATE``). The director's lock is a session-level
 ``pg_advisory_lock`` keyed by the schema, held on its own connection; the server releases it when
 that connection ends, so a director killed with SIGKILL frees it as soon as its socket closes.
+A partition's lease is a session advisory lock keyed by (the schema, the partition), taken on
+the connection the director writes on (``sql/leasing.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from exactly.delivery.jobdb.base import HELD, REPLAYING
 from exactly.delivery.jobdb.sql import MARKER_COLUMNS, SQLJobDB
 from exactly.errors import DirectorLockHeld, ReplayRunning
 
+_LEASE = "hashtext('exactly-partition:' || current_schema()), %s"
 _LOCK = "SELECT pg_try_advisory_lock(hashtext('exactly-director:' || current_schema()))"
 
 
@@ -97,6 +100,14 @@ class PostgresJobDB(SQLJobDB):
             with contextlib.suppress(psycopg.Error):
                 connection.close()
         self._lock_connection = self._take_lock(wait=False)
+
+    def _try_lease(self, cursor: Any, partition: int) -> bool:
+        cursor.execute(f"SELECT pg_try_advisory_lock({_LEASE})", (partition,))
+        return bool(cursor.fetchone()[0])
+
+    def _drop_lease(self, cursor: Any, partition: int) -> None:
+        cursor.execute(f"SELECT pg_advisory_unlock({_LEASE})", (partition,))
+        cursor.fetchall()
 
     @contextlib.contextmanager
     def replay_lock(self, destination: str) -> Iterator[None]:

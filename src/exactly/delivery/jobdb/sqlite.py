@@ -3,7 +3,8 @@
 Guarantee: a transaction is durable on return (WAL with ``synchronous=FULL``). Writers take
 SQLite's write lock with ``BEGIN IMMEDIATE`` and wait for it (busy timeout), so the router and the
 director may share the file. The director's lock is an ``flock`` on ``DIR/director.lock``, which
-the kernel releases when its holder dies, however it dies.
+the kernel releases when its holder dies, however it dies; a partition's lease is an ``flock``
+on ``DIR/partition-N.lock``.
 """
 
 from __future__ import annotations
@@ -81,6 +82,39 @@ class SqliteJobDB(SQLJobDB):
             yield
         finally:
             os.close(descriptor)  # releases the flock
+
+    _lease_files: dict[int, int] | None = None
+
+    def _files(self) -> dict[int, int]:
+        if self._lease_files is None:
+            self._lease_files = {}
+        return self._lease_files
+
+    def take_partition(self, partition: int) -> bool:
+        """An ``flock`` on ``DIR/partition-N.lock``: only the process's end releases it."""
+        files = self._files()
+        if partition in files:
+            return True
+        path = self.directory / f"partition-{partition}.lock"
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(descriptor)
+            return False
+        files[partition] = descriptor
+        return True
+
+    def release_partition(self, partition: int) -> None:
+        descriptor = self._files().pop(partition, None)
+        if descriptor is not None:
+            os.close(descriptor)  # releases the flock
+
+    def held_partitions(self) -> set[int]:
+        return set(self._files())
+
+    def keep_partitions(self) -> None:
+        """An flock cannot be lost while its process lives."""
 
     @contextlib.contextmanager
     def replay_lock(self, destination: str) -> Iterator[None]:

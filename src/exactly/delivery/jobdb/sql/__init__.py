@@ -9,6 +9,7 @@
   ``batch_history``;
 * ``archiving.py``: the director's upkeep, ``archivable``, ``archive``, ``drop_orphans``;
 * ``reading.py``: the readers', ``history``, ``states``, ``summary``, ``jobs_of``, ``jobs_with``;
+* ``leasing.py``: partition leases on the director's own connection, directors' heartbeats;
 * ``controls.py``: ``controls`` and ``set_control``, what operators and the director set per
   destination;
 * ``rows.py``: a job's columns and how a row becomes a job or a transition.
@@ -22,6 +23,7 @@ from __future__ import annotations
 from exactly.delivery.jobdb.sql.archiving import Archiving
 from exactly.delivery.jobdb.sql.controls import Controls
 from exactly.delivery.jobdb.sql.directing import Directing
+from exactly.delivery.jobdb.sql.leasing import Leasing
 from exactly.delivery.jobdb.sql.reading import Reading
 from exactly.delivery.jobdb.sql.routing import Routing
 from exactly.delivery.jobdb.sql.schema import MARKER_COLUMNS, SQLSchema
@@ -29,5 +31,5 @@ from exactly.delivery.jobdb.sql.schema import MARKER_COLUMNS, SQLSchema
 __all__ = ["MARKER_COLUMNS", "SQLJobDB", "SQLSchema"]
 
 
-class SQLJobDB(Routing, Directing, Archiving, Reading, Controls):
+class SQLJobDB(Routing, Directing, Archiving, Reading, Controls, Leasing):
     """The JobDB in SQL, for every backend: they give a connection, a dialect and a lock."""

@@ -7,7 +7,9 @@ runs; the director reads the rows every second, applies them and reports its bre
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from exactly.delivery.jobdb.base import CONTROL_FIELDS, Control
@@ -29,9 +31,19 @@ class Controls(SQLSchema):
             f"CREATE TABLE IF NOT EXISTS jobdb_destinations (name {t['text']} PRIMARY KEY, "
             f"held {t['id']} NOT NULL, expire_before {t['real']}, expire_asked {t['real']}, "
             f"expired {t['id']}, failing_since {t['real']}, breaker_open {t['id']} NOT NULL, "
-            f"updated_at {t['real']} NOT NULL)",
+            f"updated_at {t['real']} NOT NULL, expired_partitions {t['body']})",
         )
         self._connection.commit()
+        try:  # a table made before several directors answered an expiry
+            self._execute(cursor, "SELECT expired_partitions FROM jobdb_destinations WHERE 1 = 0")
+            cursor.fetchall()
+            self._connection.commit()
+        except Exception:  # noqa: BLE001 (no such column, in each dialect's words)
+            self._connection.rollback()
+            self._execute(
+                cursor, f"ALTER TABLE jobdb_destinations ADD COLUMN expired_partitions {t['body']}"
+            )
+            self._connection.commit()
         self._controls_created = True
 
     def controls(self) -> dict[str, Control]:
@@ -50,10 +62,11 @@ class Controls(SQLSchema):
                 expire_before=_real(before),
                 expire_asked=_real(asked),
                 expired=None if expired is None else int(expired),
+                expired_partitions=tuple(json.loads(answered or "[]")),
                 failing_since=_real(since),
                 breaker_open=bool(breaker),
             )
-            for name, held, before, asked, expired, since, breaker in rows
+            for name, held, before, asked, expired, answered, since, breaker in rows
         }
 
     def set_control(self, destination: str, **fields: Any) -> None:
@@ -64,7 +77,12 @@ class Controls(SQLSchema):
                 f"{', '.join(CONTROL_FIELDS)}"
             )
         values = {
-            name: int(value) if isinstance(value, bool) else value for name, value in fields.items()
+            name: int(value)
+            if isinstance(value, bool)
+            else json.dumps(sorted(value))
+            if isinstance(value, (tuple, list, set))
+            else value
+            for name, value in fields.items()
         }
         with self._mutex:
             cursor = self._cursor()
@@ -78,6 +96,39 @@ class Controls(SQLSchema):
                     self._connection.rollback()
             self._upsert_control(cursor, destination, values)
             self._connection.commit()
+
+    def answer_expiry(
+        self, destination: str, asked: float, partitions: Sequence[int], count: int
+    ) -> None:
+        with self._mutex:
+            cursor = self._cursor()
+            self._create_controls(cursor)
+            try:
+                self._begin(cursor)
+                self._execute(
+                    cursor,
+                    "SELECT expire_asked, expired, expired_partitions FROM jobdb_destinations "
+                    f"WHERE name = ?{self._for_update}",
+                    (destination,),
+                )
+                row = cursor.fetchone()
+                if row is not None and row[0] is not None and float(row[0]) == asked:
+                    answered = set(json.loads(row[2] or "[]")) | set(partitions)
+                    self._execute(
+                        cursor,
+                        "UPDATE jobdb_destinations SET expired = ?, expired_partitions = ?, "
+                        "updated_at = ? WHERE name = ?",
+                        (
+                            int(row[1] or 0) + count,
+                            json.dumps(sorted(answered)),
+                            time.time(),
+                            destination,
+                        ),
+                    )
+                self._connection.commit()
+            except BaseException:
+                self._connection.rollback()
+                raise
 
     def _upsert_control(self, cursor: Any, destination: str, values: dict[str, Any]) -> None:
         self._begin(cursor)

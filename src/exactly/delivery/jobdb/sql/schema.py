@@ -94,7 +94,11 @@ class SQLSchema(JobDB):
         if self._connection is None:
             self._connection = self._connect()
             self._create_schema()
+            self._connected()
         return self._connection.cursor()
+
+    def _connected(self) -> None:
+        """After a new connection is made (leases are taken again on it: ``leasing.py``)."""
 
     def _execute(self, cursor: Any, sql: str, params: Sequence[Any] = ()) -> Any:
         cursor.execute(self._sql(sql), tuple(params))

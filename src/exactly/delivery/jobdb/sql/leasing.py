@@ -1,0 +1,183 @@
+"""Partition leases and directors' heartbeats in the shared SQL.
+
+A lease is a lock the server keeps for a session (PostgreSQL's advisory lock, MariaDB's
+``GET_LOCK``; the backend gives the statements) and it is taken **on the connection the
+director writes on**. So when that session ends, however it ends (the process killed, the
+backend terminated, the server restarted), its leases go with it, and a write that commits was
+made by a session that held them. A new connection takes the leases again before its first
+statement (:meth:`Leasing._connected`); if another director took one meanwhile it raises
+:class:`~exactly.errors.PartitionLost` and the director stops, sending nothing more.
+
+SQLite's leases are ``flock`` s on files (``sqlite.py`` overrides the lease methods); only the
+process's death releases them.
+
+``jobdb_directors`` holds a row per live director (its name, its partitions, when last seen),
+written every second: how a director counts the live ones to keep its fair share.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from exactly.delivery.jobdb.base import STALE
+from exactly.delivery.jobdb.sql.schema import SQLSchema
+from exactly.errors import PartitionLost
+
+FORGET = 60.0  # seconds: a heartbeat this old is deleted by the next director's
+
+
+class Leasing(SQLSchema):
+    """Leases held on the director's own connection, and the heartbeats' table."""
+
+    _leases: set[int] | None = None
+    _directors_created = False
+
+    # -- what a backend with session locks provides --------------------------------------------
+
+    def _try_lease(self, cursor: Any, partition: int) -> bool:
+        """Take ``partition``'s session lock on this connection without waiting."""
+        raise NotImplementedError
+
+    def _drop_lease(self, cursor: Any, partition: int) -> None:
+        """Release ``partition``'s session lock on this connection."""
+        raise NotImplementedError
+
+    # -- leases ---------------------------------------------------------------------------------
+
+    def _held(self) -> set[int]:
+        if self._leases is None:
+            self._leases = set()
+        return self._leases
+
+    def take_partition(self, partition: int) -> bool:
+        with self._mutex:
+            if partition in self._held():
+                return True
+            cursor = self._cursor()
+            try:
+                taken = self._try_lease(cursor, partition)
+                self._connection.commit()
+            except BaseException:
+                self._connection.rollback()
+                raise
+            if taken:
+                self._held().add(partition)
+            return taken
+
+    def release_partition(self, partition: int) -> None:
+        with self._mutex:
+            if partition not in self._held():
+                return
+            self._held().discard(partition)
+            if self._connection is None:
+                return  # gone with its connection
+            cursor = self._connection.cursor()
+            try:
+                self._drop_lease(cursor, partition)
+                self._connection.commit()
+            except BaseException:
+                self._connection.rollback()
+                raise
+
+    def held_partitions(self) -> set[int]:
+        return set(self._held())
+
+    def keep_partitions(self) -> None:
+        """A statement on the connection that holds the leases: a new connection (the old one
+        lost) takes them again first, or raises PartitionLost."""
+        with self._mutex:
+            if not self._held():
+                return
+            cursor = self._cursor()
+            self._execute(cursor, "SELECT 1")
+            cursor.fetchall()
+            self._connection.commit()
+
+    def _connected(self) -> None:
+        """Take the leases this object held again, on its new connection."""
+        held = self._held()
+        if not held:
+            return
+        cursor = self._connection.cursor()
+        lost = []
+        for partition in sorted(held):
+            if not self._try_lease(cursor, partition):
+                lost.append(partition)
+        self._connection.commit()
+        if lost:
+            held.difference_update(lost)
+            raise PartitionLost(
+                f"partitions {', '.join(map(str, lost))} of {self.describe()} were taken by "
+                "another director while this one's connection was lost; this director stops "
+                "(a restart takes free partitions again)"
+            )
+
+    # -- heartbeats -----------------------------------------------------------------------------
+
+    def _create_directors(self, cursor: Any) -> None:
+        if self._directors_created:
+            return
+        t = self.types
+        self._execute(
+            cursor,
+            f"CREATE TABLE IF NOT EXISTS jobdb_directors (director {t['text']} PRIMARY KEY, "
+            f"partitions {t['body']} NOT NULL, seen_at {t['real']} NOT NULL)",
+        )
+        self._connection.commit()
+        self._directors_created = True
+
+    def heartbeat(self, director: str, partitions: Sequence[int], now: float) -> int:
+        held = json.dumps(sorted(partitions))
+        with self._mutex:
+            cursor = self._cursor()
+            self._create_directors(cursor)
+            try:
+                self._begin(cursor)
+                self._execute(
+                    cursor,
+                    "UPDATE jobdb_directors SET partitions = ?, seen_at = ? WHERE director = ?",
+                    (held, now, director),
+                )
+                if cursor.rowcount == 0:  # only this director writes its row
+                    self._execute(
+                        cursor,
+                        "INSERT INTO jobdb_directors (director, partitions, seen_at) "
+                        "VALUES (?, ?, ?)",
+                        (director, held, now),
+                    )
+                self._execute(
+                    cursor, "DELETE FROM jobdb_directors WHERE seen_at < ?", (now - FORGET,)
+                )
+                self._execute(
+                    cursor,
+                    "SELECT COUNT(*) FROM jobdb_directors WHERE seen_at >= ? OR director = ?",
+                    (now - STALE, director),
+                )
+                live = int(cursor.fetchone()[0])
+                self._connection.commit()
+            except BaseException:
+                self._connection.rollback()
+                raise
+            return live
+
+    def leave(self, director: str) -> None:
+        with self._mutex:
+            cursor = self._cursor()
+            self._create_directors(cursor)
+            self._begin(cursor)
+            self._execute(cursor, "DELETE FROM jobdb_directors WHERE director = ?", (director,))
+            self._connection.commit()
+
+    def directors(self) -> list[tuple[str, list[int], float]]:
+        with self._mutex:
+            cursor = self._cursor()
+            self._create_directors(cursor)
+            self._execute(
+                cursor,
+                "SELECT director, partitions, seen_at FROM jobdb_directors ORDER BY director",
+            )
+            rows = cursor.fetchall()
+            self._connection.commit()
+        return [(str(name), list(json.loads(held)), float(seen)) for name, held, seen in rows]
