@@ -106,6 +106,18 @@ def test_a_replayed_batch_commits_nothing(table: LakeTable) -> None:
     assert table.committed("q1") == 1
 
 
+def test_the_newest_end_offsets_are_where_a_new_query_starts(table: LakeTable) -> None:
+    assert table.end_offsets() is None
+    assert table.append(batch(0, 5), Marker("q1", 0, {0: 3, 1: 2}))
+    assert table.append(batch(5, 5), Marker("q1", 1, {1: 9, 0: 4}))
+    assert table.end_offsets() == {0: 4, 1: 9}
+    assert not table.append(batch(5, 5), Marker("q1", 1, {0: 1, 1: 1}))  # a replay: unchanged
+    table.optimize()
+    assert table.end_offsets() == {0: 4, 1: 9}
+    assert table.append(batch(10, 5), Marker("q2", 0, {0: 6, 1: 9}))  # a new query goes on
+    assert table.end_offsets() == {0: 6, 1: 9}
+
+
 def test_the_marker_survives_reopening(url: str) -> None:
     with open_table(url) as first:
         assert first.append(batch(0, 10), Marker("q1", 3))

@@ -12,7 +12,7 @@ import pytest
 
 from exactly.lake import BACKENDS, LakeTable, open_table
 from exactly.lake.columns import event_rows, promoted_columns
-from exactly.lake.query import LakePlan, Progress, run
+from exactly.lake.query import LakePlan, Progress, run, starting_offsets
 from exactly.log import open_log
 from tests.aggregate_stream import EventStream, append
 from tests.lake_tables import lake_url
@@ -63,7 +63,7 @@ def test_each_event_lands_once_and_a_replay_commits_nothing(
     log_url = f"sqlite://{tmp_path / 'log'}"
     checkpoint = tmp_path / "checkpoint"
     stream = EventStream(seed=5, duplicate_rate=0)
-    records = list(stream.chunk(2000))
+    records = list(stream.chunk(2300))
     with open_log(log_url) as log, open_table(url) as table:
         log.create_topic("events", PARTITIONS)
         append(log, "events", PARTITIONS, records[:1500])
@@ -73,9 +73,15 @@ def test_each_event_lands_once_and_a_replay_commits_nothing(
         last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
         (checkpoint / "commits" / str(last)).unlink()
         (checkpoint / "commits" / f".{last}.crc").unlink(missing_ok=True)
-        append(log, "events", PARTITIONS, records[1500:])
+        append(log, "events", PARTITIONS, records[1500:2000])
         second = land(spark, log_url, table, checkpoint)
         assert second.replays == 1 and second.events == 500
+        # a new checkpoint over the filled table starts where the table's newest batch ended
+        append(log, "events", PARTITIONS, records[2000:])
+        plan = LakePlan(log_url, table.url, tmp_path / "new", COLUMNS, until_caught_up=True)
+        assert starting_offsets(table, plan) != "earliest"
+        third = run(spark, plan, table, start=starting_offsets(table, plan))
+        assert third.events == 300
         read = table.read()
         ids = read.column("messageId").to_pylist()
         assert sorted(ids) == sorted(message_id for message_id, _ in records)

@@ -21,7 +21,9 @@ store can (PostgreSQL); the lake formats rely on that lock.
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
@@ -33,10 +35,31 @@ from exactly.lake.columns import conform
 
 @dataclass(frozen=True)
 class Marker:
-    """Which micro-batch of which streaming query a batch of rows is."""
+    """Which micro-batch of which streaming query a batch of rows is, and where in the topic
+    it ends (the source's end offsets by partition; None when unknown): a new query over the
+    table starts there (:meth:`LakeTable.end_offsets`)."""
 
     query_id: str
     batch_id: int
+    end_offsets: Mapping[int, int] | None = None
+
+    @property
+    def end_text(self) -> str | None:
+        """The end offsets as stored beside the marker: JSON, partitions as text."""
+        if self.end_offsets is None:
+            return None
+        return json.dumps({str(p): int(self.end_offsets[p]) for p in sorted(self.end_offsets)})
+
+
+def end_offsets_from(text: str | None) -> dict[int, int] | None:
+    """:attr:`Marker.end_text` read back; None for none or for text that is not offsets."""
+    if not text:
+        return None
+    try:
+        found = json.loads(text)
+        return {int(partition): int(offset) for partition, offset in found.items()}
+    except (ValueError, TypeError, AttributeError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -67,6 +90,11 @@ class LakeTable(ABC):
     @abstractmethod
     def committed(self, query_id: str) -> int | None:
         """The last batch id committed for ``query_id``; None when none was."""
+
+    @abstractmethod
+    def end_offsets(self) -> dict[int, int] | None:
+        """The end offsets of the newest batch committed with them, by any query: where a
+        query whose checkpoint is new starts, so that it appends nothing twice."""
 
     @abstractmethod
     def schema(self) -> pa.Schema | None:

@@ -4,8 +4,12 @@ The marker is Delta's own idempotent-write action: each commit carries a ``txn``
 app id = the query id and version = the batch id (``CommitProperties(app_transactions=...)``),
 and :meth:`DeltaTable.transaction_version` reads the last one back from the log. The rows, the
 new columns (``schema_mode="merge"``) and the ``txn`` are one commit: one JSON file of the log
-written with put-if-absent, so a reader sees all of it or none. The table is partitioned by
-``date``.
+written with put-if-absent, so a reader sees all of it or none. The batch's end offsets go in
+the same commit as more ``txn`` actions (app id ``exactly.end.<partition>``, version = the
+offset; ``exactly.end.partitions``, version = how many), so :meth:`end_offsets` reads them from
+the snapshot like the marker (the history is slow to read, and log cleanup forgets it); the
+``commitInfo`` carries ``exactly.query``, ``exactly.batch`` and ``exactly.end`` for people.
+The table is partitioned by ``date``.
 
 Guarantee: each batch's rows are in the table exactly once, under a single writer per query
 (the query's checkpoint lock); a replayed batch finds its ``txn`` and commits nothing. Files of a
@@ -19,6 +23,7 @@ put-if-absent, which S3 (and moto) give.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qsl
@@ -34,6 +39,8 @@ from exactly.lake.storage import S3, located, old_files, remove
 from exactly.urls import redact
 
 LOG = "_delta_log"
+END = "exactly.end"  # txn app ids: exactly.end.<partition>, version = its end offset
+END_PARTITIONS = "exactly.end.partitions"  # txn app id, version = how many partitions
 
 
 class DeltaLakeTable(LakeTable):
@@ -66,14 +73,30 @@ class DeltaLakeTable(LakeTable):
         table = self._table()
         return None if table is None else table.transaction_version(query_id)
 
+    def end_offsets(self) -> dict[int, int] | None:
+        """From the ``txn`` actions of the newest batch (in the snapshot: no history read)."""
+        table = self._table()
+        count = None if table is None else table.transaction_version(END_PARTITIONS)
+        if table is None or count is None:
+            return None
+        found = {p: table.transaction_version(f"{END}.{p}") for p in range(count)}
+        return {p: offset for p, offset in found.items() if offset is not None}
+
     def schema(self) -> pa.Schema | None:
         table = self._table()
         return None if table is None else pa.schema(table.schema())
 
     def commit(self, rows: pa.Table, marker: Marker) -> bool:
         properties = CommitProperties(
-            app_transactions=[Transaction(marker.query_id, marker.batch_id)],
-            custom_metadata={"exactly.query": marker.query_id, "exactly.batch": marker.batch_id},
+            app_transactions=[
+                Transaction(marker.query_id, marker.batch_id),
+                *end_transactions(marker.end_offsets),
+            ],
+            custom_metadata={
+                "exactly.query": marker.query_id,
+                "exactly.batch": marker.batch_id,
+                **({END: marker.end_text} if marker.end_text is not None else {}),
+            },
             max_commit_retries=5,
         )
         try:
@@ -145,6 +168,16 @@ class DeltaLakeTable(LakeTable):
             secret_key=options.get("AWS_SECRET_ACCESS_KEY"),
             region=options.get("AWS_REGION"),
         )
+
+
+def end_transactions(end: Mapping[int, int] | None) -> list[Transaction]:
+    """The ``txn`` actions that hold a batch's end offsets (module docstring)."""
+    if not end:
+        return []
+    count = max(end) + 1
+    return [Transaction(END_PARTITIONS, count)] + [
+        Transaction(f"{END}.{partition}", int(offset)) for partition, offset in end.items()
+    ]
 
 
 def _relative(path: str, root_uri: str) -> str:

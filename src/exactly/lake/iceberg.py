@@ -16,7 +16,8 @@ Options (query parameters of either): ``namespace`` (default ``exactly``), ``tab
 The marker: each batch's commit is one new metadata file swapped in by the catalog
 (compare-and-set on the table's metadata location), holding the appended snapshot, whose summary
 carries ``exactly.query`` and ``exactly.batch``, and the table property ``exactly.batch.<query
-id>`` = the batch id, which :meth:`committed` reads (the summary is kept for telling which
+id>`` = the batch id, which :meth:`committed` reads, with ``exactly.end`` = the batch's end
+offsets, which :meth:`end_offsets` reads (the summary is kept for telling which
 snapshot a batch landed in; compactions add snapshots without it). New columns are added in the
 same transaction. The table is partitioned by ``date`` (identity).
 
@@ -37,12 +38,13 @@ from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.table import Table
 
 from exactly.errors import LakeConflict, LakeError
-from exactly.lake.base import Compaction, LakeTable, Marker
+from exactly.lake.base import Compaction, LakeTable, Marker, end_offsets_from
 from exactly.lake.columns import BASE_SCHEMA, PARTITION
 from exactly.lake.storage import S3, located, old_files, remove
 from exactly.urls import redact
 
 MARKER = "exactly.batch."  # table property prefix; the query id follows
+END = "exactly.end"  # the newest batch's end offsets: summary and table property
 
 
 class IcebergTable(LakeTable):
@@ -126,6 +128,10 @@ class IcebergTable(LakeTable):
         found = None if table is None else table.properties.get(MARKER + query_id)
         return None if found is None else int(found)
 
+    def end_offsets(self) -> dict[int, int] | None:
+        table = self._table()
+        return None if table is None else end_offsets_from(table.properties.get(END))
+
     def schema(self) -> pa.Schema | None:
         table = self._table()
         return None if table is None else table.schema().as_arrow()
@@ -133,6 +139,8 @@ class IcebergTable(LakeTable):
     def commit(self, rows: pa.Table, marker: Marker) -> bool:
         table = self._table() or self._create(rows.schema)
         summary = {"exactly.query": marker.query_id, "exactly.batch": str(marker.batch_id)}
+        if marker.end_text is not None:
+            summary[END] = marker.end_text
         try:
             with table.transaction() as transaction:
                 known = set(table.schema().column_names)
@@ -141,7 +149,10 @@ class IcebergTable(LakeTable):
                     with transaction.update_schema() as update:
                         update.union_by_name(pa.schema(new))
                 transaction.append(rows, snapshot_properties=summary)
-                transaction.set_properties({MARKER + marker.query_id: str(marker.batch_id)})
+                properties = {MARKER + marker.query_id: str(marker.batch_id)}
+                if marker.end_text is not None:
+                    properties[END] = marker.end_text
+                transaction.set_properties(properties)
         except CommitFailedException as error:
             raise LakeConflict(f"lake table {self.url}: commit failed ({error})") from error
         return True

@@ -1,7 +1,8 @@
 """A warehouse table in PostgreSQL: ``postgresql://USER@HOST[:PORT]/DB?table=events``.
 
 Other query options are libpq's (``sslmode``, ``options=-csearch_path=...``). Rows are loaded
-with ``COPY``; the marker is a row of ``exactly_lake_batches`` (table, query id, last batch id).
+with ``COPY``; the marker is a row of ``exactly_lake_batches`` (table, query id, last batch id,
+its end offsets).
 Per batch, one SQL transaction:
 
 1. an advisory lock on (table, query), then the marker read: a batch at or below it is a
@@ -27,7 +28,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from psycopg import sql
 
 from exactly.errors import LakeError
-from exactly.lake.base import Compaction, LakeTable, Marker
+from exactly.lake.base import Compaction, LakeTable, Marker, end_offsets_from
 from exactly.lake.columns import BASE_SCHEMA, UTC_TIME
 from exactly.urls import redact
 
@@ -78,7 +79,8 @@ class PostgresTable(LakeTable):
         self.connection.execute(
             sql.SQL(
                 "CREATE TABLE IF NOT EXISTS {} (table_name text NOT NULL, query_id text NOT NULL,"
-                " batch_id bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(),"
+                " batch_id bigint NOT NULL, end_offsets text,"
+                " committed_at timestamptz NOT NULL DEFAULT now(),"
                 " PRIMARY KEY (table_name, query_id))"
             ).format(sql.Identifier(MARKERS))
         )
@@ -91,6 +93,16 @@ class PostgresTable(LakeTable):
             (self.table, query_id),
         ).fetchone()
         return None if row is None else int(row[0])
+
+    def end_offsets(self) -> dict[int, int] | None:
+        row = self.connection.execute(
+            sql.SQL(
+                "SELECT end_offsets FROM {} WHERE table_name = %s AND end_offsets IS NOT NULL"
+                " ORDER BY committed_at DESC LIMIT 1"
+            ).format(sql.Identifier(MARKERS)),
+            (self.table,),
+        ).fetchone()
+        return None if row is None else end_offsets_from(row[0])
 
     def schema(self) -> pa.Schema | None:
         rows = self.connection.execute(
@@ -136,11 +148,12 @@ class PostgresTable(LakeTable):
             # 4. the marker
             cursor.execute(
                 sql.SQL(
-                    "INSERT INTO {} (table_name, query_id, batch_id) VALUES (%s, %s, %s)"
-                    " ON CONFLICT (table_name, query_id) DO UPDATE"
-                    " SET batch_id = EXCLUDED.batch_id, committed_at = now()"
+                    "INSERT INTO {} (table_name, query_id, batch_id, end_offsets)"
+                    " VALUES (%s, %s, %s, %s) ON CONFLICT (table_name, query_id) DO UPDATE"
+                    " SET batch_id = EXCLUDED.batch_id, end_offsets = EXCLUDED.end_offsets,"
+                    " committed_at = clock_timestamp()"
                 ).format(sql.Identifier(MARKERS)),
-                (self.table, marker.query_id, marker.batch_id),
+                (self.table, marker.query_id, marker.batch_id, marker.end_text),
             )
         return True
 

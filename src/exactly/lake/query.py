@@ -11,7 +11,10 @@ A Spark streaming query from the ``exactly`` source with ``foreachBatch``. Per m
    (:meth:`~exactly.lake.base.LakeTable.append`);
 5. Spark commits the batch (``commits/<batch id>``).
 
-A crash anywhere repeats at most the last batch, whose marker stops it at 2 (or inside 4).
+A crash anywhere repeats at most the last batch, whose marker stops it at 2 (or inside 4). The
+marker carries the batch's end offsets (step 1's): a checkpoint that is new (lost, or a new path
+over a filled table) starts where the table's newest batch ended (:func:`starting_offsets`),
+so the table, not the checkpoint, is the source of truth.
 
 As built, the driver writes the batch's files in step 4: the whole micro-batch passes through
 its memory, which ``max_records_per_trigger`` bounds. Next: executors write the Parquet files
@@ -20,6 +23,7 @@ and the driver commits their add actions with the marker (docs/lake.md, "Not bui
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +41,9 @@ from exactly.lake.columns import (
     promoted_columns,
 )
 from exactly.log import open_log
+from exactly.spark import checkpoint as spark_checkpoint
 from exactly.spark.batches import BatchFunction, run_batches
+from exactly.spark.datasource import offsets
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -146,7 +152,8 @@ class BatchAppender(BatchFunction):
         self.on_batch = on_batch
 
     def process(self, records: DataFrame, batch_id: int) -> None:
-        marker = Marker(self.query_id, batch_id)
+        end = spark_checkpoint.batch_end(self.plan.checkpoint, batch_id)
+        marker = Marker(self.query_id, batch_id, end)
         # 2. the marker: a replay stops here
         last = self.table.committed(marker.query_id)
         if last is not None and batch_id <= last:
@@ -166,11 +173,21 @@ class BatchAppender(BatchFunction):
             self.on_batch(batch_id, events, appended)
 
 
+def starting_offsets(table: LakeTable, plan: LakePlan) -> str:
+    """``earliest``, or where the table's newest batch ended when the checkpoint is new (lost,
+    or a new path over a filled table): the table, not the checkpoint, says what it holds."""
+    if spark_checkpoint.planned(plan.checkpoint):
+        return "earliest"  # Spark resumes from its checkpoint; this is ignored
+    end = table.end_offsets()
+    return "earliest" if end is None else json.dumps(offsets.to_json(end))
+
+
 def run(
     spark: SparkSession,
     plan: LakePlan,
     table: LakeTable,
     on_batch: Callable[[int, int, bool], None] | None = None,
+    start: str = "earliest",
 ) -> Progress:
     """Run the query until caught up (``until_caught_up``) or stopped; returns progress. A
     failure raises the :class:`~exactly.errors.ExactlyError` behind it when there is one."""
@@ -189,7 +206,7 @@ def run(
         plan,
         appender,
         ["value"],
-        start="earliest",
+        start=start,
         failed=LakeError,
     )
     return progress
@@ -209,8 +226,12 @@ def drive(
     with checkpoint_lock(plan.checkpoint, "lake query"):
         with open_log(plan.log_url) as log:
             log.topic_info(plan.topic)  # a missing topic fails here, in one line
-        (say or say_line)(f"lake {plan.topic} -> {table.url} (checkpoint {plan.checkpoint})")
-        return run(spark, plan, table, on_batch)
+        start = starting_offsets(table, plan)
+        origin = "" if start == "earliest" else f", from the table's offsets {start}"
+        (say or say_line)(
+            f"lake {plan.topic} -> {table.url} (checkpoint {plan.checkpoint}{origin})"
+        )
+        return run(spark, plan, table, on_batch, start)
 
 
 def say_line(line: str) -> None:
