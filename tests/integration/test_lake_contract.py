@@ -209,3 +209,36 @@ def test_a_missing_library_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.delitem(sys.modules, "exactly.lake.delta", raising=False)
     with pytest.raises(EnvironmentProblem, match=r"exactly\[lake\]"):
         open_table("delta:///tmp/nowhere")
+
+
+def test_an_iceberg_table_reads_back_in_a_fresh_process(tmp_path: Path) -> None:
+    """pyiceberg's own scan, in another process, from the SQLite catalog file alone."""
+    import subprocess
+    import sys
+
+    with open_table(f"iceberg://{tmp_path / 'lake'}") as table:
+        assert table.append(batch(0, 30, REVENUE), Marker("q1", 0))
+        assert table.append(batch(30, 20), Marker("q1", 1))
+    script = (
+        "import sys\n"
+        "from pyiceberg.catalog.sql import SqlCatalog\n"
+        "catalog = SqlCatalog('exactly', uri=sys.argv[1], warehouse=sys.argv[2])\n"
+        "table = catalog.load_table(('exactly', 'events'))\n"
+        "rows = table.scan().to_arrow()\n"
+        "ids = rows.column('messageId').to_pylist()\n"
+        "print(len(ids), len(set(ids)), sum(1 for v in rows.column('revenue').to_pylist() if v))\n"
+    )
+    found = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            script,
+            f"sqlite:///{tmp_path / 'lake' / 'catalog.db'}",
+            (tmp_path / "lake" / "warehouse").as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert found.stdout.split() == ["50", "50", "29"]  # revenue 0 reads as no revenue
