@@ -33,6 +33,7 @@ from exactly.console.settings import ConsoleSettings
 from exactly.dedupe.settings import DedupeSettings
 from exactly.delivery.settings import DeliverySettings, DestinationSettings, unique_names
 from exactly.errors import ConfigError
+from exactly.lake.settings import LakeSettings
 from exactly.log.settings import LogSettings
 from exactly.spark.settings import SparkSettings
 
@@ -51,6 +52,7 @@ class Settings(BaseSettings):
     spark: SparkSettings = SparkSettings()
     aggregate: AggregateSettings = AggregateSettings()
     dedupe: DedupeSettings = DedupeSettings()
+    lake: LakeSettings = LakeSettings()
 
     collector: CollectorConfig = CollectorConfig()
     console: ConsoleSettings = ConsoleSettings()
@@ -73,6 +75,10 @@ class Settings(BaseSettings):
     @property
     def aggregate_url(self) -> str:
         return self.aggregate.url or f"sqlite://{self.data_dir.resolve() / 'aggregates.db'}"
+
+    @property
+    def lake_url(self) -> str:
+        return self.lake.url or f"delta://{self.data_dir.resolve() / 'lake' / 'events'}"
 
     @property
     def jobdb_url(self) -> str:
@@ -107,10 +113,11 @@ def anchor_paths(document: dict[str, Any], base: Path) -> dict[str, Any]:
 
     The paths: ``data_dir`` (``.exactly`` when not given), the embedded stores' URLs (``[log]
     url`` and ``[delivery] jobdb`` as ``sqlite://DIR``, ``[aggregate] url`` as
-    ``sqlite://FILE``, ``[dedupe] store`` as ``rocksdb://DIR`` or ``spark-state://DIR``) and
-    ``[delivery] archive`` (a directory or ``file://DIR``). A server's URL is left as written, and
-    so are ``file:PATH`` secret references, which each process (a Spark executor too) reads from
-    its own working directory.
+    ``sqlite://FILE``, ``[dedupe] store`` as ``rocksdb://DIR`` or ``spark-state://DIR``,
+    ``[lake] url`` as ``delta://DIR`` or ``iceberg://DIR``) and ``[delivery] archive`` (a
+    directory or ``file://DIR``). A server's URL is left as written, and so are ``file:PATH``
+    secret references, which each process (a Spark executor too) reads from its own working
+    directory.
     """
     found = dict(document)
     data_dir = found.get("data_dir", ".exactly")
@@ -120,6 +127,7 @@ def anchor_paths(document: dict[str, Any], base: Path) -> dict[str, Any]:
         ("aggregate", "url", ("sqlite",)),
         ("dedupe", "store", ("rocksdb", "spark-state")),
         ("delivery", "jobdb", ("sqlite",)),
+        ("lake", "url", ("delta", "iceberg")),
         ("delivery", "archive", ("file", "")),
     ):
         table = found.get(section)

@@ -135,3 +135,11 @@ class ArchiveError(ExactlyError):
 
 class PartKeepsDying(ExactlyError):
     """A part of ``exactly up`` died ``patience`` times in a row soon after starting."""
+
+
+class LakeError(ExactlyError):
+    """A lake table cannot be opened, written or maintained."""
+
+
+class LakeConflict(LakeError):
+    """Another writer committed to the lake table first; the operation can be run again."""

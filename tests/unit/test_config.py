@@ -100,7 +100,7 @@ def test_relative_paths_in_the_file_follow_the_file(
     (home / "exactly.toml").write_text(
         'data_dir = "data"\n[log]\nurl = "sqlite://log"\n'
         '[aggregate]\nurl = "sqlite://db/aggregates.db"\n[dedupe]\nstore = "rocksdb://ids"\n'
-        '[delivery]\njobdb = "sqlite://jobs"\narchive = "old"\n'
+        '[delivery]\njobdb = "sqlite://jobs"\narchive = "old"\n[lake]\nurl = "delta://lake/ev"\n'
     )
     elsewhere = tmp_path / "b"
     elsewhere.mkdir()
@@ -112,6 +112,7 @@ def test_relative_paths_in_the_file_follow_the_file(
     assert settings.dedupe.store == f"rocksdb://{home / 'ids'}"
     assert settings.jobdb_url == f"sqlite://{home / 'jobs'}"
     assert settings.archive_url == str(home / "old")
+    assert settings.lake_url == f"delta://{home / 'lake' / 'ev'}"
     # a flag or a variable is the user's own: relative to where the command runs
     assert load_settings(Path("../a/exactly.toml"), data_dir=Path("d")).data_dir == Path("d")
     monkeypatch.setenv("EXACTLY_DELIVERY__ARCHIVE", "env-archive")
@@ -133,6 +134,7 @@ def test_the_default_data_dir_is_beside_the_file(
     assert settings.log_url == f"sqlite://{home / '.exactly' / 'log'}"
     assert settings.aggregate_url == "sqlite:///abs/aggregates.db"  # absolute: as written
     assert settings.dedupe.store == "rocksdb"  # the default place, under the data dir
+    assert settings.lake_url == f"delta://{home / '.exactly' / 'lake' / 'events'}"
     assert settings.jobdb_url == "postgresql://user@host/jobs"  # a server: as written
     assert settings.archive_url == f"file://{home / 'old'}"
     assert load_settings().data_dir == Path(".exactly")  # no file: the working directory
@@ -252,3 +254,13 @@ def test_a_removed_redis_variable_says_what_replaced_it(
     monkeypatch.setenv("EXACTLY_DEDUPE__REDIS", "redis://127.0.0.1:6379")
     with pytest.raises(ConfigError, match=r"dedupe.redis: not a setting any more.*dedupe.store"):
         load_settings()
+
+
+def test_lake_columns_are_checked_when_loaded(tmp_path: Path) -> None:
+    path = tmp_path / "exactly.toml"
+    path.write_text('[lake]\ncolumns = { revenue = "properties.revenue money" }\n')
+    with pytest.raises(ConfigError, match=r"lake\.columns.*KIND one of"):
+        load_settings(path)
+    path.write_text('[lake]\nretention = "forever"\n')
+    with pytest.raises(ConfigError, match=r"lake\.retention"):
+        load_settings(path)

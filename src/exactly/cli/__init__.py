@@ -137,6 +137,7 @@ def _register() -> None:
         demo,
         doctor,
         import_file,
+        lake,
         log,
         replay,
         route,
@@ -158,6 +159,7 @@ def _register() -> None:
     app.command("aggregate")(aggregate.aggregate)
     app.command("stats")(aggregate.stats)
     app.command("audit")(aggregate.audit)
+    app.add_typer(lake.app, name="lake")
     app.command("route")(route.route)
     app.command("deliver")(deliver.deliver)
     app.add_typer(deliveries.app, name="deliveries")

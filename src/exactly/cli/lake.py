@@ -1,0 +1,124 @@
+"""``exactly lake``: the events into a lake table exactly once, and the table's upkeep."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from exactly.cli.context import with_flags
+from exactly.cli.options import Master, MaxRecordsPerTrigger, TriggerSeconds, UntilCaughtUp
+
+TABLE = typer.Option(
+    "--table",
+    help="Lake table URL: delta://PATH, iceberg://DIR, postgresql://USER@HOST/DB?table=events "
+    "(default: [lake] url, else delta://DATA_DIR/lake/events).",
+    envvar="EXACTLY_LAKE__URL",
+)
+
+app = typer.Typer(
+    help="Append every event of TOPIC to the lake table, each exactly once; maintain the table.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+
+
+@app.callback()
+def lake(
+    ctx: typer.Context,
+    master: Master = None,
+    table: Annotated[str | None, TABLE] = None,
+    topic: Annotated[str, typer.Option(help="The deduplicated topic to land.")] = "events",
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(help="Checkpoint directory (default: DATA_DIR/checkpoints/lake-TOPIC)."),
+    ] = None,
+    until_caught_up: UntilCaughtUp = False,
+    max_records_per_trigger: MaxRecordsPerTrigger = 50_000,
+    trigger_seconds: TriggerSeconds = 1.0,
+) -> None:
+    """Append every event of TOPIC to the lake table, exactly once however often it is killed.
+
+    Each micro-batch commits with its (query id, batch id) marker in one table transaction
+    (Delta's txn action, an Iceberg snapshot property, a PostgreSQL marker row), so a replayed
+    batch commits nothing. Columns: the event's fields, its times in UTC, properties, traits and
+    context as JSON text, its UTC date, and the promoted [lake] columns.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from exactly.lake import open_table
+    from exactly.lake.query import configured_plan, drive, say_line
+    from exactly.spark.session import build_session
+
+    settings = with_flags(ctx, {"lake.url": table}, master=master).settings
+    plan = configured_plan(
+        settings,
+        topic=topic,
+        checkpoint=checkpoint,
+        until_caught_up=until_caught_up,
+        max_records_per_trigger=max_records_per_trigger,
+        trigger_seconds=trigger_seconds,
+    )
+
+    def report(batch: int, events: int, appended: bool) -> None:
+        if events or not appended:
+            how = "appended" if appended else "already in the table (replay), skipped"
+            say_line(f"batch {batch}: {events:,} events {how}")
+
+    with open_table(plan.table_url) as opened:
+        spark = build_session(settings, app_name=f"exactly-lake-{topic}")
+        progress = drive(spark, plan, opened, on_batch=report)
+        spark.stop()
+    done = "caught up" if until_caught_up else "stopped"
+    print(
+        f"{done}: {progress.events:,} events appended in {len(progress.batches):,} micro-batches"
+        + (f", {progress.replays:,} replayed batch skipped" if progress.replays else "")
+    )
+
+
+@app.command()
+def optimize(ctx: typer.Context, table: Annotated[str | None, TABLE] = None) -> None:
+    """Compact the table's small files; what a query returns does not change."""
+    from exactly.lake import open_table
+
+    settings = with_flags(ctx, {"lake.url": table}).settings
+    with open_table(settings.lake_url) as opened:
+        done = opened.optimize()
+    print(f"{opened.url}: {done.files_removed:,} files compacted into {done.files_added:,}")
+
+
+@app.command()
+def vacuum(
+    ctx: typer.Context,
+    table: Annotated[str | None, TABLE] = None,
+    older_than: Annotated[
+        str | None,
+        typer.Option(help="Only files older than this (default: [lake] vacuum_age, 1h)."),
+    ] = None,
+    expire: Annotated[
+        bool,
+        typer.Option(
+            "--expire/--no-expire",
+            help="Also forget versions older than [lake] retention (default 7d).",
+        ),
+    ] = True,
+) -> None:
+    """Remove the files of batches killed before their commit (in no version of the table),
+    and versions older than the retention."""
+    from exactly.lake import open_table
+    from exactly.units import parse_duration
+
+    settings = with_flags(ctx, {"lake.url": table, "lake.vacuum_age": older_than}).settings
+    age = timedelta(milliseconds=parse_duration(settings.lake.vacuum_age, "--older-than"))
+    retention = timedelta(milliseconds=parse_duration(settings.lake.retention, "retention"))
+    with open_table(settings.lake_url) as opened:
+        expired = opened.expire(retention) if expire else 0
+        removed = opened.vacuum(age)
+    for path in removed:
+        print(f"removed {path}")
+    print(
+        f"{opened.url}: {len(removed):,} uncommitted files removed"
+        + (f", {expired:,} expired versions or files" if expire else "")
+    )

@@ -1,0 +1,146 @@
+"""The lake table interface: micro-batches appended exactly once, and the table's upkeep.
+
+A batch is an Arrow table of the lake's rows (:mod:`exactly.lake.columns`) with its
+:class:`Marker`: the streaming query's id and the micro-batch's id. :meth:`LakeTable.append` is
+the commit protocol every backend shares:
+
+1. **the marker**: the last batch the table committed for the query
+   (:meth:`~LakeTable.committed`); a batch at or below it is a replay and commits nothing;
+2. **the rows conformed** to the table's schema: its columns in its order and types, null where
+   the batch lacks one, the batch's new columns after them (:func:`~exactly.lake.columns.conform`);
+3. **one transaction** (:meth:`~LakeTable.commit`): the new columns added, the rows and the
+   marker committed together, so a reader sees the batch whole with its marker or neither.
+
+A batch killed before step 3 leaves at most files no version refers to (a lake format's data
+files): readers never see them, and :meth:`~LakeTable.vacuum` removes them.
+
+Single writer per query: Spark's checkpoint lock keeps one run of a query at a time; step 1
+reads the marker outside the transaction, and the backends check it again inside only where the
+store can (PostgreSQL); the lake formats rely on that lock.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from types import TracebackType
+
+import pyarrow as pa  # type: ignore[import-untyped]
+
+from exactly.lake.columns import conform
+
+
+@dataclass(frozen=True)
+class Marker:
+    """Which micro-batch of which streaming query a batch of rows is, and where in the topic
+    it ends (the source's end offsets by partition; None when unknown): a new query over the
+    table starts there (:meth:`LakeTable.end_offsets`)."""
+
+    query_id: str
+    batch_id: int
+    end_offsets: Mapping[int, int] | None = None
+
+    @property
+    def end_text(self) -> str | None:
+        """The end offsets as stored beside the marker: JSON, partitions as text."""
+        if self.end_offsets is None:
+            return None
+        return json.dumps({str(p): int(self.end_offsets[p]) for p in sorted(self.end_offsets)})
+
+
+def end_offsets_from(text: str | None) -> dict[int, int] | None:
+    """:attr:`Marker.end_text` read back; None for none or for text that is not offsets."""
+    if not text:
+        return None
+    try:
+        found = json.loads(text)
+        return {int(partition): int(offset) for partition, offset in found.items()}
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """What :meth:`LakeTable.optimize` did: files (or row groups) before and after."""
+
+    files_removed: int
+    files_added: int
+
+
+class LakeTable(ABC):
+    """A table of events in a lake format or a warehouse, written a micro-batch at a time."""
+
+    #: the URL with its secrets masked (:func:`exactly.urls.redact`): safe to print
+    url: str
+
+    def append(self, data: pa.Table, marker: Marker) -> bool:
+        """Commit ``data`` with ``marker`` (module docstring, steps 1-3); False for a replay."""
+        # 1. the marker
+        last = self.committed(marker.query_id)
+        if last is not None and marker.batch_id <= last:
+            return False
+        # 2. the rows conformed to the table
+        rows = conform(data, self.schema())
+        # 3. one transaction: new columns, rows and marker
+        return self.commit(rows, marker)
+
+    @abstractmethod
+    def committed(self, query_id: str) -> int | None:
+        """The last batch id committed for ``query_id``; None when none was."""
+
+    @abstractmethod
+    def end_offsets(self) -> dict[int, int] | None:
+        """The end offsets of the newest batch committed with them, by any query: where a
+        query whose checkpoint is new starts, so that it appends nothing twice."""
+
+    @abstractmethod
+    def schema(self) -> pa.Schema | None:
+        """The table's columns as Arrow; None while the table does not exist."""
+
+    @abstractmethod
+    def commit(self, rows: pa.Table, marker: Marker) -> bool:
+        """Step 3: add ``rows``'s new columns, append the rows and record the marker in one
+        transaction (creating the table first if it does not exist); False when the marker
+        found inside the transaction says the batch is a replay."""
+
+    @abstractmethod
+    def read(self) -> pa.Table:
+        """Every row of the table's current version (an empty table of the base schema when
+        the table does not exist yet)."""
+
+    @abstractmethod
+    def version(self) -> int | None:
+        """The table's current version (Delta's version, Iceberg's snapshot id), None when it
+        has none."""
+
+    @abstractmethod
+    def optimize(self) -> Compaction:
+        """Compact small files; what a query of the table returns does not change."""
+
+    @abstractmethod
+    def vacuum(self, older_than: timedelta) -> list[str]:
+        """Remove the files no version of the table refers to that were written more than
+        ``older_than`` ago (a killed batch's); returns them. A shorter age than the longest
+        write could remove the files of a batch being committed: keep it an hour or more."""
+
+    @abstractmethod
+    def expire(self, retention: timedelta) -> int:
+        """Forget versions older than ``retention`` (never the current one); returns how many
+        versions or files went. Their data files go with them or at the next :meth:`vacuum`."""
+
+    def close(self) -> None:  # noqa: B027 - most backends hold nothing
+        """Release connections."""
+
+    def __enter__(self) -> LakeTable:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,188 @@
+"""Delta Lake tables through ``deltalake`` (delta-rs): ``delta://PATH``, ``delta+s3://BUCKET/KEY``.
+
+The marker is Delta's own idempotent-write action: each commit carries a ``txn`` action with
+app id = the query id and version = the batch id (``CommitProperties(app_transactions=...)``),
+and :meth:`DeltaTable.transaction_version` reads the last one back from the log. The rows, the
+new columns (``schema_mode="merge"``) and the ``txn`` are one commit: one JSON file of the log
+written with put-if-absent, so a reader sees all of it or none. The batch's end offsets go in
+the same commit as more ``txn`` actions (app id ``exactly.end.<partition>``, version = the
+offset; ``exactly.end.partitions``, version = how many), so :meth:`end_offsets` reads them from
+the snapshot like the marker (the history is slow to read, and log cleanup forgets it); the
+``commitInfo`` carries ``exactly.query``, ``exactly.batch`` and ``exactly.end`` for people.
+The table is partitioned by ``date``.
+
+Guarantee: each batch's rows are in the table exactly once, under a single writer per query
+(the query's checkpoint lock); a replayed batch finds its ``txn`` and commits nothing. Files of a
+batch killed before its commit are in no version: no reader sees them, :meth:`vacuum` removes
+them.
+
+On S3 (``delta+s3://BUCKET/KEY?AWS_ENDPOINT_URL=...``), query options are delta-rs storage
+options; unset ones come from the ``AWS_*`` variables. Delta's S3 commits need an atomic
+put-if-absent, which S3 (and moto) give.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+from urllib.parse import parse_qsl
+
+import pyarrow as pa  # type: ignore[import-untyped]
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
+from exactly.errors import LakeConflict, LakeError
+from exactly.lake.base import Compaction, LakeTable, Marker
+from exactly.lake.columns import BASE_SCHEMA, PARTITION
+from exactly.lake.storage import S3, located, old_files, remove
+from exactly.urls import redact
+
+LOG = "_delta_log"
+END = "exactly.end"  # txn app ids: exactly.end.<partition>, version = its end offset
+END_PARTITIONS = "exactly.end.partitions"  # txn app id, version = how many partitions
+
+
+class DeltaLakeTable(LakeTable):
+    """A Delta table at a directory or an S3 prefix (module docstring: the guarantee)."""
+
+    def __init__(self, uri: str, storage_options: dict[str, str] | None = None) -> None:
+        self.uri = uri
+        self.storage_options = dict(storage_options or {})
+        self.url = redact(f"delta://{uri}" if "://" not in uri else f"delta+{uri}")
+
+    @classmethod
+    def from_url(cls, url: str) -> DeltaLakeTable:
+        scheme, _, rest = url.partition("://")
+        where, _, query = rest.partition("?")
+        if not where:
+            raise LakeError(f"lake URL {redact(url)!r} names no table: delta://PATH")
+        if scheme == "delta+s3":
+            return cls(f"s3://{where}", dict(parse_qsl(query)))
+        if query:
+            raise LakeError(f"lake URL {redact(url)!r}: a local delta table takes no options")
+        return cls(where)
+
+    def _table(self) -> DeltaTable | None:
+        try:
+            return DeltaTable(self.uri, storage_options=self.storage_options or None)
+        except TableNotFoundError:
+            return None
+
+    def committed(self, query_id: str) -> int | None:
+        table = self._table()
+        return None if table is None else table.transaction_version(query_id)
+
+    def end_offsets(self) -> dict[int, int] | None:
+        """From the ``txn`` actions of the newest batch (in the snapshot: no history read)."""
+        table = self._table()
+        count = None if table is None else table.transaction_version(END_PARTITIONS)
+        if table is None or count is None:
+            return None
+        found = {p: table.transaction_version(f"{END}.{p}") for p in range(count)}
+        return {p: offset for p, offset in found.items() if offset is not None}
+
+    def schema(self) -> pa.Schema | None:
+        table = self._table()
+        return None if table is None else pa.schema(table.schema())
+
+    def commit(self, rows: pa.Table, marker: Marker) -> bool:
+        properties = CommitProperties(
+            app_transactions=[
+                Transaction(marker.query_id, marker.batch_id),
+                *end_transactions(marker.end_offsets),
+            ],
+            custom_metadata={
+                "exactly.query": marker.query_id,
+                "exactly.batch": marker.batch_id,
+                **({END: marker.end_text} if marker.end_text is not None else {}),
+            },
+            max_commit_retries=5,
+        )
+        try:
+            write_deltalake(
+                self.uri,
+                rows,
+                partition_by=[PARTITION],
+                mode="append",
+                schema_mode="merge",
+                storage_options=self.storage_options or None,
+                commit_properties=properties,
+            )
+        except CommitFailedError as error:
+            raise LakeConflict(f"lake table {self.url}: commit failed ({error})") from error
+        return True
+
+    def read(self) -> pa.Table:
+        table = self._table()
+        return BASE_SCHEMA.empty_table() if table is None else table.to_pyarrow_table()
+
+    def version(self) -> int | None:
+        table = self._table()
+        return None if table is None else table.version()
+
+    def optimize(self) -> Compaction:
+        table = self._table()
+        if table is None:
+            return Compaction(0, 0)
+        metrics: dict[str, Any] = table.optimize.compact()
+        return Compaction(int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"]))
+
+    def vacuum(self, older_than: timedelta) -> list[str]:
+        """Files under the table no version refers to: delta-rs's full vacuum finds them with
+        the expired tombstones, its lite vacuum finds those tombstones alone, and only the
+        difference is removed (the tombstones go when versions :meth:`expire`)."""
+        table = self._table()
+        if table is None:
+            return []
+        hours = int(older_than.total_seconds() // 3600)
+        kwargs: dict[str, Any] = {"dry_run": True, "enforce_retention_duration": False}
+        unreferenced = set(table.vacuum(hours, full=True, **kwargs))
+        tombstones = set(table.vacuum(hours, full=False, **kwargs))
+        root_uri = table.table_uri.rstrip("/")
+        orphans = sorted(
+            _relative(path, root_uri) for path in unreferenced - tombstones if LOG not in path
+        )
+        # delta-rs counts age in whole hours; the age asked for holds too
+        filesystem, root = located(root_uri, self._s3())
+        aged = set(old_files(filesystem, root, older_than, skip=(LOG,)))
+        gone = [path for path in orphans if path in aged]
+        remove(filesystem, root, gone)
+        return gone
+
+    def expire(self, retention: timedelta) -> int:
+        table = self._table()
+        if table is None:
+            return 0
+        hours = int(retention.total_seconds() // 3600)
+        removed = table.vacuum(hours, dry_run=False, enforce_retention_duration=False)
+        table.create_checkpoint()
+        table.cleanup_metadata()
+        return len(removed)
+
+    def _s3(self) -> S3:
+        options = {key.upper(): value for key, value in self.storage_options.items()}
+        return S3(
+            endpoint=options.get("AWS_ENDPOINT_URL") or options.get("AWS_ENDPOINT"),
+            access_key=options.get("AWS_ACCESS_KEY_ID"),
+            secret_key=options.get("AWS_SECRET_ACCESS_KEY"),
+            region=options.get("AWS_REGION"),
+        )
+
+
+def end_transactions(end: Mapping[int, int] | None) -> list[Transaction]:
+    """The ``txn`` actions that hold a batch's end offsets (module docstring)."""
+    if not end:
+        return []
+    count = max(end) + 1
+    return [Transaction(END_PARTITIONS, count)] + [
+        Transaction(f"{END}.{partition}", int(offset)) for partition, offset in end.items()
+    ]
+
+
+def _relative(path: str, root_uri: str) -> str:
+    """A path delta-rs reported, relative to the table's root."""
+    for prefix in (root_uri, root_uri.removeprefix("file://")):
+        if path.startswith(prefix):
+            return path[len(prefix) :].lstrip("/")
+    return path.lstrip("/")

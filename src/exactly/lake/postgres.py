@@ -1,0 +1,200 @@
+"""A warehouse table in PostgreSQL: ``postgresql://USER@HOST[:PORT]/DB?table=events``.
+
+Other query options are libpq's (``sslmode``, ``options=-csearch_path=...``). Rows are loaded
+with ``COPY``; the marker is a row of ``exactly_lake_batches`` (table, query id, last batch id,
+its end offsets).
+Per batch, one SQL transaction:
+
+1. an advisory lock on (table, query), then the marker read: a batch at or below it is a
+   replay, and the transaction ends with nothing written;
+2. ``ALTER TABLE ... ADD COLUMN`` for the batch's new columns (older rows read null);
+3. ``COPY`` of the rows;
+4. the marker upserted; then ``COMMIT``.
+
+Guarantee: each batch's rows are in the table exactly once, even with concurrent writers of the
+same query (the lock and the marker are checked inside the transaction). A killed batch is
+rolled back by the server: there are no files to vacuum, and a table of rows needs no
+compaction, so :meth:`optimize`, :meth:`vacuum` and :meth:`expire` do nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
+import psycopg
+import pyarrow as pa  # type: ignore[import-untyped]
+from psycopg import sql
+
+from exactly.errors import LakeError
+from exactly.lake.base import Compaction, LakeTable, Marker, end_offsets_from
+from exactly.lake.columns import BASE_SCHEMA, UTC_TIME
+from exactly.urls import redact
+
+MARKERS = "exactly_lake_batches"
+SQL_TYPES = {  # Arrow type -> PostgreSQL type
+    pa.string(): "text",
+    pa.large_string(): "text",
+    pa.string_view(): "text",
+    UTC_TIME: "timestamptz",
+    pa.date32(): "date",
+    pa.float64(): "double precision",
+    pa.int64(): "bigint",
+    pa.bool_(): "boolean",
+}
+ARROW_TYPES = {  # information_schema's data_type -> Arrow type
+    "text": pa.string(),
+    "timestamp with time zone": UTC_TIME,
+    "date": pa.date32(),
+    "double precision": pa.float64(),
+    "bigint": pa.int64(),
+    "boolean": pa.bool_(),
+}
+
+
+class PostgresTable(LakeTable):
+    """A table of events in PostgreSQL (module docstring: the protocol and the guarantee)."""
+
+    def __init__(self, conninfo: str, table: str = "events", url: str = "") -> None:
+        self.table = table
+        self.url = redact(url or conninfo)
+        try:
+            self.connection = psycopg.connect(conninfo, autocommit=True, connect_timeout=10)
+        except psycopg.OperationalError as error:
+            first = str(error).strip().splitlines()[0]
+            raise LakeError(f"lake table {self.url}: cannot connect ({first})") from error
+        self._ensure_markers()
+
+    @classmethod
+    def from_url(cls, url: str) -> PostgresTable:
+        base, _, query = url.partition("?")
+        options = parse_qsl(query)
+        table = dict(options).get("table", "events")
+        rest = [(key, value) for key, value in options if key != "table"]
+        conninfo = base + (f"?{urlencode(rest)}" if rest else "")
+        return cls(conninfo, table, url)
+
+    def _ensure_markers(self) -> None:
+        self.connection.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (table_name text NOT NULL, query_id text NOT NULL,"
+                " batch_id bigint NOT NULL, end_offsets text,"
+                " committed_at timestamptz NOT NULL DEFAULT now(),"
+                " PRIMARY KEY (table_name, query_id))"
+            ).format(sql.Identifier(MARKERS))
+        )
+
+    def committed(self, query_id: str) -> int | None:
+        row = self.connection.execute(
+            sql.SQL("SELECT batch_id FROM {} WHERE table_name = %s AND query_id = %s").format(
+                sql.Identifier(MARKERS)
+            ),
+            (self.table, query_id),
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    def end_offsets(self) -> dict[int, int] | None:
+        row = self.connection.execute(
+            sql.SQL(
+                "SELECT end_offsets FROM {} WHERE table_name = %s AND end_offsets IS NOT NULL"
+                " ORDER BY committed_at DESC LIMIT 1"
+            ).format(sql.Identifier(MARKERS)),
+            (self.table,),
+        ).fetchone()
+        return None if row is None else end_offsets_from(row[0])
+
+    def schema(self) -> pa.Schema | None:
+        rows = self.connection.execute(
+            "SELECT column_name, data_type FROM information_schema.columns"
+            " WHERE table_name = %s AND table_schema = current_schema() ORDER BY ordinal_position",
+            (self.table,),
+        ).fetchall()
+        if not rows:
+            return None
+        return pa.schema([(name, ARROW_TYPES[kind]) for name, kind in rows])
+
+    def commit(self, rows: pa.Table, marker: Marker) -> bool:
+        table = sql.Identifier(self.table)
+        with self.connection.transaction():
+            cursor = self.connection.cursor()
+            # 1. lock, then the marker
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                (f"{self.table} {marker.query_id}",),
+            )
+            last = self.committed(marker.query_id)
+            if last is not None and marker.batch_id <= last:
+                return False
+            # 2. the table and its new columns
+            columns = [
+                sql.SQL("{} {}").format(sql.Identifier(f.name), sql.SQL(_sql_type(f.type)))
+                for f in rows.schema
+            ]
+            cursor.execute(
+                sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
+                    table, sql.SQL(", ").join(columns)
+                )
+            )
+            for column in columns:
+                cursor.execute(
+                    sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {}").format(table, column)
+                )
+            # 3. the rows
+            names = sql.SQL(", ").join(sql.Identifier(name) for name in rows.column_names)
+            with cursor.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(table, names)) as copy:
+                for row in _rows(rows):
+                    copy.write_row(row)
+            # 4. the marker
+            cursor.execute(
+                sql.SQL(
+                    "INSERT INTO {} (table_name, query_id, batch_id, end_offsets)"
+                    " VALUES (%s, %s, %s, %s) ON CONFLICT (table_name, query_id) DO UPDATE"
+                    " SET batch_id = EXCLUDED.batch_id, end_offsets = EXCLUDED.end_offsets,"
+                    " committed_at = clock_timestamp()"
+                ).format(sql.Identifier(MARKERS)),
+                (self.table, marker.query_id, marker.batch_id, marker.end_text),
+            )
+        return True
+
+    def read(self) -> pa.Table:
+        schema = self.schema()
+        if schema is None:
+            return BASE_SCHEMA.empty_table()
+        names = sql.SQL(", ").join(sql.Identifier(name) for name in schema.names)
+        rows = self.connection.execute(
+            sql.SQL("SELECT {} FROM {}").format(names, sql.Identifier(self.table))
+        ).fetchall()
+        return pa.Table.from_pylist(
+            [dict(zip(schema.names, row, strict=True)) for row in rows], schema
+        )
+
+    def version(self) -> int | None:
+        return None
+
+    def optimize(self) -> Compaction:
+        return Compaction(0, 0)
+
+    def vacuum(self, older_than: timedelta) -> list[str]:
+        return []
+
+    def expire(self, retention: timedelta) -> int:
+        return 0
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def _sql_type(kind: pa.DataType) -> str:
+    found = SQL_TYPES.get(kind)
+    if found is None and pa.types.is_timestamp(kind):
+        found = "timestamptz"
+    if found is None:
+        raise LakeError(f"a lake column of Arrow type {kind} has no PostgreSQL type")
+    return found
+
+
+def _rows(rows: pa.Table) -> Any:
+    for batch in rows.to_batches(max_chunksize=10_000):
+        columns = [column.to_pylist() for column in batch.columns]
+        yield from zip(*columns, strict=True)

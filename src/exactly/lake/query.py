@@ -1,0 +1,238 @@
+"""The lake query: ``events`` appended to a lake table, each micro-batch exactly once.
+
+A Spark streaming query from the ``exactly`` source with ``foreachBatch``. Per micro-batch:
+
+1. Spark records the batch's offset range in its checkpoint (``offsets/<batch id>``);
+2. the driver reads the table's marker for the query: a batch at or below it is a replay,
+   and nothing more is done for it;
+3. the executors parse the batch's events into the lake's columns (:func:`lake_frame`: the
+   same rows as :func:`exactly.lake.columns.event_rows`), which come to the driver as Arrow;
+4. the driver appends them with the marker (query id, batch id) in one table transaction
+   (:meth:`~exactly.lake.base.LakeTable.append`);
+5. Spark commits the batch (``commits/<batch id>``).
+
+A crash anywhere repeats at most the last batch, whose marker stops it at 2 (or inside 4). The
+marker carries the batch's end offsets (step 1's): a checkpoint that is new (lost, or a new path
+over a filled table) starts where the table's newest batch ended (:func:`starting_offsets`),
+so the table, not the checkpoint, is the source of truth.
+
+As built, the driver writes the batch's files in step 4: the whole micro-batch passes through
+its memory, which ``max_records_per_trigger`` bounds. Next: executors write the Parquet files
+and the driver commits their add actions with the marker (docs/lake.md, "Not built yet").
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from exactly.errors import LakeError
+from exactly.lake.base import LakeTable, Marker
+from exactly.lake.columns import (
+    JSON_COLUMNS,
+    PARTITION,
+    TEXT_COLUMNS,
+    TIME_COLUMNS,
+    Promoted,
+    promoted_columns,
+)
+from exactly.log import open_log
+from exactly.spark import checkpoint as spark_checkpoint
+from exactly.spark.batches import BatchFunction, run_batches
+from exactly.spark.datasource import offsets
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from exactly.config import Settings
+
+EVENT_JSON = ", ".join(
+    [f"`{name}` string" for name in TEXT_COLUMNS]
+    + [f"`{name}` timestamp" for name in TIME_COLUMNS]
+    + [f"`{name}` string" for name in JSON_COLUMNS]  # an object's JSON text
+)
+SQL_KINDS = {"string": "string", "double": "double", "bigint": "bigint", "boolean": "boolean"}
+
+
+@dataclass(frozen=True)
+class LakePlan:
+    """Everything one run of the lake query needs, resolved from settings and flags."""
+
+    log_url: str = field(repr=False)  # may hold secrets: never in a repr
+    table_url: str = field(repr=False)
+    checkpoint: Path
+    columns: tuple[Promoted, ...] = ()
+    topic: str = "events"
+    until_caught_up: bool = False
+    max_records_per_trigger: int | None = 50_000
+    trigger_seconds: float = 1.0
+    read_records: int = 10_000
+
+
+@dataclass
+class Progress:
+    """Per micro-batch: events appended, and whether it was a replay the marker stopped."""
+
+    batches: dict[int, tuple[int, bool]] = field(default_factory=dict)
+
+    @property
+    def events(self) -> int:
+        return sum(events for events, appended in self.batches.values() if appended)
+
+    @property
+    def replays(self) -> int:
+        return sum(1 for _, appended in self.batches.values() if not appended)
+
+
+def default_checkpoint(data_dir: Path, topic: str) -> Path:
+    return data_dir.resolve() / "checkpoints" / f"lake-{topic}"
+
+
+def configured_plan(
+    settings: Settings,
+    *,
+    topic: str = "events",
+    checkpoint: Path | None = None,
+    until_caught_up: bool = False,
+    max_records_per_trigger: int | None = 50_000,
+    trigger_seconds: float = 1.0,
+) -> LakePlan:
+    """The lake query's plan from ``settings``: what ``exactly lake`` runs (and ``exactly up``
+    will; the flags that name a setting are in ``settings`` already)."""
+    return LakePlan(
+        log_url=settings.log_url,
+        table_url=settings.lake_url,
+        checkpoint=(checkpoint or default_checkpoint(settings.data_dir, topic)).resolve(),
+        columns=promoted_columns(settings.lake.columns),
+        topic=topic,
+        until_caught_up=until_caught_up,
+        max_records_per_trigger=max_records_per_trigger,
+        trigger_seconds=trigger_seconds,
+    )
+
+
+def lake_frame(records: DataFrame, columns: Sequence[Promoted] = ()) -> DataFrame:
+    """Records of the ``events`` topic as the lake's columns (step 3)."""
+    from pyspark.sql import functions as F
+
+    event = F.from_json(F.col("value").cast("string"), EVENT_JSON).alias("e")
+    parsed = records.select(event)
+    promoted = [
+        F.expr(
+            f"try_cast(get_json_object(e.`{c.source}`, '{c.json_path}') AS "
+            f"{SQL_KINDS.get(c.kind, c.kind)})"
+        ).alias(c.name)
+        for c in columns
+    ]
+    day = F.to_date(F.coalesce(F.col("e.timestamp"), F.col("e.receivedAt")))
+    return parsed.select(
+        *[F.col(f"e.`{name}`").alias(name) for name in (*TEXT_COLUMNS, *TIME_COLUMNS)],
+        *[F.col(f"e.`{name}`").alias(name) for name in JSON_COLUMNS],
+        day.alias(PARTITION),
+        *promoted,
+    )
+
+
+class BatchAppender(BatchFunction):
+    """The ``foreachBatch`` function: steps 2 to 4 of the module docstring."""
+
+    def __init__(
+        self,
+        table: LakeTable,
+        plan: LakePlan,
+        on_batch: Callable[[int, int, bool], None] | None = None,
+    ) -> None:
+        super().__init__(plan.checkpoint)
+        self.table = table
+        self.plan = plan
+        self.on_batch = on_batch
+
+    def process(self, records: DataFrame, batch_id: int) -> None:
+        end = spark_checkpoint.batch_end(self.plan.checkpoint, batch_id)
+        marker = Marker(self.query_id, batch_id, end)
+        # 2. the marker: a replay stops here
+        last = self.table.committed(marker.query_id)
+        if last is not None and batch_id <= last:
+            self._note(batch_id, 0, False)
+            return
+        # 3. the executors parse; the rows come to the driver as Arrow
+        rows = lake_frame(records, self.plan.columns).toArrow()
+        if rows.num_rows == 0:
+            self._note(batch_id, 0, True)  # nothing to commit, and nothing for a replay to repeat
+            return
+        # 4. rows and marker in one table transaction
+        self._note(batch_id, rows.num_rows, self.table.append(rows, marker))
+
+    def _note(self, batch_id: int, events: int, appended: bool) -> None:
+        # ``on_batch`` runs after the table's commit and before Spark's (step 5)
+        if self.on_batch is not None:
+            self.on_batch(batch_id, events, appended)
+
+
+def starting_offsets(table: LakeTable, plan: LakePlan) -> str:
+    """``earliest``, or where the table's newest batch ended when the checkpoint is new (lost,
+    or a new path over a filled table): the table, not the checkpoint, says what it holds."""
+    if spark_checkpoint.planned(plan.checkpoint):
+        return "earliest"  # Spark resumes from its checkpoint; this is ignored
+    end = table.end_offsets()
+    return "earliest" if end is None else json.dumps(offsets.to_json(end))
+
+
+def run(
+    spark: SparkSession,
+    plan: LakePlan,
+    table: LakeTable,
+    on_batch: Callable[[int, int, bool], None] | None = None,
+    start: str = "earliest",
+) -> Progress:
+    """Run the query until caught up (``until_caught_up``) or stopped; returns progress. A
+    failure raises the :class:`~exactly.errors.ExactlyError` behind it when there is one."""
+    spark.conf.set("spark.sql.session.timeZone", "UTC")  # the date is the UTC day
+    progress = Progress()
+
+    def note(batch_id: int, events: int, appended: bool) -> None:
+        progress.batches[batch_id] = (events, appended)
+        if on_batch is not None:
+            on_batch(batch_id, events, appended)
+
+    appender = BatchAppender(table, plan, note)
+    run_batches(
+        spark,
+        "lake",
+        plan,
+        appender,
+        ["value"],
+        start=start,
+        failed=LakeError,
+    )
+    return progress
+
+
+def drive(
+    spark: SparkSession,
+    plan: LakePlan,
+    table: LakeTable,
+    *,
+    say: Callable[[str], None] | None = None,
+    on_batch: Callable[[int, int, bool], None] | None = None,
+) -> Progress:
+    """Check the topic, hold the checkpoint's lock, run the query; returns its progress."""
+    from exactly.spark.streaming import checkpoint_lock
+
+    with checkpoint_lock(plan.checkpoint, "lake query"):
+        with open_log(plan.log_url) as log:
+            log.topic_info(plan.topic)  # a missing topic fails here, in one line
+        start = starting_offsets(table, plan)
+        origin = "" if start == "earliest" else f", from the table's offsets {start}"
+        (say or say_line)(
+            f"lake {plan.topic} -> {table.url} (checkpoint {plan.checkpoint}{origin})"
+        )
+        return run(spark, plan, table, on_batch, start)
+
+
+def say_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

@@ -1,0 +1,52 @@
+"""``[lake]``: the table events land in, its promoted columns and its upkeep (docs/lake.md); a
+section of :class:`exactly.config.Settings`."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from exactly.errors import ConfigError
+
+
+class LakeSettings(BaseModel):
+    """``[lake]``: where the events land; ``exactly lake``'s flags override it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str | None = Field(
+        None,
+        description="delta://PATH (default: delta://DATA_DIR/lake/events), delta+s3://BUCKET/KEY,"
+        " iceberg://DIR, iceberg+postgresql://USER@HOST/DB?warehouse=URI or "
+        "postgresql://USER@HOST/DB?table=events",
+    )
+    columns: dict[str, str] = Field(
+        {},
+        description='promoted columns: NAME = "properties.KEY KIND" (KIND string, double, '
+        "bigint, boolean or timestamp); adding one adds a column, older rows read null",
+    )
+    retention: str = Field("7d", description="how long old table versions are kept")
+    vacuum_age: str = Field(
+        "1h", description="files no version refers to are removed once older than this"
+    )
+
+    @field_validator("columns")
+    @classmethod
+    def _columns(cls, value: dict[str, str]) -> dict[str, str]:
+        from exactly.lake.columns import promoted_columns
+
+        try:
+            promoted_columns(value)
+        except ConfigError as error:
+            raise ValueError(str(error).removeprefix("[lake] columns: ")) from None
+        return value
+
+    @field_validator("retention", "vacuum_age")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        from exactly.units import parse_duration
+
+        try:
+            parse_duration(value, "duration")
+        except ConfigError as error:
+            raise ValueError(str(error).removeprefix("duration ")) from None
+        return value

@@ -1,0 +1,61 @@
+"""``exactly lake optimize`` and ``exactly lake vacuum`` on a Delta table (no Spark needed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from exactly.cli import main
+from exactly.lake import Marker, open_table
+from exactly.lake.columns import event_rows
+from tests.lake_tables import plant_uncommitted
+
+
+def values(start: int, count: int) -> list[bytes]:
+    return [
+        json.dumps({"messageId": f"m{n}", "timestamp": "2026-01-01T10:00:00Z"}).encode()
+        for n in range(start, start + count)
+    ]
+
+
+def run(args: list[str]) -> None:
+    """``exactly ARGS`` in this process; it must succeed."""
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    assert exit_.value.code in (0, None)
+
+
+def test_optimize_and_vacuum_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / ".exactly" / "lake" / "events"  # the default table of the data dir
+    with open_table(f"delta://{path}") as table:
+        for n in range(3):
+            assert table.append(event_rows(values(n * 10, 10)), Marker("q", n))
+        planted = plant_uncommitted(table, values(100, 5))
+    assert planted is not None
+    run(["lake", "optimize"])
+    assert "3 files compacted into 1" in capsys.readouterr().out
+    run(["lake", "vacuum", "--no-expire"])  # the planted file is younger than an hour
+    assert "0 uncommitted files removed" in capsys.readouterr().out
+    old = time.time() - 7200
+    os.utime(path / planted, (old, old))
+    run(["lake", "vacuum", "--no-expire"])
+    out = capsys.readouterr().out
+    assert f"removed {planted}" in out and "1 uncommitted files removed" in out
+    assert not (path / planted).exists()
+    with open_table(f"delta://{path}") as table:
+        assert table.read().num_rows == 30
+
+
+def test_a_bad_table_url_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["lake", "optimize", "--table", "mysql://x/y"])
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: lake URL") and "delta://PATH" in err[0]

@@ -1,0 +1,244 @@
+"""The lake table contract, the same assertions on every backend (tests/lake_tables.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa  # type: ignore[import-untyped]
+import pytest
+
+from exactly.errors import EnvironmentProblem, LakeError
+from exactly.lake import LakeTable, Marker, open_table
+from exactly.lake.columns import BASE_SCHEMA, Promoted, event_rows, promoted_columns
+from tests.lake_tables import CASES, S3_CASES, exists, lake_url, plant_uncommitted
+
+REVENUE = promoted_columns({"revenue": "properties.revenue double"})
+
+
+@pytest.fixture(params=CASES)
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    s3 = request.getfixturevalue("moto_s3") if request.param in S3_CASES else None
+    with lake_url(request.param, tmp_path, s3) as found:
+        yield found
+
+
+@pytest.fixture
+def table(url: str) -> Iterator[LakeTable]:
+    with open_table(url) as opened:
+        yield opened
+
+
+def events(start: int, count: int, day: int = 1) -> list[bytes]:
+    return [
+        json.dumps(
+            {
+                "messageId": f"m{n:05d}",
+                "type": "track",
+                "event": "Order Completed" if n % 2 else "Signed Up",
+                "userId": f"u{n % 7}",
+                "sourceId": "web",
+                "timestamp": f"2026-01-{day + n % 2:02d}T10:00:{n % 60:02d}.123Z",
+                "receivedAt": f"2026-01-{day + n % 2:02d}T10:00:{n % 60:02d}.456+00:00",
+                "properties": {"revenue": n / 4, "currency": "EUR"},
+                "context": {"library": {"name": "test"}},
+            }
+        ).encode()
+        for n in range(start, start + count)
+    ]
+
+
+def batch(start: int, count: int, promoted: tuple[Promoted, ...] = ()) -> pa.Table:
+    return event_rows(events(start, count), promoted)
+
+
+def rows(table: LakeTable, columns: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """The table's rows as Python values, by messageId; base columns and ``columns``."""
+    read = table.read()
+    names = [*BASE_SCHEMA.names, *columns]
+    found = [{name: row[name] for name in names} for row in read.select(names).to_pylist()]
+    for row in found:
+        for name, value in row.items():
+            if isinstance(value, datetime):
+                row[name] = value.astimezone(UTC)
+    return sorted(found, key=lambda row: row["messageId"])
+
+
+def message_ids(table: LakeTable) -> list[str]:
+    return sorted(table.read().column("messageId").to_pylist())
+
+
+def test_append_commits_the_rows_with_their_marker(table: LakeTable) -> None:
+    assert table.committed("q1") is None
+    assert table.read().num_rows == 0
+    assert table.append(batch(0, 30), Marker("q1", 0))
+    assert table.append(batch(30, 20), Marker("q1", 1))
+    assert table.committed("q1") == 1
+    assert table.committed("q2") is None
+    assert message_ids(table) == [f"m{n:05d}" for n in range(50)]
+    first = rows(table)[1]
+    assert first["timestamp"] == datetime(2026, 1, 2, 10, 0, 1, 123000, tzinfo=UTC)
+    assert first["receivedAt"] == datetime(2026, 1, 2, 10, 0, 1, 456000, tzinfo=UTC)
+    assert first["date"].isoformat() == "2026-01-02"
+    assert json.loads(first["properties"]) == {"revenue": 0.25, "currency": "EUR"}
+    assert first["traits"] is None and first["anonymousId"] is None
+
+
+def test_markers_are_per_query(table: LakeTable) -> None:
+    assert table.append(batch(0, 5), Marker("q1", 0))
+    assert table.append(batch(5, 5), Marker("q2", 0))
+    assert table.append(batch(10, 5), Marker("q2", 1))
+    assert (table.committed("q1"), table.committed("q2")) == (0, 1)
+    assert len(message_ids(table)) == 15
+
+
+def test_a_replayed_batch_commits_nothing(table: LakeTable) -> None:
+    assert table.append(batch(0, 10), Marker("q1", 0))
+    assert table.append(batch(10, 10), Marker("q1", 1))
+    version = table.version()
+    assert not table.append(batch(10, 10), Marker("q1", 1))  # the last batch, replayed
+    assert not table.append(batch(0, 10), Marker("q1", 0))  # an older one
+    assert table.version() == version
+    assert message_ids(table) == [f"m{n:05d}" for n in range(20)]
+    assert table.committed("q1") == 1
+
+
+def test_the_newest_end_offsets_are_where_a_new_query_starts(table: LakeTable) -> None:
+    assert table.end_offsets() is None
+    assert table.append(batch(0, 5), Marker("q1", 0, {0: 3, 1: 2}))
+    assert table.append(batch(5, 5), Marker("q1", 1, {1: 9, 0: 4}))
+    assert table.end_offsets() == {0: 4, 1: 9}
+    assert not table.append(batch(5, 5), Marker("q1", 1, {0: 1, 1: 1}))  # a replay: unchanged
+    table.optimize()
+    assert table.end_offsets() == {0: 4, 1: 9}
+    assert table.append(batch(10, 5), Marker("q2", 0, {0: 6, 1: 9}))  # a new query goes on
+    assert table.end_offsets() == {0: 6, 1: 9}
+
+
+def test_the_marker_survives_reopening(url: str) -> None:
+    with open_table(url) as first:
+        assert first.append(batch(0, 10), Marker("q1", 3))
+    with open_table(url) as second:
+        assert second.committed("q1") == 3
+        assert not second.append(batch(0, 10), Marker("q1", 3))
+        assert len(message_ids(second)) == 10
+
+
+def test_a_promoted_column_evolves_the_schema(table: LakeTable) -> None:
+    assert table.append(batch(0, 4), Marker("q1", 0))
+    assert table.append(batch(4, 4, REVENUE), Marker("q1", 1))
+    assert table.append(batch(8, 4), Marker("q1", 2))  # the column no longer configured
+    schema = table.schema()
+    assert schema is not None and schema.field("revenue").type == pa.float64()
+    revenue = {row["messageId"]: row["revenue"] for row in rows(table, ("revenue",))}
+    assert revenue == {f"m{n:05d}": (n / 4 if 4 <= n < 8 else None) for n in range(12)}
+
+
+def test_a_promoted_column_keeps_its_kind(table: LakeTable) -> None:
+    assert table.append(batch(0, 4, REVENUE), Marker("q1", 0))
+    text = promoted_columns({"revenue": "properties.revenue string"})
+    with pytest.raises(LakeError, match="revenue"):
+        table.append(batch(4, 4, text), Marker("q1", 1))
+    assert table.committed("q1") == 0
+
+
+def test_optimize_keeps_the_content(table: LakeTable) -> None:
+    for n in range(6):
+        assert table.append(batch(n * 5, 5, REVENUE), Marker("q1", n))
+    before = rows(table, ("revenue",))
+    compaction = table.optimize()
+    assert rows(table, ("revenue",)) == before
+    assert table.committed("q1") == 5
+    assert not table.append(batch(25, 5, REVENUE), Marker("q1", 5))
+    if table.optimize is not None and not table.url.startswith("postgresql"):
+        assert compaction.files_removed > compaction.files_added > 0
+    assert table.optimize().files_removed == 0  # nothing left to compact
+    assert table.append(batch(30, 5, REVENUE), Marker("q1", 6))
+    assert len(message_ids(table)) == 35
+
+
+def test_vacuum_removes_only_uncommitted_files(table: LakeTable) -> None:
+    assert table.append(batch(0, 10), Marker("q1", 0))
+    assert table.optimize() is not None
+    assert table.append(batch(10, 10), Marker("q1", 1))
+    planted = plant_uncommitted(table, events(100, 5))
+    before = rows(table)
+    assert len(before) == 20  # the planted file is in no version: no reader sees it
+    assert table.vacuum(timedelta(hours=1)) == []  # too young to be a killed batch's
+    removed = table.vacuum(timedelta(0))
+    assert removed == ([] if planted is None else [planted])
+    if planted is not None:
+        assert not exists(table, planted)
+    assert rows(table) == before
+    assert table.vacuum(timedelta(0)) == []
+
+
+def test_expire_keeps_the_current_version(table: LakeTable) -> None:
+    for n in range(3):
+        assert table.append(batch(n * 5, 5), Marker("q1", n))
+    table.optimize()
+    before = rows(table)
+    table.expire(timedelta(0))
+    table.vacuum(timedelta(0))
+    assert rows(table) == before
+    assert table.committed("q1") == 2
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("mysql://x/y", "not understood"),
+        ("events", "not understood"),
+        ("iceberg+postgresql://u@h/db", "warehouse"),
+        ("iceberg:///tmp/x?colour=red", "unknown options colour"),
+        ("delta://", "names no table"),
+    ],
+)
+def test_a_bad_url_says_how_to_write_one(url: str, message: str) -> None:
+    with pytest.raises(LakeError, match=message):
+        open_table(url)
+
+
+def test_a_missing_library_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "deltalake", None)
+    monkeypatch.delitem(sys.modules, "exactly.lake.delta", raising=False)
+    with pytest.raises(EnvironmentProblem, match=r"exactly\[lake\]"):
+        open_table("delta:///tmp/nowhere")
+
+
+def test_an_iceberg_table_reads_back_in_a_fresh_process(tmp_path: Path) -> None:
+    """pyiceberg's own scan, in another process, from the SQLite catalog file alone."""
+    import subprocess
+    import sys
+
+    with open_table(f"iceberg://{tmp_path / 'lake'}") as table:
+        assert table.append(batch(0, 30, REVENUE), Marker("q1", 0))
+        assert table.append(batch(30, 20), Marker("q1", 1))
+    script = (
+        "import sys\n"
+        "from pyiceberg.catalog.sql import SqlCatalog\n"
+        "catalog = SqlCatalog('exactly', uri=sys.argv[1], warehouse=sys.argv[2])\n"
+        "table = catalog.load_table(('exactly', 'events'))\n"
+        "rows = table.scan().to_arrow()\n"
+        "ids = rows.column('messageId').to_pylist()\n"
+        "print(len(ids), len(set(ids)), sum(1 for v in rows.column('revenue').to_pylist() if v))\n"
+    )
+    found = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            script,
+            f"sqlite:///{tmp_path / 'lake' / 'catalog.db'}",
+            (tmp_path / "lake" / "warehouse").as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert found.stdout.split() == ["50", "50", "29"]  # revenue 0 reads as no revenue

@@ -1,0 +1,86 @@
+"""One run of the lake query for the SIGKILL tests: ``python -m tests.lake_job_child``.
+
+Arguments: CONFIG TABLE_URL CHECKPOINT MODE. Like ``tests/route_job_child.py``: it starts
+Spark, prints ``warm``, waits for ``go`` on stdin, prints ``running``, then appends ``events``
+to the lake table in small micro-batches, printing ``batch N`` after each: MODE ``streaming``
+until killed, ``catch-up`` until caught up, then ``done``.
+
+Two points a run can be told to kill itself at (its process group, SIGKILL):
+
+* ``EXACTLY_TEST_KILL_AFTER_COMMIT=N``: right after its N-th table commit, before Spark's
+  (``on_batch`` runs between the two);
+* ``EXACTLY_TEST_KILL_BEFORE_COMMIT=N``: at its N-th commit, after the batch's data file is
+  written into the table's directory and before the commit that would make it a version's (as
+  a batch whose files are written and whose commit never came leaves it).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import uuid
+from pathlib import Path
+
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+from exactly.config import load_settings
+from exactly.lake import Marker, open_table
+from exactly.lake.delta import DeltaLakeTable
+from exactly.lake.query import LakePlan, drive
+from exactly.spark.session import build_session
+
+KILL_AFTER_COMMIT = "EXACTLY_TEST_KILL_AFTER_COMMIT"
+KILL_BEFORE_COMMIT = "EXACTLY_TEST_KILL_BEFORE_COMMIT"
+PLANTED = "part-killed-"  # the name a file written before a killed commit starts with
+
+
+def main(config: str, table_url: str, checkpoint: str, mode: str) -> None:
+    settings = load_settings(Path(config))
+    spark = build_session(settings, "exactly-lake-crash", master="local[2]")
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
+    plan = LakePlan(
+        settings.log_url,
+        table_url,
+        Path(checkpoint),
+        until_caught_up=mode == "catch-up",
+        trigger_seconds=0.2,
+        max_records_per_trigger=200,
+        read_records=100,
+    )
+    print("warm", flush=True)
+    if sys.stdin.readline().strip() != "go":
+        return
+    print("running", flush=True)
+    kill_after = int(os.environ.get(KILL_AFTER_COMMIT) or 0)
+    kill_before = int(os.environ.get(KILL_BEFORE_COMMIT) or 0)
+    commits = 0
+
+    def on_batch(batch: int, _events: int, appended: bool) -> None:
+        nonlocal commits
+        print(f"batch {batch}" + ("" if appended else " replayed"), flush=True)
+        commits += appended
+        if kill_after and commits >= kill_after:
+            os.killpg(os.getpgrp(), signal.SIGKILL)  # after the table's commit, before Spark's
+
+    with open_table(table_url) as table:
+        if kill_before:
+            commit = table.commit
+
+            def dying_commit(rows: pa.Table, marker: Marker) -> bool:
+                if commits + 1 >= kill_before:
+                    assert isinstance(table, DeltaLakeTable)
+                    name = f"{PLANTED}{uuid.uuid4()}.parquet"
+                    pq.write_table(rows.drop_columns(["date"]), Path(table.uri) / name)
+                    os.killpg(os.getpgrp(), signal.SIGKILL)  # its file written, no commit
+                return commit(rows, marker)
+
+            table.commit = dying_commit  # type: ignore[method-assign]
+        drive(spark, plan, table, say=lambda _: None, on_batch=on_batch)
+    print("done", flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5])
