@@ -45,6 +45,7 @@ from exactly.collector.body import (
     drain,
     read_body,
 )
+from exactly.collector.front import address_of
 from exactly.collector.memory import BodyBudget, Hold, tune_malloc
 from exactly.collector.metrics import Metrics
 from exactly.collector.ratelimit import RateLimiter
@@ -292,13 +293,21 @@ class CollectorApp:
             document = sdk_settings.segment_settings(key, f"{host}/v1", scheme)
         return 200, orjson.dumps(document), _JSON, ((b"cache-control", b"no-store"),)
 
+    def _client(self, scope: Scope) -> str | None:
+        """The client's address, as the limits see it: behind the connection front (issue 33)
+        it is in the name of the front's socket (:func:`exactly.collector.front.address_of`)."""
+        client = scope.get("client")
+        if not client:
+            return None
+        front = self.settings.front_directory
+        return address_of(client[0], front) if front else client[0]
+
     def _admit(self, scope: Scope, source: str, origin: bytes | None) -> None:
         """403 when ``source`` does not take events from pages on ``origin``; 429 when the
         client sent more than the source's rate limit."""
         if not self.origins.allows(source, origin):
             raise self._origin_refused()
-        client = scope.get("client")
-        wait = self.rate_limiter.check(source, client[0] if client else None, time.monotonic())
+        wait = self.rate_limiter.check(source, self._client(scope), time.monotonic())
         if wait:
             self.metrics.reject("rate_limited")
             raise HTTPError(
@@ -396,9 +405,7 @@ class CollectorApp:
 
     def _limit_bytes(self, scope: Scope, source: str, size: int, events: int) -> None:
         """429 when the client stored more bytes in ``source`` than its byte limit allows."""
-        client = scope.get("client")
-        address = client[0] if client else None
-        wait = self.byte_limiter.check(source, address, time.monotonic(), size)
+        wait = self.byte_limiter.check(source, self._client(scope), time.monotonic(), size)
         if wait:
             self.metrics.reject("byte_limited", events)
             raise HTTPError(
