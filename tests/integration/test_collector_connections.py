@@ -40,8 +40,10 @@ def closed_within(sock: socket.socket, seconds: float) -> bool:
 def track(url: str, source: str, *, batch: int = 1) -> httpx.Response:
     transport = httpx.HTTPTransport(local_address=source)
     with httpx.Client(transport=transport, timeout=30) as client:
-        events = [{"event": "e", "userId": "u", "messageId": str(uuid.uuid4())}] * batch
-        events = [{**e, "messageId": str(uuid.uuid4())} for e in events]
+        events = [
+            {"type": "track", "event": "e", "userId": "u", "messageId": str(uuid.uuid4())}
+            for _ in range(batch)
+        ]
         return client.post(f"{url}/v1/batch", json={"batch": events}, auth=WEB)
 
 
@@ -89,7 +91,13 @@ def test_limits_see_each_client_address(tmp_path: Path, per_address: str) -> Non
             transport = httpx.HTTPTransport(local_address=source)
             with httpx.Client(transport=transport, timeout=30) as client:
                 events = [
-                    {"event": "e", "userId": "u", "messageId": str(uuid.uuid4()), "p": "x" * 500}
+                    {
+                        "type": "track",
+                        "event": "e",
+                        "userId": "u",
+                        "messageId": str(uuid.uuid4()),
+                        "properties": {"p": "x" * 500},
+                    }
                     for _ in range(100)
                 ]  # about 60 KB as stored: the first fits the 64 KiB burst, the second not
                 response = client.post(f"{url}/v1/batch", json={"batch": events}, auth=app)
