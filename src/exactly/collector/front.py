@@ -54,6 +54,7 @@ class FrontSettings:
     per_address: int
     total: int
     idle_timeout: float
+    backlog: int  # the listener's again: the event loop listens anew, with 100 unless told
 
     @property
     def upstream(self) -> str:
@@ -243,7 +244,9 @@ async def run(settings: FrontSettings, listener: socket.socket) -> None:
     """Serve ``listener`` (already bound and listening) until stdin is closed."""
     loop = asyncio.get_running_loop()
     front = Front(settings)
-    server = await loop.create_server(lambda: Client(front), sock=listener)
+    server = await loop.create_server(
+        lambda: Client(front), sock=listener, backlog=settings.backlog
+    )
     loop.call_later(SWEEP_SECONDS, front.sweep)
     done: asyncio.Future[None] = loop.create_future()
     await loop.connect_read_pipe(lambda: _Parent(done), sys.stdin)

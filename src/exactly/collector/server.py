@@ -136,7 +136,7 @@ def _front(
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(address)
         listener.listen(BACKLOG)
-        settings = FrontSettings(directory, per_address, max_connections, idle_timeout)
+        settings = FrontSettings(directory, per_address, max_connections, idle_timeout, BACKLOG)
         front = subprocess.Popen(
             [
                 sys.executable, "-m", "exactly.collector.front",
