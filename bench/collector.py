@@ -385,11 +385,13 @@ def front_cost(args: argparse.Namespace) -> str:
     (granian on the port) and 256 (the front on the port, granian behind it), both started
     once, loaded in turn round after round; closed-loop events/s of each, and the ratio
     front / direct per round (pairing keeps it meaningful on a noisy machine; the one loaded first
-    alternates)."""
+    alternates); and the CPU seconds each server's processes used per event, which other load on
+    the machine moves much less than it moves throughput."""
     import statistics
 
     modes = {"direct": "0", "front": "256"}
     rates: dict[str, dict[str, list[float]]] = {k: {m: [] for m in modes} for k in KINDS}
+    cpu: dict[str, dict[str, list[float]]] = {k: {m: [] for m in modes} for k in KINDS}
     with tempfile.TemporaryDirectory(prefix="bench-front-") as tmp:
         servers = {}
         try:
@@ -402,9 +404,13 @@ def front_cost(args: argparse.Namespace) -> str:
             for round_ in range(args.rounds):
                 order = list(servers.items())[:: 1 if round_ % 2 == 0 else -1]
                 for kind, connections in KINDS.items():
-                    for mode, (port, _) in order:
+                    for mode, (port, process) in order:
+                        before = group_cpu(process.pid)
                         load = run_load(port, kind, args.seconds, connections)
+                        used = group_cpu(process.pid) - before
                         rates[kind][mode].append(load["events_per_second"])
+                        events = load["events_per_second"] * load.get("seconds", args.seconds)
+                        cpu[kind][mode].append(1e6 * used / max(events, 1))
         finally:
             for _, process in servers.values():
                 stop(process)
@@ -420,7 +426,35 @@ def front_cost(args: argparse.Namespace) -> str:
             f"{statistics.median(by_mode['front']):,.0f} | "
             f"{', '.join(f'{r:.2f}' for r in ratios)} | {statistics.median(ratios):.2f} |"
         )
+    lines += [
+        "",
+        "| scenario | direct CPU us/event (median) | front CPU us/event (median) | front / direct, "
+        "per round | median |",
+        "| --- | ---: | ---: | --- | ---: |",
+    ]
+    for kind, by_mode in cpu.items():
+        ratios = [f / d for f, d in zip(by_mode["front"], by_mode["direct"], strict=True)]
+        lines.append(
+            f"| {kind} max | {statistics.median(by_mode['direct']):.1f} | "
+            f"{statistics.median(by_mode['front']):.1f} | "
+            f"{', '.join(f'{r:.2f}' for r in ratios)} | {statistics.median(ratios):.2f} |"
+        )
     return "\n".join(lines)
+
+
+def group_cpu(pgid: int) -> float:
+    """CPU seconds (user + system) used so far by the processes of group ``pgid`` (the server:
+    its workers, appenders and front), counting only those still running."""
+    total = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # fields after the name: state, ppid, pgrp, ...
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def profile(args: argparse.Namespace) -> str:
