@@ -5,6 +5,8 @@ address behind it."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -131,3 +133,22 @@ def test_one_address_holding_11000_sockets_leaves_others_answered(tmp_path: Path
           f"127.0.0.1 reopened {reopened:,} sockets")  # fmt: skip
     assert max(took) < 1.0, took
     assert reopened >= 11000 - 256, "the holder's sockets were not closed by the collector"
+
+
+def test_the_collector_stops_and_says_so_when_its_front_dies(tmp_path: Path) -> None:
+    collector = Collector(tmp_path)
+    collector.start()
+    try:
+        assert collector.process is not None
+        front = [
+            int(pid)
+            for pid in filter(str.isdigit, os.listdir("/proc"))
+            if os.getpgid(int(pid)) == collector.process.pid
+            and b"exactly.collector.front" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]
+        assert len(front) == 1
+        os.kill(front[0], signal.SIGKILL)
+        assert collector.process.wait(timeout=30) is not None
+        assert "the connection front exited" in collector.tail()
+    finally:
+        collector.kill()

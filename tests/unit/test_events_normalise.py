@@ -189,7 +189,8 @@ def test_event_times_out_of_range_become_received_at_flagged(
 
 
 @pytest.mark.parametrize(
-    "timestamp", ["1970-01-01T00:00:00.000Z", "2024-05-02T12:00:00.250Z", "2019-03-04T05:06:07.000Z"]
+    "timestamp",
+    ["1970-01-01T00:00:00.000Z", "2024-05-02T12:00:00.250Z", "2019-03-04T05:06:07.000Z"],
 )
 def test_event_times_in_range_are_kept(timestamp: str) -> None:
     event = stored({**VALID["track"], "timestamp": timestamp}, "track")
