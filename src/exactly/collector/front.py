@@ -83,12 +83,13 @@ class Front:
     def admit(self, client: Client) -> None:
         """Make room for ``client`` (closing the least recently active), then hold it."""
         held = self.by_address.get(client.key)
-        if held is None:
-            held = self.by_address[client.key] = OrderedDict()
-        elif len(held) >= self.settings.per_address:
+        if held is not None and len(held) >= self.settings.per_address:
             self.drop(next(iter(held)))
         if len(self.everyone) >= self.settings.total:
             self.drop(next(iter(self.everyone)))
+        held = self.by_address.get(client.key)  # a drop may have emptied and removed it
+        if held is None:
+            held = self.by_address[client.key] = OrderedDict()
         held[client] = None
         self.everyone[client] = None
         self.silent[client] = self.loop.time()
@@ -123,7 +124,8 @@ class Front:
 
     async def connect(self, client: Client) -> None:
         """Open ``client``'s socket to granian, named after its address, and join the two."""
-        path = os.path.join(self.settings.directory, f"{next(self.names)}_{client.address}")
+        address = client.address.partition("%")[0]  # no IPv6 zone: the limits ignore it
+        path = os.path.join(self.settings.directory, f"{next(self.names)}_{address}")
         deadline = self.loop.time() + CONNECT_PATIENCE
         while not client.closed:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
