@@ -44,6 +44,7 @@ from exactly.collector.ratelimit import client_key
 SOCKET_NAME = "granian.sock"
 CONNECT_PATIENCE = 10.0  # seconds a first request waits for granian's socket (start, overload)
 SWEEP_SECONDS = 1.0
+READ_BYTES = 64 * 1024  # read from a client at once
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ class Front:
         self.everyone: OrderedDict[Client, None] = OrderedDict()
         self.silent: dict[Client, float] = {}  # no byte yet: when each was opened
         self.names = itertools.count()
+        self.buffer = memoryview(bytearray(READ_BYTES))  # every client's reads, one at a time
         self.loop = asyncio.get_running_loop()
 
     def admit(self, client: Client) -> None:
@@ -146,8 +148,13 @@ class Front:
         client.transport.close()
 
 
-class Client(asyncio.Protocol):
-    """One client connection; its bytes go to granian through :class:`Upstream`."""
+class Client(asyncio.BufferedProtocol):
+    """One client connection; its bytes go to granian through :class:`Upstream`.
+
+    Read into the front's one buffer of :data:`READ_BYTES` (the event loop would read 256 KiB at
+    a time): a connection whose granian side stopped reading holds at most one such chunk and
+    the write buffer's high-water mark here, not a large read (issue 33, item 1's stalled
+    bodies)."""
 
     def __init__(self, front: Front) -> None:
         self.front = front
@@ -162,6 +169,12 @@ class Client(asyncio.Protocol):
         self.address = str(peer[0]) if peer else "unknown"
         self.key = client_key(self.address)
         self.front.admit(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.front.buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self.front.buffer[:nbytes].tobytes())
 
     def data_received(self, data: bytes) -> None:
         front = self.front
