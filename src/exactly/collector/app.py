@@ -177,6 +177,8 @@ class CollectorApp:
         request = TrackedBody(receive)
         try:
             status, body, content_type, headers = await self._route(scope, request, path, origin)
+            if not request.started and _has_body(scope) and not await drain(request):
+                headers = (*headers, (b"connection", b"close"))  # a GET that sent a body
         except HTTPError as error:
             status, body, headers = error.status, error.body(), error.headers
             if not request.started and (not error.drain or not await drain(request)):
@@ -577,6 +579,15 @@ async def _let_others_run() -> None:
     """
     time.sleep(0)  # releases the GIL: a thread waiting for it runs
     await asyncio.sleep(0)
+
+
+def _has_body(scope: Scope) -> bool:
+    """Whether the request declares a body (drained before an answer that did not read it:
+    granian closed such a connection after the answer, behind the front without saying so)."""
+    length = _header(scope, b"content-length")
+    return (length is not None and length.strip() not in (b"", b"0")) or (
+        _header(scope, b"transfer-encoding") is not None
+    )
 
 
 def _header(scope: Scope, wanted: bytes) -> bytes | None:
