@@ -38,6 +38,7 @@ BACKLOG = 4096  # connections the kernel queues before granian accepts them (som
 # are forked from this process).
 READ_BUFFER_BYTES = 64 * 1024
 FRONT_RESERVE = 64  # files of the front process beside its connections
+FRONT_PREFIX = "exactly-front-"  # then the pid of exactly collect
 JEMALLOC_CONF = ("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
 
 
@@ -110,14 +111,27 @@ def check_file_limit(max_connections: int, workers: int, *, front: bool = False)
 
 def _front_directory() -> str:
     """A private directory for granian's socket and the front's socket names (tmpfs if there
-    is one: a name is bound and unlinked per connection); short enough for any name in it."""
+    is one: a name is bound and unlinked per connection); short enough for any name in it.
+    Named after this process, so that a start removes those of collectors that were killed."""
     shm = "/dev/shm"
-    base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
-    directory = tempfile.mkdtemp(prefix="exactly-front-", dir=base)
-    if len(directory) > 40:  # a unix socket's name has 107 bytes: 20 digits, "_", an IPv6 address
-        os.rmdir(directory)
-        directory = tempfile.mkdtemp(prefix="exactly-front-", dir="/tmp")
-    return directory
+    base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+    if len(base) > 16:  # a unix socket's name has 107 bytes: 20 digits, "_", an IPv6 address
+        base = "/tmp"
+    for name in os.listdir(base):
+        owner = name.removeprefix(FRONT_PREFIX).partition("-")[0]
+        if name.startswith(FRONT_PREFIX) and owner.isdigit() and not _alive(int(owner)):
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{FRONT_PREFIX}{os.getpid()}-", dir=base)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 @contextmanager
