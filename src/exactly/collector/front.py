@@ -39,12 +39,14 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import cast
 
+from exactly.collector.memory import trim, tune_malloc
 from exactly.collector.ratelimit import client_key
 
 SOCKET_NAME = "granian.sock"
 CONNECT_PATIENCE = 10.0  # seconds a first request waits for granian's socket (start, overload)
 SWEEP_SECONDS = 1.0
 READ_BYTES = 64 * 1024  # read from a client at once
+WRITE_HIGH = 16 * 1024  # bytes waiting for granian past which the client is not read
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ class Front:
         self.silent: dict[Client, float] = {}  # no byte yet: when each was opened
         self.names = itertools.count()
         self.buffer = memoryview(bytearray(READ_BYTES))  # every client's reads, one at a time
+        self.held_before = 0
         self.loop = asyncio.get_running_loop()
 
     def admit(self, client: Client) -> None:
@@ -116,7 +119,11 @@ class Front:
         self.silent.pop(client, None)
 
     def sweep(self) -> None:
-        """Close the connections that sent nothing for ``idle_timeout`` (oldest first)."""
+        """Close the connections that sent nothing for ``idle_timeout`` (oldest first); give
+        freed memory back to the system when connections went since the last sweep."""
+        if len(self.everyone) < self.held_before:
+            trim()
+        self.held_before = len(self.everyone)
         oldest = self.loop.time() - self.settings.idle_timeout
         for client, opened in list(self.silent.items()):
             if opened > oldest:
@@ -224,6 +231,7 @@ class Upstream(asyncio.Protocol):
         self.client = client
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.set_write_buffer_limits(high=WRITE_HIGH)  # type: ignore[attr-defined]
         if self.client.closed:
             transport.close()
         else:
@@ -275,6 +283,7 @@ def main() -> None:
 
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, signal.SIG_IGN)
+    tune_malloc()  # a read chunk is its own mapping, given back when written
     settings = FrontSettings(**json.loads(sys.argv[1]))
     listener = socket.socket(fileno=int(sys.argv[2]))
     uvloop.run(run(settings, listener))
