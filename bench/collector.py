@@ -282,10 +282,14 @@ def wait_healthy(port: int, process: subprocess.Popen[bytes]) -> None:
 
 
 def start_server(
-    system: str, args: argparse.Namespace, workdir: Path, port: int
+    system: str,
+    args: argparse.Namespace,
+    workdir: Path,
+    port: int,
+    extra: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     python = sys.executable
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **(extra or {})}
     if system == "baseline":
         command = [python, __file__, "baseline", "--port", str(port), "--db", str(workdir / "b.db")]
     elif args.server == "uvicorn":
@@ -371,6 +375,86 @@ def measure(system: str, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             assert stored >= answered, f"{answered} events answered 200 but {stored} in the log"
             results["check"] = {"answered": answered, "stored": stored}
     return results
+
+
+KINDS = {"batch": 8, "track": 32}  # closed-loop connections of each scenario
+
+
+def front_cost(args: argparse.Namespace) -> str:
+    """The connection front's cost: the same collector with ``max_connections_per_address`` 0
+    (granian on the port) and 256 (the front on the port, granian behind it), both started
+    once, loaded in turn round after round; closed-loop events/s of each, and the ratio
+    front / direct per round (pairing keeps it meaningful on a noisy machine; the one loaded first
+    alternates); and the CPU seconds each server's processes used per event, which other load on
+    the machine moves much less than it moves throughput."""
+    import statistics
+
+    modes = {"direct": "0", "front": "256"}
+    rates: dict[str, dict[str, list[float]]] = {k: {m: [] for m in modes} for k in KINDS}
+    cpu: dict[str, dict[str, list[float]]] = {k: {m: [] for m in modes} for k in KINDS}
+    with tempfile.TemporaryDirectory(prefix="bench-front-") as tmp:
+        servers = {}
+        try:
+            for mode, cap in modes.items():
+                workdir = Path(tmp) / mode
+                workdir.mkdir()
+                port = free_port()
+                extra = {"EXACTLY_COLLECTOR__MAX_CONNECTIONS_PER_ADDRESS": cap}
+                servers[mode] = (port, start_server("exactly", args, workdir, port, extra))
+            for round_ in range(args.rounds):
+                order = list(servers.items())[:: 1 if round_ % 2 == 0 else -1]
+                for kind, connections in KINDS.items():
+                    for mode, (port, process) in order:
+                        before = group_cpu(process.pid)
+                        load = run_load(port, kind, args.seconds, connections)
+                        used = group_cpu(process.pid) - before
+                        rates[kind][mode].append(load["events_per_second"])
+                        events = load["events_per_second"] * load.get("seconds", args.seconds)
+                        cpu[kind][mode].append(1e6 * used / max(events, 1))
+        finally:
+            for _, process in servers.values():
+                stop(process)
+    lines = [
+        "| scenario | direct events/s (median) | front events/s (median) | front / direct, "
+        "per round | median |",
+        "| --- | ---: | ---: | --- | ---: |",
+    ]
+    for kind, by_mode in rates.items():
+        ratios = [f / d for f, d in zip(by_mode["front"], by_mode["direct"], strict=True)]
+        lines.append(
+            f"| {kind} max | {statistics.median(by_mode['direct']):,.0f} | "
+            f"{statistics.median(by_mode['front']):,.0f} | "
+            f"{', '.join(f'{r:.2f}' for r in ratios)} | {statistics.median(ratios):.2f} |"
+        )
+    lines += [
+        "",
+        "| scenario | direct CPU us/event (median) | front CPU us/event (median) | front / direct, "
+        "per round | median |",
+        "| --- | ---: | ---: | --- | ---: |",
+    ]
+    for kind, by_mode in cpu.items():
+        ratios = [f / d for f, d in zip(by_mode["front"], by_mode["direct"], strict=True)]
+        lines.append(
+            f"| {kind} max | {statistics.median(by_mode['direct']):.1f} | "
+            f"{statistics.median(by_mode['front']):.1f} | "
+            f"{', '.join(f'{r:.2f}' for r in ratios)} | {statistics.median(ratios):.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def group_cpu(pgid: int) -> float:
+    """CPU seconds (user + system) used so far by the processes of group ``pgid`` (the server:
+    its workers, appenders and front), counting only those still running."""
+    total = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # fields after the name: state, ppid, pgrp, ...
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def profile(args: argparse.Namespace) -> str:
@@ -480,6 +564,8 @@ def main() -> None:
     parser.add_argument("--track-connections", type=int, default=32)
     parser.add_argument("--skip-baseline", action="store_true")
     sub.add_parser("json", help="compare JSON libraries on the collector's work")
+    front = sub.add_parser("front", help="the connection front's cost, beside granian direct")
+    front.add_argument("--rounds", type=int, default=5)
     spy = sub.add_parser("profile", help="py-spy the collector under the /v1/batch load")
     spy.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
@@ -491,6 +577,11 @@ def main() -> None:
         return
     if args.command == "profile":
         print(profile(args))
+        return
+    if args.command == "front":
+        load_before = os.getloadavg()
+        print(front_cost(args))
+        print(f"load average before: {load_before}, after: {os.getloadavg()}")
         return
     if args.command == "baseline":
         baseline(args)

@@ -39,12 +39,14 @@ def stalled_head(keyed: bool = True) -> bytes:
 def send_stalled(
     port: int, count: int, keyed: bool = True, seconds: float = 20
 ) -> list[socket.socket]:
-    """``count`` connections, each sending 490 KB of a 500 KB body, then nothing."""
+    """``count`` connections, each sending 490 KB of a 500 KB body, then nothing; from
+    127.0.0.1 to 127.0.0.5 in turn (200 each stay within the front's 256 per address)."""
     payload = stalled_head(keyed) + b"{" + b" " * (SENT - 1)
     selector = selectors.DefaultSelector()
     sockets = []
-    for _ in range(count):
-        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    for number in range(count):
+        source = (f"127.0.0.{1 + number % 5}", 0)
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=source)
         sock.setblocking(False)
         sockets.append(sock)
         selector.register(sock, selectors.EVENT_WRITE, [0])

@@ -60,3 +60,34 @@ def test_collect_refuses_to_start_in_one_line_without_files_for_its_caps(
     with pytest.raises(ConfigError, match=r"open-file limit \(4096\) is below the 10256"):
         server.check_file_limit(10_000, 1)
     assert server.check_file_limit(3_000, 1) == 3_000
+
+
+def test_behind_the_front_each_connection_counts_two_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    from exactly.collector import server
+
+    monkeypatch.setattr(server.resource, "getrlimit", lambda _: (1024, 20_000))
+    monkeypatch.setattr(server.resource, "setrlimit", lambda *_: None)
+    assert server.check_file_limit(8192, 1, front=True) == 8192  # 16,448 files
+    with pytest.raises(ConfigError, match=r"below the 20064 .*\(2 files x 10000 connections"):
+        server.check_file_limit(10_000, 1, front=True)
+    assert server.check_file_limit(10_000, 1) == 10_000  # granian alone: 10,256
+
+
+def test_a_start_removes_the_front_directories_of_killed_collectors() -> None:
+    import os
+    import shutil
+
+    from exactly.collector import server
+
+    created = server._front_directory()
+    base = os.path.dirname(created)
+    stale = os.path.join(base, f"{server.FRONT_PREFIX}999999999-abcdefgh")  # above any pid_max
+    os.mkdir(stale)
+    again = server._front_directory()
+    try:
+        assert not os.path.exists(stale)
+        assert os.path.isdir(created) and os.path.isdir(again)  # this process is alive
+        assert len(os.path.join(again, "4294967295_" + "f" * 39)) <= 107
+    finally:
+        shutil.rmtree(created)
+        shutil.rmtree(again)

@@ -166,12 +166,36 @@ def test_keep_received_at_replays_an_export() -> None:
     assert fresh["receivedAt"] == "2024-05-01T12:00:00.250Z"
 
 
-def test_out_of_range_corrections_are_rejected_not_crashes() -> None:
-    event = {**VALID["track"], "timestamp": "0001-01-01T00:00:00Z"}
-    assert code_of(event, "track", sentAt="9999-12-31T23:59:59Z") == "invalid_timestamp"
-    assert code_of({**VALID["track"], "timestamp": "0001-01-01T00:00:00+01:00"}, "track") == (
-        "invalid_timestamp"
-    )
+@pytest.mark.parametrize(
+    ("timestamp", "sent_at"),
+    [
+        ("0001-01-01T00:00:00Z", None),  # Go's zero time, .NET's DateTime.MinValue
+        ("0001-01-01T00:00:00+01:00", None),  # before year 1 in UTC
+        ("9999-12-31T23:59:59Z", None),  # .NET's DateTime.MaxValue
+        ("1969-12-31T23:59:59.999Z", None),
+        ("2024-05-02T12:00:00.251Z", None),  # a day and a millisecond after receivedAt
+        ("0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z"),  # corrected: before year 1
+        ("2024-05-01T12:00:00Z", "2000-01-01T00:00:00Z"),  # corrected: 24 years ahead
+    ],
+)
+def test_event_times_out_of_range_become_received_at_flagged(
+    timestamp: str, sent_at: str | None
+) -> None:
+    envelope = {} if sent_at is None else {"sentAt": sent_at}
+    event = stored({**VALID["track"], "timestamp": timestamp}, "track", **envelope)
+    assert event["timestamp"] == event["receivedAt"] == "2024-05-01T12:00:00.250Z"
+    assert event["timestampOutOfRange"] is True
+    assert event["originalTimestamp"] == timestamp
+
+
+@pytest.mark.parametrize(
+    "timestamp",
+    ["1970-01-01T00:00:00.000Z", "2024-05-02T12:00:00.250Z", "2019-03-04T05:06:07.000Z"],
+)
+def test_event_times_in_range_are_kept(timestamp: str) -> None:
+    event = stored({**VALID["track"], "timestamp": timestamp}, "track")
+    assert event["timestamp"] == timestamp
+    assert "timestampOutOfRange" not in event
 
 
 def test_envelope_context_and_integrations_merge_under_the_event() -> None:
@@ -272,3 +296,18 @@ def test_dedupe_reads_a_message_id_by_the_collectors_rule(found: object) -> None
     assert (reason is None) == (expected is not None)
     if isinstance(found, str) and len(found) > MAX_MESSAGE_ID_LENGTH:
         assert reason == f"messageId is longer than {MAX_MESSAGE_ID_LENGTH} characters"
+
+
+def test_integers_beyond_64_bits_are_stored_as_floats() -> None:
+    body = (
+        b'{"event":"e","userId":"u","properties":{"over":18446744073709551616,'
+        b'"max":18446744073709551615,"min":-9223372036854775808,"under":-9223372036854775809}}'
+    )  # the rule of docs/collector.md: orjson reads integers from -2**63 to 2**64-1 exactly
+    event = stored(orjson.loads(body), "track")
+    assert event["properties"] == {
+        "over": float(2**64),
+        "max": 2**64 - 1,
+        "min": -(2**63),
+        "under": float(-(2**63) - 1),
+    }
+    assert type(event["properties"]["over"]) is float

@@ -112,4 +112,5 @@ def collect(
         shutdown_timeout=config.shutdown_timeout,
         idle_timeout=config.idle_timeout,
         max_connections=config.max_connections,
+        max_connections_per_address=config.max_connections_per_address,
     )

@@ -45,6 +45,7 @@ from exactly.collector.body import (
     drain,
     read_body,
 )
+from exactly.collector.front import address_of
 from exactly.collector.memory import BodyBudget, Hold, tune_malloc
 from exactly.collector.metrics import Metrics
 from exactly.collector.ratelimit import RateLimiter
@@ -176,6 +177,8 @@ class CollectorApp:
         request = TrackedBody(receive)
         try:
             status, body, content_type, headers = await self._route(scope, request, path, origin)
+            if not request.started and _has_body(scope) and not await drain(request):
+                headers = (*headers, (b"connection", b"close"))  # a GET that sent a body
         except HTTPError as error:
             status, body, headers = error.status, error.body(), error.headers
             if not request.started and (not error.drain or not await drain(request)):
@@ -292,13 +295,21 @@ class CollectorApp:
             document = sdk_settings.segment_settings(key, f"{host}/v1", scheme)
         return 200, orjson.dumps(document), _JSON, ((b"cache-control", b"no-store"),)
 
+    def _client(self, scope: Scope) -> str | None:
+        """The client's address, as the limits see it: behind the connection front (issue 33)
+        it is in the name of the front's socket (:func:`exactly.collector.front.address_of`)."""
+        client = scope.get("client")
+        if not client:
+            return None
+        front = self.settings.front_directory
+        return address_of(client[0], front) if front else client[0]
+
     def _admit(self, scope: Scope, source: str, origin: bytes | None) -> None:
         """403 when ``source`` does not take events from pages on ``origin``; 429 when the
         client sent more than the source's rate limit."""
         if not self.origins.allows(source, origin):
             raise self._origin_refused()
-        client = scope.get("client")
-        wait = self.rate_limiter.check(source, client[0] if client else None, time.monotonic())
+        wait = self.rate_limiter.check(source, self._client(scope), time.monotonic())
         if wait:
             self.metrics.reject("rate_limited")
             raise HTTPError(
@@ -396,9 +407,7 @@ class CollectorApp:
 
     def _limit_bytes(self, scope: Scope, source: str, size: int, events: int) -> None:
         """429 when the client stored more bytes in ``source`` than its byte limit allows."""
-        client = scope.get("client")
-        address = client[0] if client else None
-        wait = self.byte_limiter.check(source, address, time.monotonic(), size)
+        wait = self.byte_limiter.check(source, self._client(scope), time.monotonic(), size)
         if wait:
             self.metrics.reject("byte_limited", events)
             raise HTTPError(
@@ -570,6 +579,15 @@ async def _let_others_run() -> None:
     """
     time.sleep(0)  # releases the GIL: a thread waiting for it runs
     await asyncio.sleep(0)
+
+
+def _has_body(scope: Scope) -> bool:
+    """Whether the request declares a body (drained before an answer that did not read it:
+    granian closed such a connection after the answer, behind the front without saying so)."""
+    length = _header(scope, b"content-length")
+    return (length is not None and length.strip() not in (b"", b"0")) or (
+        _header(scope, b"transfer-encoding") is not None
+    )
 
 
 def _header(scope: Scope, wanted: bytes) -> bytes | None:

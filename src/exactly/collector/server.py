@@ -7,15 +7,24 @@ processes appending at once, and a Kafka log takes any number of producers.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import resource
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 import tempfile
+import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
 
-from exactly.collector.settings import CollectorSettings
+from exactly.collector.front import SOCKET_NAME, FrontSettings
+from exactly.collector.settings import MAX_CONNECTIONS, CollectorSettings
 from exactly.errors import ConfigError
 
 FACTORY = "exactly.collector.app:from_environment"
@@ -28,6 +37,8 @@ BACKLOG = 4096  # connections the kernel queues before granian accepts them (som
 # once, it held +8 MB. Set in the environment before granian's module is loaded (the workers
 # are forked from this process).
 READ_BUFFER_BYTES = 64 * 1024
+FRONT_RESERVE = 64  # files of the front process beside its connections
+FRONT_PREFIX = "exactly-front-"  # then the pid of exactly collect
 JEMALLOC_CONF = ("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
 
 
@@ -77,20 +88,102 @@ def raise_file_limit(wanted: int) -> int:
     return wanted if soft == resource.RLIM_INFINITY else soft
 
 
-def check_file_limit(max_connections: int, workers: int) -> int:
+def check_file_limit(max_connections: int, workers: int, *, front: bool = False) -> int:
     """Raise the open-file limit to what the connection caps need, or fail in one line (issue
     33: with a 4,096 limit, 5,000 idle sockets from one host left no file for anyone else);
-    the connections per worker."""
+    the connections per worker. Behind the front (its own process, the same limit) each
+    connection may hold two files there: the client's socket and the one to granian."""
     reserve = 256 * workers  # logs, sockets to appenders, the interpreter's own files
     needed = max_connections * workers + reserve
+    how = f"{max_connections} connections x {workers} workers + {reserve}"
+    if front and 2 * max_connections * workers + FRONT_RESERVE > needed:
+        needed = 2 * max_connections * workers + FRONT_RESERVE
+        how = f"2 files x {max_connections} connections x {workers} workers + {FRONT_RESERVE}"
     limit = raise_file_limit(needed)
     if limit < needed:
         raise ConfigError(
             f"the open-file limit ({limit}) is below the {needed} the collector needs "
-            f"({max_connections} connections x {workers} workers + {reserve}): raise it "
-            "(ulimit -n, or LimitNOFILE= in a systemd unit) or lower collector.max_connections"
+            f"({how}): raise it (ulimit -n, or LimitNOFILE= in a systemd unit) or lower "
+            "collector.max_connections"
         )
     return max_connections
+
+
+def _front_directory() -> str:
+    """A private directory for granian's socket and the front's socket names (tmpfs if there
+    is one: a name is bound and unlinked per connection); short enough for any name in it.
+    Named after this process, so that a start removes those of collectors that were killed."""
+    shm = "/dev/shm"
+    base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+    if len(base) > 16:  # a unix socket's name has 107 bytes: 20 digits, "_", an IPv6 address
+        base = "/tmp"
+    for name in os.listdir(base):
+        owner = name.removeprefix(FRONT_PREFIX).partition("-")[0]
+        if name.startswith(FRONT_PREFIX) and owner.isdigit() and not _alive(int(owner)):
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{FRONT_PREFIX}{os.getpid()}-", dir=base)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
+
+
+@contextmanager
+def _front(
+    host: str, port: int, max_connections: int, per_address: int, idle_timeout: float
+) -> Iterator[str]:
+    """The connection front (:mod:`exactly.collector.front`) in its own process, listening on
+    ``host:port``; yields its private directory, where granian is to listen. If the front exits
+    while the collector runs, the collector is stopped (SIGTERM to this process) and says so."""
+    directory = _front_directory()
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, address = infos[0]
+    listener = socket.socket(family, kind, proto)
+    stopping = threading.Event()
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+        listener.listen(BACKLOG)
+        settings = FrontSettings(directory, per_address, max_connections, idle_timeout, BACKLOG)
+        front = subprocess.Popen(
+            [
+                sys.executable, "-m", "exactly.collector.front",
+                json.dumps(dataclasses.asdict(settings)), str(listener.fileno()),
+            ],
+            stdin=subprocess.PIPE,
+            pass_fds=(listener.fileno(),),
+        )  # fmt: skip
+    except BaseException:
+        listener.close()
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    listener.close()
+
+    def watch() -> None:
+        code = front.wait()
+        if not stopping.is_set():
+            print(f"collector: the connection front exited ({code}); stopping", file=sys.stderr)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="front-watch", daemon=True).start()
+    try:
+        yield directory
+    finally:
+        stopping.set()
+        assert front.stdin is not None
+        front.stdin.close()  # the front's end of file: it stops
+        try:
+            front.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            front.kill()
+            front.wait()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def serve(
@@ -101,7 +194,8 @@ def serve(
     *,
     shutdown_timeout: float = 10.0,
     idle_timeout: float = 5.0,
-    max_connections: int = 10_000,
+    max_connections: int = MAX_CONNECTIONS,
+    max_connections_per_address: int = 0,
 ) -> None:
     """Serve until SIGINT or SIGTERM; queued events are appended before the workers exit.
 
@@ -124,14 +218,28 @@ def serve(
     from granian.http import HTTP1Settings
     from granian.log import LogLevels
 
-    per_worker = check_file_limit(max_connections, workers)
+    front = max_connections_per_address > 0
+    per_worker = check_file_limit(max_connections, workers, front=front)
     header_timeout = min(idle_timeout, shutdown_timeout)
-    with _environment(settings, workers):
+    with ExitStack() as stack:
+        where: dict[str, Any] = {"address": host, "port": port}
+        if front:
+            directory = stack.enter_context(
+                _front(
+                    host,
+                    port,
+                    max_connections * workers,
+                    max_connections_per_address,
+                    idle_timeout,
+                )
+            )
+            settings = settings.model_copy(update={"front_directory": directory})
+            where = {"uds": Path(directory) / SOCKET_NAME, "uds_permissions": 0o600}
+        stack.enter_context(_environment(settings, workers))
         Granian(
             FACTORY,
             factory=True,
-            address=host,
-            port=port,
+            **where,
             interface=Interfaces.ASGI,
             http=HTTPModes.http1,
             workers=workers,

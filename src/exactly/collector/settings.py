@@ -28,6 +28,9 @@ from exactly.events.normalise import MAX_EVENT_BYTES, MAX_MESSAGE_ID_BYTES
 ENVIRONMENT_KEY = "EXACTLY_COLLECTOR_SPEC"
 MAX_REQUEST_BYTES = 500 * 1024
 MAX_BUFFERED_MB = 200
+# behind the front each connection is two files of its process: 2 x 8,192 + 64 fits a hard
+# open-file limit of 20,000 (10,000 did not)
+MAX_CONNECTIONS = 8192
 EXPANSION_FLOOR = 64 * 1024  # bytes any request may store, whatever it sent (max_expansion)
 BYTE_BURST = 64 * 1024  # the least burst of a byte limit: 10 s at its rate, at least this
 SOURCE_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")  # use fullmatch: "$" would let "web\n" pass
@@ -122,6 +125,10 @@ class CollectorSettings(BaseModel):
         description="source name -> stored bytes per second per client and burst (absent: none)",
     )
 
+    front_directory: str | None = Field(
+        None, description="behind the connection front: its private directory (front.py)"
+    )
+
     @model_validator(mode="after")
     def _limits_fit(self) -> CollectorSettings:
         check_record_limit(self.max_record_bytes, self.max_event_bytes)
@@ -209,7 +216,16 @@ class CollectorConfig(BaseModel):
         "(idle keep-alive, a new connection that sends nothing, slow headers)",
     )
     max_connections: int = Field(
-        10_000, ge=16, description="open connections per worker; more wait in the listen backlog"
+        MAX_CONNECTIONS,
+        ge=16,
+        description="open connections per worker; more wait in the listen backlog (behind the "
+        "front: x workers in all, the least recently active closed first)",
+    )
+    max_connections_per_address: int = Field(
+        256,
+        ge=0,
+        description="open connections per client address (IPv6: per /64), the least recently "
+        "active closed first; 0: no cap and no connection front (granian serves the port)",
     )
     allowed_origins: dict[str, tuple[str, ...]] = Field(
         default_factory=dict,

@@ -19,7 +19,10 @@ sent, except ``writeKey``, and sets:
 * ``originalTimestamp``: the client's ``timestamp`` as sent (or its ``originalTimestamp``);
 * ``timestamp``: corrected for the client's clock skew, ``receivedAt - (sentAt -
   originalTimestamp)``, when the client sent both ``sentAt`` and a timestamp; the client's
-  timestamp when it sent no ``sentAt``; ``receivedAt`` when it sent no timestamp;
+  timestamp when it sent no ``sentAt``; ``receivedAt`` when it sent no timestamp, and also
+  when either lies before 1970 or more than a day after ``receivedAt`` (year 1 and 9999 are the
+  zero and maximum dates of Go and .NET): then ``timestampOutOfRange`` is ``true`` and
+  ``originalTimestamp`` keeps what was sent;
 * ``sourceId``: the source the write key belongs to;
 * batch-level ``context`` and ``integrations`` merged under the event's own.
 
@@ -50,6 +53,8 @@ MAX_MESSAGE_ID_BYTES = 4 * MAX_MESSAGE_ID_LENGTH  # as UTF-8, the record key at 
 MessageIdFor = Callable[[dict[str, Any]], str]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_AHEAD_MILLIS = 86_400_000  # an event time may be at most a day after receivedAt
+OUT_OF_RANGE = "timestampOutOfRange"  # set (true) where timestamp is receivedAt for that reason
 _MIN_MILLIS = (datetime(1, 1, 1, tzinfo=UTC) - _EPOCH) // timedelta(milliseconds=1)
 _MAX_MILLIS = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC) - _EPOCH) // timedelta(
     milliseconds=1
@@ -234,9 +239,12 @@ def _timestamps(event: dict[str, Any], receipt: Receipt) -> None:
         event["timestamp"] = received_text
     else:
         original = parse_millis(original_text, "timestamp")
-        event["timestamp"] = format_millis(
-            original if sent is None else received - (sent - original)
-        )
+        when = original if sent is None else received - (sent - original)
+        if 0 <= when <= received + MAX_AHEAD_MILLIS:
+            event["timestamp"] = format_millis(when)
+        else:  # a zero or maximum date (Go's, .NET's), a clock years off: not an event time
+            event["timestamp"] = received_text
+            event[OUT_OF_RANGE] = True
         event["originalTimestamp"] = original_text
     if sent_text is not None:
         event["sentAt"] = sent_text

@@ -31,6 +31,12 @@ def open_log(url: str, **options: Any) -> Log:
 
         return SqliteLog.from_url(rest, **options)
     if scheme == "kafka":
+        if "@" in rest.partition("?")[0]:  # librdkafka would read it as a host name
+            raise InvalidLogURL(
+                f"log URL {redact(url)!r}: Kafka credentials do not go before the host; use "
+                "kafka://HOST:PORT?security.protocol=SASL_SSL&sasl.mechanism=PLAIN"
+                "&sasl.username=NAME&sasl.password=env:VARIABLE"
+            )
         try:
             from exactly.log.kafka import KafkaLog
         except ImportError as error:  # pragma: no cover - depends on the installed extras
