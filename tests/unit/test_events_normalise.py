@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exactly.errors import InvalidEvent
@@ -283,6 +283,7 @@ def test_a_lower_event_limit() -> None:
     | st.text(st.characters(blacklist_categories=["Cs"]), max_size=300)
     | st.lists(st.integers(0, 9), max_size=2)
 )
+@settings(deadline=None)  # the first example imports the dedupe task (slow on a loaded machine)
 def test_dedupe_reads_a_message_id_by_the_collectors_rule(found: object) -> None:
     from exactly.dedupe.task import message_id
 
