@@ -68,6 +68,7 @@ from exactly.delivery.jobdb.base import (
     Control,
     Job,
     JobDB,
+    Members,
     Transition,
 )
 from exactly.delivery.metrics import DeliveryMetrics, Gauges
@@ -100,7 +101,7 @@ class Tally:
     last_error: str | None = None
 
 
-_Write = tuple[Sequence[Transition], Sequence["Batch"], Sequence["BatchStep"]]
+_Write = tuple[Sequence[Transition], Sequence[Batch], Sequence[BatchStep], Sequence[Members]]
 
 
 class _Writer:
@@ -120,9 +121,10 @@ class _Writer:
         *,
         batches: Sequence[Batch] = (),
         steps: Sequence[BatchStep] = (),
+        members: Sequence[Members] = (),
     ) -> None:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append(((transitions, batches, steps), future))
+        self._waiting.append(((transitions, batches, steps, members), future))
         self._wake.set()
         await future
 
@@ -139,12 +141,19 @@ class _Writer:
                 if self._closing:
                     return
                 continue
-            transitions = [step for (writes, _, _), _ in batch for step in writes]
-            formed = [one for (_, batches, _), _ in batch for one in batches]
-            steps = [step for (_, _, steps), _ in batch for step in steps]
+            transitions = [step for (writes, _, _, _), _ in batch for step in writes]
+            formed = [one for (_, batches, _, _), _ in batch for one in batches]
+            steps = [step for (_, _, steps, _), _ in batch for step in steps]
+            members = [group for (_, _, _, groups), _ in batch for group in groups]
             try:
-                if formed or steps:
-                    await self._call(self._jobdb.record, transitions, batches=formed, steps=steps)
+                if formed or steps or members:
+                    await self._call(
+                        self._jobdb.record,
+                        transitions,
+                        batches=formed,
+                        steps=steps,
+                        members=members,
+                    )
                 else:  # a destination without batches writes as it always did
                     await self._call(self._jobdb.record, transitions)
             except Exception as error:  # noqa: BLE001 (handed to every waiter)
@@ -667,6 +676,7 @@ class Director:
         now = time.time()
         name = destination.name
         transitions: list[Transition] = []
+        groups: list[Members] = []
         formed: list[Batch] = []
         steps: list[BatchStep] = []
         ready: list[HeldBatch] = []
@@ -674,7 +684,7 @@ class Director:
         for item in items:
             if isinstance(item, HeldBatch):
                 if _expired_batch(item, now):
-                    transitions += _ends(item, EXPIRED, item.attempt, now)
+                    groups += _ends(item, EXPIRED, item.attempt, now)
                     steps.append(BatchStep(item.id, EXPIRED, item.attempt, time=now))
                     ended.append(item)
                     continue
@@ -702,18 +712,19 @@ class Director:
             )
             formed.append(formed_batch)
             steps.append(BatchStep(formed_batch.id, EXECUTING, 1, time=now))
-            transitions += [
-                Transition(job.id, EXECUTING, job.attempt + 1, time=now) for job in live
-            ]
+            groups += _members(live, EXECUTING, 1, now)
             ready.append(HeldBatch(formed_batch, bucket, live))
         tally = self.tallies[name]
         try:
-            await self._writer_of().record(transitions, batches=formed, steps=steps)  # 1.
+            await self._writer_of().record(
+                transitions, batches=formed, steps=steps, members=groups
+            )  # 1.
         except BaseException:
             for held in [*ready, *ended]:
                 destination.batch_done(held, ended=True)
             raise
-        tally.expired += sum(1 for step in transitions if step.state == EXPIRED)
+        tally.expired += len(transitions)  # jobs expired before a batch took them
+        tally.expired += sum(len(group.job_ids) for group in groups if group.state == EXPIRED)
         for held in ended:
             destination.batch_done(held, ended=True)
         destination.outbox.extend((held.bucket, held) for held in ready)
@@ -925,9 +936,9 @@ class Director:
             response=outcome.response,
         )
         ended = outcome.state != AWAITING_RETRY
-        transitions = _ends(held, outcome.state, attempt, now, outcome) if ended else []
+        groups = _ends(held, outcome.state, attempt, now, outcome) if ended else []
         try:
-            await self._writer_of().record(transitions, steps=[step])  # 3. the outcome
+            await self._writer_of().record((), steps=[step], members=groups)  # 3. the outcome
         finally:
             destination.batch_done(held, ended=ended)
         count = len(held.jobs)
@@ -952,7 +963,7 @@ class Director:
         )
         try:
             await self._writer_of().record(
-                _ends(held, EXPIRED, held.attempt + 1, now), steps=[step]
+                (), steps=[step], members=_ends(held, EXPIRED, held.attempt + 1, now)
             )
         finally:
             destination.batch_done(held, ended=True)
@@ -961,20 +972,33 @@ class Director:
 
 def _ends(
     held: HeldBatch, state: str, attempt: int, now: float, outcome: Transition | None = None
-) -> list[Transition]:
+) -> list[Members]:
     """Each member's transition when its batch ends in ``state`` after ``attempt`` tries of
     the batch (a member's attempts count the tries it had before the batch too)."""
+    if outcome is None:
+        return _members(held.jobs, state, max(attempt, 1), now)
+    return _members(
+        held.jobs,
+        state,
+        max(attempt, 1),
+        now,
+        status_code=outcome.status_code,
+        error_type=outcome.error_type,
+        response=outcome.response,
+    )
+
+
+def _members(
+    jobs: Sequence[Job], state: str, tries: int, now: float, **outcome: Any
+) -> list[Members]:
+    """``state`` for each of ``jobs`` at its own attempt (the tries it had before, plus
+    ``tries``), as one :class:`Members` per attempt number: usually one for a whole batch."""
+    by_attempt: dict[int, list[int]] = {}
+    for job in jobs:
+        by_attempt.setdefault(job.attempt, []).append(job.id)
     return [
-        Transition(
-            job.id,
-            state,
-            job.attempt + max(attempt, 1),
-            time=now,
-            status_code=None if outcome is None else outcome.status_code,
-            error_type=None if outcome is None else outcome.error_type,
-            response=None if outcome is None else outcome.response,
-        )
-        for job in held.jobs
+        Members(tuple(ids), state, before + tries, time=now, **outcome)
+        for before, ids in by_attempt.items()
     ]
 
 
