@@ -211,6 +211,8 @@ class Director:
         self._archiver = ThreadPoolExecutor(1, thread_name_prefix="archive")
         self._archiving: asyncio.Task[None] | None = None
         self._archive_db: JobDB | None = None
+        self._paging = ThreadPoolExecutor(1, thread_name_prefix="jobdb-paging")
+        self._paging_db: JobDB | None = None
         self._writer: _Writer | None = None
         self._sends: set[asyncio.Task[None]] = set()
         self._failure: BaseException | None = None
@@ -248,6 +250,9 @@ class Director:
                 uvloop.run(self.deliver(until_drained=until_drained))
             finally:
                 self._executor.shutdown(wait=True)
+                self._paging.shutdown(wait=True)
+                if self._paging_db is not None:
+                    self._paging_db.close()
                 self._archiver.shutdown(wait=True)
                 if self._archive_db is not None:
                     self._archive_db.close()
@@ -643,10 +648,37 @@ class Director:
             destination.wake.clear()
 
     async def _page(self, bucket: Bucket, room: int, now: float) -> None:
-        jobs = await self._db(self.jobdb.pending, bucket.name, after=bucket.cursor, limit=room)
+        jobs = await self._pending(bucket.name, after=bucket.cursor, limit=room)
         bucket.paged_at = now
         bucket.caught_up = len(jobs) < room
         bucket.place(jobs, now)
+
+    async def _pending(self, bucket: str, *, after: int, limit: int) -> list[Job]:
+        """A page of ``bucket``'s pending jobs, read on a second connection in a thread of its
+        own: paging (a row and a job object per job) then runs beside the commits of
+        transitions instead of between them, and neither waits for the other. The page holds
+        only ids above the bucket's cursor, which no write of this director has touched yet
+        (open batches' members are set aside when loaded), so a read beside a write sees them
+        as the director's own connection would. A failing read (or a JobDB that cannot be
+        opened twice) falls back to the director's connection, its retries and patience."""
+        loop = asyncio.get_running_loop()
+        try:
+            if self._paging_db is None:
+                from exactly.delivery.jobdb import open_jobdb
+
+                self._paging_db = await loop.run_in_executor(
+                    self._paging, open_jobdb, self.jobdb.url
+                )
+            reader = self._paging_db
+            return await loop.run_in_executor(
+                self._paging, partial(reader.pending, bucket, after=after, limit=limit)
+            )
+        except Exception:  # noqa: BLE001 (each driver has its own error tree)
+            if self._paging_db is not None:
+                with contextlib.suppress(Exception):
+                    await loop.run_in_executor(self._paging, self._paging_db.close)
+                self._paging_db = None
+            return await self._db(self.jobdb.pending, bucket, after=after, limit=limit)
 
     async def _load_batches(self, destination: Destination, bucket: Bucket, now: float) -> None:
         """The batches a previous run left open (in flight at a crash, or waiting to retry):
