@@ -663,12 +663,8 @@ class Director:
         opened twice) falls back to the director's connection, its retries and patience."""
         loop = asyncio.get_running_loop()
         try:
-            if self._paging_db is None:
-                from exactly.delivery.jobdb import open_jobdb
-
-                self._paging_db = await loop.run_in_executor(
-                    self._paging, open_jobdb, self.jobdb.url
-                )
+            if self._paging_db is None:  # the same class on the same URL: its own connection
+                self._paging_db = type(self.jobdb)(self.jobdb.url)  # type: ignore[call-arg]
             reader = self._paging_db
             return await loop.run_in_executor(
                 self._paging, partial(reader.pending, bucket, after=after, limit=limit)
