@@ -223,6 +223,7 @@ class Director:
         self.metrics = None if metrics_port is None else DeliveryMetrics(lambda: self.tallies)
         self._measured_at = 0.0
         self._unpaged: dict[str, int] = {}
+        self._unpaged_at = 0.0
 
     # -- running -------------------------------------------------------------------------------
 
@@ -419,7 +420,8 @@ class Director:
     async def _measure(self, metrics: DeliveryMetrics) -> None:
         """Refresh the metrics' gauges from memory; every 5 s, count what is not paged in."""
         now = time.time()
-        if now - self._measured_at >= 5.0 or not self._unpaged:
+        if now - self._unpaged_at >= 5.0:  # (timed apart from _measured_at, set every call)
+            self._unpaged_at = now
             metrics.datasets = len(await self._db(self.jobdb.datasets))
             for name, bucket in self._buckets.items():
                 self._unpaged[name] = (
@@ -435,7 +437,8 @@ class Director:
                 waiting = sum(
                     1 for job in bucket.ready if job.retry_at is not None and job.retry_at > now
                 )
-                entry[0] += len(bucket.ready) - waiting + self._unpaged.get(bucket.name, 0)
+                unpaged = 0 if bucket.caught_up else self._unpaged.get(bucket.name, 0)
+                entry[0] += len(bucket.ready) - waiting + unpaged  # paged since: not counted
                 entry[1] += bucket.taken
                 entry[2] += len(bucket.retries) + waiting
                 held = [job.created_at for job in bucket.ready]
