@@ -57,9 +57,14 @@ def _serve(port: int, count: Synchronized) -> None:  # type: ignore[type-arg]
     from aiohttp import web
 
     async def ok(request: web.Request) -> web.Response:
-        await request.read()
+        body = await request.read()
+        events = 1
+        if body[:1] == b"[":  # a json-array batch: count its events
+            import orjson
+
+            events = len(orjson.loads(body))
         with count.get_lock():
-            count.value += 1
+            count.value += events
         return web.Response(text="ok")
 
     async def serve() -> None:
@@ -87,7 +92,8 @@ def receiver() -> Iterator[tuple[str, Synchronized]]:  # type: ignore[type-arg]
         process.join()
 
 
-def write_config(directory: Path, receiver_url: str) -> tuple[Path, int]:
+def write_config(directory: Path, receiver_url: str, batch: int = 1) -> tuple[Path, int]:
+    batching = '\n[destinations.batch]\nmax_events = {}\nmax_wait = "200ms"\n'
     port = free_port()
     sources = "\n".join(f'{name} = "{key}"' for name, key in SOURCES.items())
     config = directory / "exactly.toml"
@@ -104,8 +110,9 @@ partitions = {PARTITIONS}
 [[destinations]]
 name = "all"
 url = "{receiver_url}/all"
-max_in_flight = 64
+max_in_flight = {8 if batch > 1 else 64}
 """
+        + (batching.format(batch) if batch > 1 else "")
     )
     return config, port
 
@@ -134,6 +141,37 @@ def start_parts(mode: str, config: Path, work: Path) -> list[subprocess.Popen[by
             start_new_session=True,
         )
         for command in commands
+    ]
+
+
+def _cpu(parts: list[subprocess.Popen[bytes]]) -> dict[tuple[int, str], float]:
+    """CPU seconds (user + system) so far of each process of the pipeline, by pid and a name
+    (its command's words after ``-m exactly``, or ``java`` and its main class)."""
+    import psutil
+
+    found: dict[tuple[int, str], float] = {}
+    for part in parts:
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(part.pid)
+            for process in [root, *root.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    words = process.cmdline()
+                    if "exactly" in words:
+                        name = " ".join(words[words.index("exactly") + 1 :][:2])
+                    else:
+                        name = " ".join(w for w in words if not w.startswith("-"))[-60:]
+                    times = process.cpu_times()
+                    found[(process.pid, name)] = times.user + times.system
+    return found
+
+
+def _cpu_report(
+    before: dict[tuple[int, str], float], after: dict[tuple[int, str], float], seconds: float
+) -> list[str]:
+    spent = {key: value - before.get(key, 0.0) for key, value in after.items()}
+    return [
+        f"{value:7.1f} s CPU ({value / seconds:.2f} cores) pid {pid} {name}"
+        for (pid, name), value in sorted(spent.items(), key=lambda item: -item[1])
     ]
 
 
@@ -171,7 +209,7 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
     home = work / mode
     home.mkdir()
     with receiver() as (url, delivered):
-        config, port = write_config(home, url)
+        config, port = write_config(home, url, args.batch)
         settings = load_settings(config)
         with open_log(settings.log_url) as log:
             log.create_topic("raw", PARTITIONS, exist_ok=True)
@@ -212,9 +250,11 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
                     sent.append((started, n))
 
             total = int(args.rate * args.seconds)
+            cpu = _cpu(parts)
             first = time.time()
             traffic = send(port, total, resend_rate=0.0, rate=args.rate, on_sent=on_sent, seed=7)
             ended = time.time()
+            cpu_lines = _cpu_report(cpu, _cpu(parts), ended - first)
             deadline = time.time() + 300
             while (visible[-1][1] < total or arrived[-1][1] < total) and time.time() < deadline:
                 time.sleep(0.2)
@@ -237,6 +277,8 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
     last = min(backlog, key=lambda entry: abs(entry[0] - ended))[1]
     reached = visible[-1][1]
     finished = next((t for t, c in visible if c >= reached), ended)
+    print(f"{mode}: CPU while sending ({ended - first:.0f} s), per process:")
+    print("\n".join(f"  {line}" for line in cpu_lines), flush=True)
     return [
         f"| {mode} | {traffic.events / traffic.seconds:,.0f} | "
         f"{reached / max(finished - first, 1e-9):,.0f} | {middle:,} -> {last:,} | "
@@ -252,6 +294,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=120)
     parser.add_argument("--warm-up", type=float, default=30)
     parser.add_argument("--modes", default="up,separate")
+    parser.add_argument("--batch", type=int, default=1, help="the destination's max_events")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="exactly-e2e-"))
     print(f"machine: {platform.platform()}, {os.cpu_count()} cores")

@@ -24,6 +24,7 @@ from exactly.delivery.jobdb.base import (
     Batch,
     BatchStep,
     JobDB,
+    Members,
     NewJob,
     Transition,
 )
@@ -265,6 +266,39 @@ def test_batches_go_with_the_last_dataset_of_their_members(db: JobDB) -> None:
     assert db.batch_history("across") is not None  # one member still live
     db.archive(2, lambda records: None)
     assert db.batch_history("across") is None and db.batch_history("in_2") is None
+
+
+def test_members_write_a_transition_per_job_across_datasets(db: JobDB) -> None:
+    db.add(jobs(8), query_id="q", batch_id=0)
+    db.add(jobs(6, start=8), query_id="q", batch_id=1)  # datasets 1 and 2
+    pending = db.pending("web/hook")
+    across = tuple(job.id for job in pending[5:11])
+    alone = tuple(job.id for job in pending[11:14])
+    db.record(
+        [Transition(pending[0].id, EXECUTING, 1)],
+        batches=[Batch("across", "web/hook", "hook", across)],
+        steps=[BatchStep("across", EXECUTING, 1)],
+        members=[Members(across, EXECUTING, 1), Members(alone, EXECUTING, 3)],
+    )
+    db.record(
+        [],
+        steps=[BatchStep("across", DISCARDED, 1)],
+        members=[
+            Members(across, DISCARDED, 1, status_code=400, response="no" * 1000),
+            Members((), SUCCEEDED, 1),
+        ],
+    )
+    for job_id in across:
+        assert [(t.state, t.attempt, t.status_code) for t in db.history(job_id)] == [
+            (EXECUTING, 1, None),
+            (DISCARDED, 1, 400),
+        ]
+        assert len(db.history(job_id)[-1].response or "") == 1024
+    assert [(t.state, t.attempt) for t in db.history(alone[0])] == [(EXECUTING, 3)]
+    assert db.states() == {"hook": {AWAITING_SCHEDULING: 4, EXECUTING: 4, DISCARDED: 6}}
+    with pytest.raises(ValueError, match="unknown job state"):
+        db.record([], members=[Members(alone, "lost", 1)])
+    assert [(t.state, t.attempt) for t in db.history(alone[0])] == [(EXECUTING, 3)]
 
 
 def test_a_batch_id_is_recorded_once(db: JobDB) -> None:

@@ -74,6 +74,7 @@ from exactly.delivery.jobdb.base import (
     Control,
     Job,
     JobDB,
+    Members,
     Transition,
 )
 from exactly.delivery.metrics import DeliveryMetrics, Gauges
@@ -114,7 +115,7 @@ class Tally:
     last_error: str | None = None
 
 
-_Write = tuple[Sequence[Transition], Sequence["Batch"], Sequence["BatchStep"]]
+_Write = tuple[Sequence[Transition], Sequence[Batch], Sequence[BatchStep], Sequence[Members]]
 
 
 class _Writer:
@@ -134,9 +135,10 @@ class _Writer:
         *,
         batches: Sequence[Batch] = (),
         steps: Sequence[BatchStep] = (),
+        members: Sequence[Members] = (),
     ) -> None:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append(((transitions, batches, steps), future))
+        self._waiting.append(((transitions, batches, steps, members), future))
         self._wake.set()
         await future
 
@@ -153,12 +155,19 @@ class _Writer:
                 if self._closing:
                     return
                 continue
-            transitions = [step for (writes, _, _), _ in batch for step in writes]
-            formed = [one for (_, batches, _), _ in batch for one in batches]
-            steps = [step for (_, _, steps), _ in batch for step in steps]
+            transitions = [step for (writes, _, _, _), _ in batch for step in writes]
+            formed = [one for (_, batches, _, _), _ in batch for one in batches]
+            steps = [step for (_, _, steps, _), _ in batch for step in steps]
+            members = [group for (_, _, _, groups), _ in batch for group in groups]
             try:
-                if formed or steps:
-                    await self._call(self._jobdb.record, transitions, batches=formed, steps=steps)
+                if formed or steps or members:
+                    await self._call(
+                        self._jobdb.record,
+                        transitions,
+                        batches=formed,
+                        steps=steps,
+                        members=members,
+                    )
                 else:  # a destination without batches writes as it always did
                     await self._call(self._jobdb.record, transitions)
             except Exception as error:  # noqa: BLE001 (handed to every waiter)
@@ -227,6 +236,8 @@ class Director:
         self._archiver = ThreadPoolExecutor(1, thread_name_prefix="archive")
         self._archiving: asyncio.Task[None] | None = None
         self._archive_db: JobDB | None = None
+        self._paging = ThreadPoolExecutor(1, thread_name_prefix="jobdb-paging")
+        self._paging_db: JobDB | None = None
         self._writer: _Writer | None = None
         self._sends: set[asyncio.Task[None]] = set()
         self._failure: BaseException | None = None
@@ -237,6 +248,7 @@ class Director:
         self.metrics = None if metrics_port is None else DeliveryMetrics(lambda: self.tallies)
         self._measured_at = 0.0
         self._unpaged: dict[str, int] = {}
+        self._unpaged_at = 0.0
 
     # -- running -------------------------------------------------------------------------------
 
@@ -262,6 +274,9 @@ class Director:
             uvloop.run(self.deliver(until_drained=until_drained))
         finally:
             self._executor.shutdown(wait=True)
+            self._paging.shutdown(wait=True)
+            if self._paging_db is not None:
+                self._paging_db.close()
             self._archiver.shutdown(wait=True)
             if self._archive_db is not None:
                 self._archive_db.close()
@@ -534,7 +549,8 @@ class Director:
     async def _measure(self, metrics: DeliveryMetrics) -> None:
         """Refresh the metrics' gauges from memory; every 5 s, count what is not paged in."""
         now = time.time()
-        if now - self._measured_at >= 5.0 or not self._unpaged:
+        if now - self._unpaged_at >= 5.0:  # (timed apart from _measured_at, set every call)
+            self._unpaged_at = now
             metrics.datasets = len(await self._db(self.jobdb.datasets))
             for name, bucket in self._buckets.items():
                 self._unpaged[name] = (
@@ -550,7 +566,8 @@ class Director:
                 waiting = sum(
                     1 for job in bucket.ready if job.retry_at is not None and job.retry_at > now
                 )
-                entry[0] += len(bucket.ready) - waiting + self._unpaged.get(bucket.name, 0)
+                unpaged = 0 if bucket.caught_up else self._unpaged.get(bucket.name, 0)
+                entry[0] += len(bucket.ready) - waiting + unpaged  # paged since: not counted
                 entry[1] += bucket.taken
                 entry[2] += len(bucket.retries) + waiting
                 held = [job.created_at for job in bucket.ready]
@@ -781,10 +798,33 @@ class Director:
             destination.wake.clear()
 
     async def _page(self, bucket: Bucket, room: int, now: float) -> None:
-        jobs = await self._db(self.jobdb.pending, bucket.name, after=bucket.cursor, limit=room)
+        jobs = await self._pending(bucket.name, after=bucket.cursor, limit=room)
         bucket.paged_at = now
         bucket.caught_up = len(jobs) < room
         bucket.place(jobs, now)
+
+    async def _pending(self, bucket: str, *, after: int, limit: int) -> list[Job]:
+        """A page of ``bucket``'s pending jobs, read on a second connection in a thread of its
+        own: paging (a row and a job object per job) then runs beside the commits of
+        transitions instead of between them, and neither waits for the other. The page holds
+        only ids above the bucket's cursor, which no write of this director has touched yet
+        (open batches' members are set aside when loaded), so a read beside a write sees them
+        as the director's own connection would. A failing read (or a JobDB that cannot be
+        opened twice) falls back to the director's connection, its retries and patience."""
+        loop = asyncio.get_running_loop()
+        try:
+            if self._paging_db is None:  # the same class on the same URL: its own connection
+                self._paging_db = type(self.jobdb)(self.jobdb.url)  # type: ignore[call-arg]
+            reader = self._paging_db
+            return await loop.run_in_executor(
+                self._paging, partial(reader.pending, bucket, after=after, limit=limit)
+            )
+        except Exception:  # noqa: BLE001 (each driver has its own error tree)
+            if self._paging_db is not None:
+                with contextlib.suppress(Exception):
+                    await loop.run_in_executor(self._paging, self._paging_db.close)
+                self._paging_db = None
+            return await self._db(self.jobdb.pending, bucket, after=after, limit=limit)
 
     async def _load_batches(self, destination: Destination, bucket: Bucket, now: float) -> None:
         """The batches a previous run left open (in flight at a crash, or waiting to retry):
@@ -814,6 +854,7 @@ class Director:
         now = time.time()
         name = destination.name
         transitions: list[Transition] = []
+        groups: list[Members] = []
         formed: list[Batch] = []
         steps: list[BatchStep] = []
         ready: list[HeldBatch] = []
@@ -821,7 +862,7 @@ class Director:
         for item in items:
             if isinstance(item, HeldBatch):
                 if _expired_batch(item, now):
-                    transitions += _ends(item, EXPIRED, item.attempt, now)
+                    groups += _ends(item, EXPIRED, item.attempt, now)
                     steps.append(BatchStep(item.id, EXPIRED, item.attempt, time=now))
                     ended.append(item)
                     continue
@@ -849,18 +890,19 @@ class Director:
             )
             formed.append(formed_batch)
             steps.append(BatchStep(formed_batch.id, EXECUTING, 1, time=now))
-            transitions += [
-                Transition(job.id, EXECUTING, job.attempt + 1, time=now) for job in live
-            ]
+            groups += _members(live, EXECUTING, 1, now)
             ready.append(HeldBatch(formed_batch, bucket, live))
         tally = self.tallies[name]
         try:
-            await self._writer_of().record(transitions, batches=formed, steps=steps)  # 1.
+            await self._writer_of().record(
+                transitions, batches=formed, steps=steps, members=groups
+            )  # 1.
         except BaseException:
             for held in [*ready, *ended]:
                 destination.batch_done(held, ended=True)
             raise
-        tally.expired += sum(1 for step in transitions if step.state == EXPIRED)
+        tally.expired += len(transitions)  # jobs expired before a batch took them
+        tally.expired += sum(len(group.job_ids) for group in groups if group.state == EXPIRED)
         for held in ended:
             destination.batch_done(held, ended=True)
         destination.outbox.extend((held.bucket, held) for held in ready)
@@ -1079,9 +1121,9 @@ class Director:
             response=outcome.response,
         )
         ended = outcome.state != AWAITING_RETRY
-        transitions = _ends(held, outcome.state, attempt, now, outcome) if ended else []
+        groups = _ends(held, outcome.state, attempt, now, outcome) if ended else []
         try:
-            await self._writer_of().record(transitions, steps=[step])  # 3. the outcome
+            await self._writer_of().record((), steps=[step], members=groups)  # 3. the outcome
         finally:
             destination.batch_done(held, ended=ended)
         count = len(held.jobs)
@@ -1106,7 +1148,7 @@ class Director:
         )
         try:
             await self._writer_of().record(
-                _ends(held, EXPIRED, held.attempt + 1, now), steps=[step]
+                (), steps=[step], members=_ends(held, EXPIRED, held.attempt + 1, now)
             )
         finally:
             destination.batch_done(held, ended=True)
@@ -1115,20 +1157,33 @@ class Director:
 
 def _ends(
     held: HeldBatch, state: str, attempt: int, now: float, outcome: Transition | None = None
-) -> list[Transition]:
+) -> list[Members]:
     """Each member's transition when its batch ends in ``state`` after ``attempt`` tries of
     the batch (a member's attempts count the tries it had before the batch too)."""
+    if outcome is None:
+        return _members(held.jobs, state, max(attempt, 1), now)
+    return _members(
+        held.jobs,
+        state,
+        max(attempt, 1),
+        now,
+        status_code=outcome.status_code,
+        error_type=outcome.error_type,
+        response=outcome.response,
+    )
+
+
+def _members(
+    jobs: Sequence[Job], state: str, tries: int, now: float, **outcome: Any
+) -> list[Members]:
+    """``state`` for each of ``jobs`` at its own attempt (the tries it had before, plus
+    ``tries``), as one :class:`Members` per attempt number: usually one for a whole batch."""
+    by_attempt: dict[int, list[int]] = {}
+    for job in jobs:
+        by_attempt.setdefault(job.attempt, []).append(job.id)
     return [
-        Transition(
-            job.id,
-            state,
-            job.attempt + max(attempt, 1),
-            time=now,
-            status_code=None if outcome is None else outcome.status_code,
-            error_type=None if outcome is None else outcome.error_type,
-            response=None if outcome is None else outcome.response,
-        )
-        for job in held.jobs
+        Members(tuple(ids), state, before + tries, time=now, **outcome)
+        for before, ids in by_attempt.items()
     ]
 
 
