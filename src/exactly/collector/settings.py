@@ -27,7 +27,7 @@ from exactly.events.normalise import MAX_EVENT_BYTES, MAX_MESSAGE_ID_BYTES
 
 ENVIRONMENT_KEY = "EXACTLY_COLLECTOR_SPEC"
 MAX_REQUEST_BYTES = 500 * 1024
-MAX_BUFFERED_MB = 200
+MAX_BUFFERED_MB = 128  # + what each stalled connection costs besides: 1,000 within 300 MB
 # behind the front each connection is two files of its process: 2 x 8,192 + 64 fits a hard
 # open-file limit of 20,000 (10,000 did not)
 MAX_CONNECTIONS = 8192
