@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 LOG_BACKENDS = list(BACKENDS)
+# The Spark crash tests, each SIGKILLing a JVM 20 times or more while the next one starts, run one
+# after another on one pytest-xdist worker (``./dev test`` starts two): two of them at once on two
+# cores would starve each other's JVM starts, while the other worker runs everything else.
+SPARK_CRASH = pytest.mark.xdist_group("spark-crash")
 
 
 def require(reason: str | None) -> None:

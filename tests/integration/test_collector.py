@@ -153,7 +153,7 @@ def test_gzip_bodies(collector: Collector, client: httpx.Client) -> None:
     ("content", "encoding", "status", "code"),
     [
         (b"\x1f\x8b\x08\x00garbage", "gzip", 400, "invalid_encoding"),
-        (gzip.compress(b'{"event": "e"}')[:-6], "gzip", 400, "invalid_encoding"),
+        (gzip.compress(b'{"event": "e"}', mtime=0)[:-6], "gzip", 400, "invalid_encoding"),
         (b'{"event": "e", "userId": "u"}', "br", 415, "unsupported_encoding"),
         (b'{"event": ', None, 400, "invalid_json"),
         (b"[1, 2]", None, 400, "invalid_json"),

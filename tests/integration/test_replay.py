@@ -246,7 +246,8 @@ def test_a_sigkilled_replay_run_again_enqueues_no_message_twice(tmp_path: Path) 
     assert shown["enqueued"] == failed_again and shown["by_state"] == {EXPIRED: failed_again}
     again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
-    assert f"hook: {failed_again} jobs re-enqueued ({failed_again} expired)" in again.stdout
+    shown_count = f"{failed_again:,}"  # counts are written with thousands separators
+    assert f"hook: {shown_count} jobs re-enqueued ({shown_count} expired)" in again.stdout
 
 
 def test_replay_refuses_unknown_destinations_and_states_in_one_line(tmp_path: Path) -> None:

@@ -79,6 +79,7 @@ def test_one_secret_as_before_and_none_unsigned(tmp_path: Path) -> None:
         (f"secret = {json.dumps([OLD, 'whsec_' + OLD[-20:]])}", "decodes to"),
         (f"secret = {json.dumps([OLD, OLD[6:]])}", "must start with 'whsec_'"),
     ],
+    ids=["none", "not-text", "eleven", "short-key", "no-prefix"],  # OLD is random: not in ids
 )
 def test_a_wrong_list_of_secrets_is_refused_without_showing_them(
     tmp_path: Path, line: str, says: str
