@@ -26,10 +26,36 @@ if TYPE_CHECKING:
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 LOG_BACKENDS = list(BACKENDS)
-# The Spark crash tests, each SIGKILLing a JVM 20 times or more while the next one starts, run one
-# after another on one pytest-xdist worker (``./dev test`` starts two): two of them at once on two
-# cores would starve each other's JVM starts, while the other worker runs everything else.
-SPARK_CRASH = pytest.mark.xdist_group("spark-crash")
+# The Spark crash tests, each SIGKILLing a JVM 20 times or more while the next one starts: with
+# pytest-xdist (``./dev test`` starts two workers) they run one after another on one worker, as
+# two of them at once on two cores would starve each other's JVM starts, while the other worker
+# runs everything else (:func:`pytest_xdist_make_scheduler`).
+SPARK_CRASH_MODULES = frozenset(
+    f"tests/integration/{name}.py"
+    for name in (
+        "test_cluster",
+        "test_lake_crash",
+        "test_pipeline_crash",
+        "test_route_crash",
+        "test_spark_crash",
+        "test_up",
+        "test_up_scale_out",
+    )
+)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """pytest-xdist's scope scheduler with one scope for the Spark crash tests and one per test
+    for the rest. (xdist's ``loadgroup`` marks do nothing under pytest 9.2, which no longer
+    reads the ``_nodeid`` xdist sets; the scheduler sees only node ids, hence the module list.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class CrashTestsTogether(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "spark-crash" if module in SPARK_CRASH_MODULES else nodeid
+
+    return CrashTestsTogether(config, log)
 
 
 def require(reason: str | None) -> None:

@@ -22,13 +22,13 @@ from pathlib import Path
 import pytest
 
 from tests.aggregate_db import postgres_missing
-from tests.conftest import SPARK_CRASH, require
+from tests.conftest import require
 from tests.receiver import Receiver
 from tests.servers import RedisServer, TansuBroker, free_port, redis_available, tansu_available
 from tests.spark_cluster import SparkCluster, plain_python
 from tests.up_service import ROOT, WRITE_KEY, Clients, UpService
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, SPARK_CRASH]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 

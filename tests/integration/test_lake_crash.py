@@ -20,12 +20,11 @@ from deltalake import DeltaTable
 from exactly.lake import open_table
 from exactly.log import Log, open_log
 from tests.aggregate_stream import EventStream, append
-from tests.conftest import SPARK_CRASH
 from tests.job_child import kill_at_random_points
 from tests.lake_job_child import KILL_AFTER_COMMIT, KILL_BEFORE_COMMIT, PLANTED
 from tests.seeds import crash_seed
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, SPARK_CRASH]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 KILLS = 20  # as issue 35 asks (the other backends: next)
 SELF_KILLS = 4
 PARTITIONS = 2

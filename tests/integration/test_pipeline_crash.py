@@ -46,7 +46,7 @@ from exactly.log import Log, Record, open_log
 from tests import short_reads
 from tests.aggregate_db import postgres_missing, postgres_schema
 from tests.aggregate_stream import EventStream, append
-from tests.conftest import SPARK_CRASH, require
+from tests.conftest import require
 from tests.dedupe_stream import RAW, assert_deduplicated
 from tests.integration.test_aggregate import assert_exact
 from tests.integration.test_route_crash import FILTERS, expected
@@ -58,7 +58,7 @@ from tests.seeds import crash_rng
 from tests.servers import RedisServer
 from tests.up_service import Stack, spark_failures
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, SPARK_CRASH]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 KILLS = 20
 SELF_KILLS = {3: "aggregate:1", 8: "route:2", 13: "aggregate:2", 18: "route:1"}  # by run
 SHARD_RESTARTS = (120, 300, 480)  # at these appends to raw (every 0.25 s)

@@ -37,13 +37,12 @@ from exactly.delivery.jobdb import open_jobdb
 from exactly.delivery.jobdb.base import EXECUTING, SUCCEEDED
 from exactly.log import Log, open_log
 from tests.aggregate_stream import EventStream, append
-from tests.conftest import SPARK_CRASH
 from tests.job_child import kill_at_random_points
 from tests.receiver import Receiver
 from tests.route_job_child import KILL_AFTER_COMMIT
 from tests.seeds import crash_seed
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, SPARK_CRASH]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 KILLS = 20
 SELF_KILLS = 4

@@ -38,7 +38,6 @@ import pytest
 from exactly.errors import UnknownTopic
 from exactly.log import Log, Record, open_log
 from tests import short_reads
-from tests.conftest import SPARK_CRASH
 from tests.seeds import crash_seed
 from tests.spark_helpers import assert_copied
 
@@ -166,7 +165,6 @@ def crash_and_resume(
 
 @pytest.mark.slow
 @pytest.mark.spark
-@SPARK_CRASH
 @pytest.mark.timeout(1800)  # about 5 minutes on an idle 2-core machine; far more under load
 def test_copy_killed_at_random_points_copies_exactly_once(kafka_url: str, tmp_path: Path) -> None:
     backends = {"sqlite": f"sqlite://{tmp_path / 'sqlite' / 'log'}", "kafka": kafka_url}

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SPARK_CRASH
 from tests.receiver import Receiver
 from tests.seeds import crash_rng
 from tests.up_service import (
@@ -29,7 +28,7 @@ from tests.up_service import (
     write_config,
 )
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, SPARK_CRASH]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 @pytest.fixture

@@ -26,7 +26,6 @@ from pathlib import Path
 import pytest
 
 from tests import short_reads
-from tests.conftest import SPARK_CRASH
 from tests.integration.test_up import check_exact, wait_for_everything
 from tests.receiver import Receiver
 from tests.seeds import crash_rng
@@ -41,7 +40,7 @@ from tests.up_service import (
     write_config,
 )
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.kafka, SPARK_CRASH]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.kafka]
 KILLS = 10
 STARTUP_KILLS = 3  # at a random moment of the start; the others once this run has worked
 SHARD_RESTARTS = (1, 3, 5)  # before these kills after work
