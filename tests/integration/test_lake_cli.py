@@ -53,6 +53,33 @@ def test_optimize_and_vacuum_from_the_command_line(
         assert table.read().num_rows == 30
 
 
+def test_sql_prints_80_columns_csv_and_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with open_table(f"delta://{tmp_path / '.exactly' / 'lake' / 'events'}") as table:
+        assert table.append(event_rows(values(0, 150)), Marker("q", 0))
+    run(["lake", "sql", "select count(*) as events, max(messageId) as last from events"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["events", "last"] and out[2].split() == ["150", "m99"]
+    assert out[-1] == "(1 rows)"
+    run(["lake", "sql", "select * from events order by messageId"])  # too wide: row blocks
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "-- row 1" and out[1].split() == ["messageId", "m0"]
+    assert "50 more rows: add a LIMIT, or --format csv" in out and out[-1] == "(150 rows)"
+    assert max(len(line) for line in out) <= 80
+    run(["lake", "sql", "--format", "csv", "select messageId, timestamp from events limit 2"])
+    assert capsys.readouterr().out.splitlines()[0] == '"messageId","timestamp"'
+    run(["lake", "sql", "--format", "json", "select messageId, timestamp from events limit 1"])
+    (line,) = capsys.readouterr().out.splitlines()
+    assert json.loads(line) == {"messageId": "m0", "timestamp": "2026-01-01T10:00:00Z"}
+    with pytest.raises(SystemExit) as exit_:
+        main(["lake", "sql", "select nope from events"])
+    assert exit_.value.code == 1
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert 'column "nope" not found' in err
+
+
 def test_a_bad_table_url_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["lake", "optimize", "--table", "mysql://x/y"])

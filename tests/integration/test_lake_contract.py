@@ -14,6 +14,7 @@ import pytest
 from exactly.errors import EnvironmentProblem, LakeError
 from exactly.lake import LakeTable, Marker, open_table
 from exactly.lake.columns import BASE_SCHEMA, Promoted, event_rows, promoted_columns
+from exactly.lake.sql import query
 from tests.lake_tables import CASES, S3_CASES, exists, lake_url, plant_uncommitted
 
 REVENUE = promoted_columns({"revenue": "properties.revenue double"})
@@ -185,6 +186,21 @@ def test_expire_keeps_the_current_version(table: LakeTable) -> None:
     table.vacuum(timedelta(0))
     assert rows(table) == before
     assert table.committed("q1") == 2
+
+
+def test_sql_sees_the_current_version(table: LakeTable) -> None:
+    assert query(table, "select count(*) as n from events").to_pylist() == [{"n": 0}]
+    for n in range(2):
+        assert table.append(batch(n * 5, 5), Marker("q1", n))
+    counted = query(table, "select event, count(*) as n from events group by 1 order by 1")
+    assert counted.to_pylist() == [
+        {"event": "Order Completed", "n": 5},
+        {"event": "Signed Up", "n": 5},
+    ]
+    revenue = "select sum(cast(json_extract(properties, '$.revenue') as double)) as r from events"
+    assert query(table, revenue).to_pylist() == [{"r": sum(n / 4 for n in range(10))}]
+    with pytest.raises(LakeError, match='column "nope" not found'):
+        query(table, "select nope from events")
 
 
 @pytest.mark.parametrize(

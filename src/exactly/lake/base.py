@@ -111,6 +111,11 @@ class LakeTable(ABC):
         """Every row of the table's current version (an empty table of the base schema when
         the table does not exist yet)."""
 
+    def dataset(self) -> pa.Table | pa.dataset.Dataset:
+        """The current version for a query engine (``exactly lake sql``'s DuckDB): a lazy Arrow
+        dataset where the format gives one (Delta), else :meth:`read`'s rows."""
+        return self.read()
+
     @abstractmethod
     def version(self) -> int | None:
         """The table's current version (Delta's version, Iceberg's snapshot id), None when it

@@ -117,6 +117,12 @@ class DeltaLakeTable(LakeTable):
         table = self._table()
         return BASE_SCHEMA.empty_table() if table is None else table.to_pyarrow_table()
 
+    def dataset(self) -> pa.Table | pa.dataset.Dataset:
+        """The current version as deltalake's Arrow dataset: DuckDB reads only the files and
+        columns a query needs."""
+        table = self._table()
+        return BASE_SCHEMA.empty_table() if table is None else table.to_pyarrow_dataset()
+
     def version(self) -> int | None:
         table = self._table()
         return None if table is None else table.version()

@@ -16,6 +16,9 @@ marker carries the batch's end offsets (step 1's): a checkpoint that is new (los
 over a filled table) starts where the table's newest batch ended (:func:`starting_offsets`),
 so the table, not the checkpoint, is the source of truth.
 
+Every ``compact_every`` commits of a run, the driver compacts the table and expires versions
+older than ``retention`` (:meth:`BatchAppender.upkeep`).
+
 As built, the driver writes the batch's files in step 4: the whole micro-batch passes through
 its memory, which ``max_records_per_trigger`` bounds. Next: executors write the Parquet files
 and the driver commits their add actions with the marker (docs/lake.md, "Not built yet").
@@ -27,10 +30,11 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from exactly.errors import LakeError
+from exactly.errors import LakeConflict, LakeError
 from exactly.lake.base import LakeTable, Marker
 from exactly.lake.columns import (
     JSON_COLUMNS,
@@ -44,6 +48,7 @@ from exactly.log import open_log
 from exactly.spark import checkpoint as spark_checkpoint
 from exactly.spark.batches import BatchFunction, run_batches
 from exactly.spark.datasource import offsets
+from exactly.units import parse_duration
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -71,6 +76,8 @@ class LakePlan:
     max_records_per_trigger: int | None = 50_000
     trigger_seconds: float = 1.0
     read_records: int = 10_000
+    compact_every: int = 100  # commits between two upkeeps (optimize, expire); 0: none
+    retention: timedelta = timedelta(days=7)
 
 
 @dataclass
@@ -112,6 +119,8 @@ def configured_plan(
         until_caught_up=until_caught_up,
         max_records_per_trigger=max_records_per_trigger,
         trigger_seconds=trigger_seconds,
+        compact_every=settings.lake.compact_every,
+        retention=timedelta(milliseconds=parse_duration(settings.lake.retention, "retention")),
     )
 
 
@@ -150,6 +159,7 @@ class BatchAppender(BatchFunction):
         self.table = table
         self.plan = plan
         self.on_batch = on_batch
+        self.commits = 0  # this run's, for the upkeep every ``compact_every``
 
     def process(self, records: DataFrame, batch_id: int) -> None:
         end = spark_checkpoint.batch_end(self.plan.checkpoint, batch_id)
@@ -165,7 +175,22 @@ class BatchAppender(BatchFunction):
             self._note(batch_id, 0, True)  # nothing to commit, and nothing for a replay to repeat
             return
         # 4. rows and marker in one table transaction
-        self._note(batch_id, rows.num_rows, self.table.append(rows, marker))
+        appended = self.table.append(rows, marker)
+        self._note(batch_id, rows.num_rows, appended)
+        if appended:
+            self.commits += 1
+            if self.plan.compact_every and self.commits % self.plan.compact_every == 0:
+                self.upkeep()
+
+    def upkeep(self) -> None:
+        """Compact the small files the batches added and expire old versions, between two
+        batches (their own commits: what a query returns does not change; a kill leaves at
+        most unreferenced files, which ``exactly lake vacuum`` removes)."""
+        try:
+            self.table.optimize()
+            self.table.expire(self.plan.retention)
+        except LakeConflict:
+            pass  # another writer (exactly lake optimize) committed first: next time
 
     def _note(self, batch_id: int, events: int, appended: bool) -> None:
         # ``on_batch`` runs after the table's commit and before Spark's (step 5)
