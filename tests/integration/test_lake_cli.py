@@ -12,6 +12,7 @@ import pytest
 from exactly.cli import main
 from exactly.lake import Marker, open_table
 from exactly.lake.columns import event_rows
+from exactly.log import Record, open_log
 from tests.lake_tables import plant_uncommitted
 
 
@@ -78,6 +79,25 @@ def test_sql_prints_80_columns_csv_and_json(
     assert exit_.value.code == 1
     (err,) = capsys.readouterr().err.strip().splitlines()
     assert 'column "nope" not found' in err
+
+
+def test_status_shows_the_lakes_version_and_lag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    home = tmp_path / ".exactly"
+    with open_log(f"sqlite://{home / 'log'}") as log:
+        log.create_topic("events", 2)
+        for partition in (0, 1):
+            log.append("events", partition, [Record(value) for value in values(0, 8)])
+    with open_table(f"delta://{home / 'lake' / 'events'}") as table:
+        assert table.append(event_rows(values(0, 6)), Marker("q", 0, {0: 4, 1: 2}))
+    run(["status"])
+    out = capsys.readouterr().out
+    assert "lake delta lake/events\n  version 0: 6 records of events, lag 10\n" in out
+    run(["status", "--json"])
+    lake = json.loads(capsys.readouterr().out)["lake"]
+    assert lake["version"] == 0 and lake["landed"] == 6 and lake["lag"] == 10
 
 
 def test_a_bad_table_url_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
