@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from exactly.lake import BACKENDS, LakeTable, open_table
+from exactly.lake import BACKENDS, LakeTable, Marker, open_table
+from exactly.lake.audit import audit_lake, render
 from exactly.lake.columns import event_rows, promoted_columns
 from exactly.lake.query import LakePlan, Progress, run, starting_offsets
 from exactly.log import open_log
@@ -123,3 +124,27 @@ def test_a_delta_table_reads_back_in_polars_and_duckdb(spark: SparkSession, tmp_
     connection.register("events", dataset)
     counted = connection.sql("select count(distinct messageId) from events").fetchall()
     assert counted == [(1000,)]
+
+
+@pytest.mark.spark
+def test_the_audit_recounts_the_lake_per_day(spark: SparkSession, tmp_path: Path) -> None:
+    log_url = f"sqlite://{tmp_path / 'log'}"
+    records = list(EventStream(seed=7, duplicate_rate=0).chunk(1200))
+    with open_log(log_url) as log, open_table(f"delta://{tmp_path / 'lake'}") as table:
+        log.create_topic("events", PARTITIONS)
+        append(log, "events", PARTITIONS, records[:900])
+        land(spark, log_url, table, tmp_path / "checkpoint")
+        append(log, "events", PARTITIONS, records[900:])  # not landed yet: not a difference
+        audited = audit_lake(spark, log_url, "events", table)
+        assert audited.exact and audited.events == 900, audited.differences
+        assert sum(recount for _, recount in audited.days.values()) == 900
+        assert render(audited)[-1] == "lake audit: exact"
+        # three events landed twice, by a writer that is not the query: found, on their day
+        again = event_rows([value for _, value in records[:3]])
+        assert table.append(again, Marker("someone-else", 0))
+        audited = audit_lake(spark, log_url, "events", table)
+        ((day, (lake, recount)),) = audited.differences.items()
+        assert lake == (recount + 3, recount) and day == again.column("date")[0].as_py()
+        shown = render(audited)
+        assert shown[-1] == "lake audit: DIFFERENCES FOUND"
+        assert f"  {day}: lake {recount + 3:,} rows of {recount:,} messageIds" in shown[-2]
