@@ -63,6 +63,15 @@ def end_offsets_from(text: str | None) -> dict[int, int] | None:
 
 
 @dataclass(frozen=True)
+class Landing:
+    """The table version a record landed in; ``exact`` False: at or before it (the versions
+    before it have expired)."""
+
+    version: int
+    exact: bool = True
+
+
+@dataclass(frozen=True)
 class Compaction:
     """What :meth:`LakeTable.optimize` did: files (or row groups) before and after."""
 
@@ -110,6 +119,12 @@ class LakeTable(ABC):
     def read(self) -> pa.Table:
         """Every row of the table's current version (an empty table of the base schema when
         the table does not exist yet)."""
+
+    def landed_in(self, partition: int, offset: int) -> Landing | None:
+        """The table version whose batch landed the ``events`` record at (``partition``,
+        ``offset``): the first whose committed end offsets pass it; None while none does or
+        where the table keeps no versions (PostgreSQL)."""
+        return None
 
     def dataset(self) -> pa.Table | pa.dataset.Dataset:
         """The current version for a query engine (``exactly lake sql``'s DuckDB): a lazy Arrow

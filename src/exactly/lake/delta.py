@@ -33,7 +33,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from exactly.errors import LakeConflict, LakeError
-from exactly.lake.base import Compaction, LakeTable, Marker
+from exactly.lake.base import Compaction, LakeTable, Landing, Marker
 from exactly.lake.columns import BASE_SCHEMA, PARTITION
 from exactly.lake.storage import S3, located, old_files, remove
 from exactly.urls import redact
@@ -116,6 +116,34 @@ class DeltaLakeTable(LakeTable):
     def read(self) -> pa.Table:
         table = self._table()
         return BASE_SCHEMA.empty_table() if table is None else table.to_pyarrow_table()
+
+    def landed_in(self, partition: int, offset: int) -> Landing | None:
+        """A binary search over the versions' ``txn`` end offsets (each a snapshot load, no data
+        read): about log2(versions) loads. Versions whose log was cleaned up cannot load; the
+        search then names the oldest that can, "at or before"."""
+        table = self._table()
+        if table is None or not self._passes(table, partition, offset):
+            return None
+        low, high, exact = 0, table.version(), True  # high passes
+        while low < high:
+            middle = (low + high) // 2
+            try:
+                older = DeltaTable(
+                    self.uri, version=middle, storage_options=self.storage_options or None
+                )
+            except Exception:  # noqa: BLE001 - an expired version: only later ones can say
+                low, exact = middle + 1, False
+                continue
+            if self._passes(older, partition, offset):
+                high = middle
+            else:
+                low = middle + 1
+        return Landing(high, exact)
+
+    @staticmethod
+    def _passes(table: DeltaTable, partition: int, offset: int) -> bool:
+        end = table.transaction_version(f"{END}.{partition}")
+        return end is not None and end > offset
 
     def dataset(self) -> pa.Table | pa.dataset.Dataset:
         """The current version as deltalake's Arrow dataset: DuckDB reads only the files and

@@ -38,7 +38,7 @@ from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.table import Table
 
 from exactly.errors import LakeConflict, LakeError
-from exactly.lake.base import Compaction, LakeTable, Marker, end_offsets_from
+from exactly.lake.base import Compaction, LakeTable, Landing, Marker, end_offsets_from
 from exactly.lake.columns import BASE_SCHEMA, PARTITION
 from exactly.lake.storage import S3, located, old_files, remove
 from exactly.urls import redact
@@ -131,6 +131,24 @@ class IcebergTable(LakeTable):
     def end_offsets(self) -> dict[int, int] | None:
         table = self._table()
         return None if table is None else end_offsets_from(table.properties.get(END))
+
+    def landed_in(self, partition: int, offset: int) -> Landing | None:
+        """The first snapshot, in commit order, whose summary's end offsets pass the record (the
+        snapshots are in the table's metadata: nothing is read from the data files)."""
+        table = self._table()
+        if table is None:
+            return None
+        snapshots = sorted(table.snapshots(), key=lambda s: s.sequence_number or 0)
+        for index, snapshot in enumerate(snapshots):
+            summary = snapshot.summary
+            text = None if summary is None else summary.additional_properties.get(END)
+            end = end_offsets_from(text)
+            if end is not None and end.get(partition, 0) > offset:
+                # the oldest kept snapshot may be later than the one that landed it
+                return Landing(
+                    snapshot.snapshot_id, exact=index > 0 or snapshot.parent_snapshot_id is None
+                )
+        return None
 
     def schema(self) -> pa.Schema | None:
         table = self._table()
