@@ -32,15 +32,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from exactly.errors import LakeError
 from exactly.lake.columns import conform
+from exactly.lake.files import DataFile, FileWriter
 
-if TYPE_CHECKING:
-    from exactly.lake.files import FileWriter
+__all__ = ["Compaction", "DataFile", "FileWriter", "LakeTable", "Marker", "end_offsets_from"]
 
 
 @dataclass(frozen=True)
@@ -70,19 +69,6 @@ def end_offsets_from(text: str | None) -> dict[int, int] | None:
         return {int(partition): int(offset) for partition, offset in found.items()}
     except (ValueError, TypeError, AttributeError):
         return None
-
-
-@dataclass(frozen=True)
-class DataFile:
-    """A Parquet file of a batch's rows that an executor wrote (:mod:`exactly.lake.files`): in no
-    version of the table until the driver commits it (:meth:`LakeTable.append_files`)."""
-
-    path: str  # relative to the table's root (Delta's table, Iceberg's location())
-    size: int  # bytes
-    partition: Mapping[str, str | None]  # {"date": "2026-01-01"}; None for rows without a day
-    records: int
-    modified_ms: int  # when written, ms since the epoch (Delta's modificationTime)
-    stats: str = ""  # Delta's add action stats (JSON); Iceberg reads the file's footer itself
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import math
 import re
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -31,7 +31,6 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 import pyarrow.fs as pafs  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-from exactly.lake.base import DataFile
 from exactly.lake.columns import PARTITION, TIME_COLUMNS, conform
 from exactly.lake.storage import S3, located
 
@@ -40,6 +39,20 @@ FILE_NAME = re.compile(
     r"^exactly-b(?P<batch>\d+)-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}\.parquet$"
 )
 STATS_COLUMNS = ("messageId", *TIME_COLUMNS)  # Delta's stats beyond numRecords
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """A Parquet file of a batch's rows that an executor wrote: in no version of the table
+    until the driver commits it (:meth:`LakeTable.append_files
+    <exactly.lake.base.LakeTable.append_files>`)."""
+
+    path: str  # relative to the table's root (Delta's table, Iceberg's location())
+    size: int  # bytes
+    partition: Mapping[str, str | None]  # {"date": "2026-01-01"}; None for rows without a day
+    records: int
+    modified_ms: int  # when written, ms since the epoch (Delta's modificationTime)
+    stats: str = ""  # Delta's add action stats (JSON); Iceberg reads the file's footer itself
 
 
 def file_name(batch_id: int) -> str:
