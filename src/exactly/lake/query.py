@@ -198,7 +198,7 @@ class BatchAppender(BatchFunction):
         frame = lake_frame(records, self.plan.columns)
         schema = target_schema(lake_schema(self.plan.columns), self.table.schema())
         writer = self.table.file_writer(schema, marker)
-        if writer is None:  # PostgreSQL: the rows to the driver, which copies them
+        if writer is None:  # 3-4 on the driver (PostgreSQL): the rows as Arrow, then COPY
             rows = frame.toArrow()
             events = rows.num_rows
             appended = events > 0 and self.table.append(rows, marker)
