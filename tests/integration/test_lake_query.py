@@ -3,16 +3,19 @@ and the rows the same as :func:`exactly.lake.columns.event_rows` builds in Pytho
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 
 from exactly.lake import BACKENDS, LakeTable, Marker, open_table
 from exactly.lake.audit import audit_lake, render
 from exactly.lake.columns import event_rows, promoted_columns
+from exactly.lake.files import FILE_NAME
 from exactly.lake.query import LakePlan, Progress, run, starting_offsets
 from exactly.log import open_log
 from tests.aggregate_stream import EventStream, append
@@ -95,6 +98,38 @@ def test_each_event_lands_once_and_a_replay_commits_nothing(
             for name in ("properties", "traits", "context"):  # the same JSON, maybe spaced
                 assert _json(row.pop(name)) == _json(expected.pop(name)), (message_id, name)
             assert row == expected, message_id
+    if url.startswith("delta://"):  # the executors wrote the files, named by their batch
+        batches = {int(match["batch"]) for match in written(url.removeprefix("delta://"))}
+        assert len(batches) > 3
+
+
+def written(path: str) -> list[re.Match[str]]:
+    """The names of a Delta table's files as :data:`FILE_NAME` matches them: all must."""
+    from deltalake import DeltaTable
+
+    paths = pa.table(DeltaTable(path).get_add_actions(flatten=True)).column("path").to_pylist()
+    names = [file.rsplit("/", 1)[-1] for file in paths]
+    matches = [FILE_NAME.match(name) for name in names]
+    assert all(matches), names
+    return [match for match in matches if match]
+
+
+@pytest.mark.spark
+def test_a_batch_is_a_file_per_task_and_day(spark: SparkSession, tmp_path: Path) -> None:
+    from deltalake import DeltaTable
+
+    log_url = f"sqlite://{tmp_path / 'log'}"
+    records = list(EventStream(seed=8, minutes=3 * 24 * 60, duplicate_rate=0).chunk(600))
+    path = tmp_path / "lake" / "events"
+    with open_log(log_url) as log, open_table(f"delta://{path}") as table:
+        log.create_topic("events", PARTITIONS)
+        append(log, "events", PARTITIONS, records)
+        assert land(spark, log_url, table, tmp_path / "checkpoint").batches == {0: (600, True)}
+    assert {int(match["batch"]) for match in written(str(path))} == {0}
+    added = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True)).to_pylist()
+    days = {action["partition.date"] for action in added}
+    assert len(added) > len(days) >= 3  # a day's rows from more than one task: a file each
+    assert sum(action["num_records"] for action in added) == 600
 
 
 def _json(text: str | None) -> Any:
