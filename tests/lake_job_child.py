@@ -9,9 +9,9 @@ Two points a run can be told to kill itself at (its process group, SIGKILL):
 
 * ``EXACTLY_TEST_KILL_AFTER_COMMIT=N``: right after its N-th table commit, before Spark's
   (``on_batch`` runs between the two);
-* ``EXACTLY_TEST_KILL_BEFORE_COMMIT=N``: at its N-th commit, after the batch's data file is
-  written into the table's directory and before the commit that would make it a version's (as
-  a batch whose files are written and whose commit never came leaves it).
+* ``EXACTLY_TEST_KILL_BEFORE_COMMIT=N``: at its N-th commit, after the executors wrote the
+  batch's data files into the table's directory and before the commit that would make them a
+  version's; their paths are added to :data:`KILLED` beside the checkpoint first.
 """
 
 from __future__ import annotations
@@ -19,21 +19,20 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from exactly.config import load_settings
 from exactly.lake import Marker, open_table
-from exactly.lake.delta import DeltaLakeTable
+from exactly.lake.base import DataFile
 from exactly.lake.query import LakePlan, drive
 from exactly.spark.session import build_session
 
 KILL_AFTER_COMMIT = "EXACTLY_TEST_KILL_AFTER_COMMIT"
 KILL_BEFORE_COMMIT = "EXACTLY_TEST_KILL_BEFORE_COMMIT"
-PLANTED = "part-killed-"  # the name a file written before a killed commit starts with
+KILLED = "killed-files"  # beside the checkpoint: the files of the batches killed before commit
 
 
 def main(config: str, table_url: str, checkpoint: str, mode: str) -> None:
@@ -66,17 +65,16 @@ def main(config: str, table_url: str, checkpoint: str, mode: str) -> None:
 
     with open_table(table_url) as table:
         if kill_before:
-            commit = table.commit
+            commit_files = table.commit_files
 
-            def dying_commit(rows: pa.Table, marker: Marker) -> bool:
+            def dying_commit(files: Sequence[DataFile], schema: pa.Schema, marker: Marker) -> bool:
                 if commits + 1 >= kill_before:
-                    assert isinstance(table, DeltaLakeTable)
-                    name = f"{PLANTED}{uuid.uuid4()}.parquet"
-                    pq.write_table(rows.drop_columns(["date"]), Path(table.uri) / name)
-                    os.killpg(os.getpgrp(), signal.SIGKILL)  # its file written, no commit
-                return commit(rows, marker)
+                    with (Path(checkpoint).parent / KILLED).open("a") as killed:
+                        killed.writelines(f"{file.path}\n" for file in files)
+                    os.killpg(os.getpgrp(), signal.SIGKILL)  # its files written, no commit
+                return commit_files(files, schema, marker)
 
-            table.commit = dying_commit  # type: ignore[method-assign]
+            table.commit_files = dying_commit  # type: ignore[method-assign]
         drive(spark, plan, table, say=lambda _: None, on_batch=on_batch)
     print("done", flush=True)
     spark.stop()

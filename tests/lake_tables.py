@@ -2,7 +2,7 @@
 
 Backends (:data:`CASES`): the three of :data:`exactly.lake.BACKENDS` on local directories and
 a per-test PostgreSQL schema; Iceberg with its catalog in PostgreSQL; Delta and Iceberg with
-their files on moto's S3 server.
+their files on moto's S3 server. :data:`FILE_CASES`: those whose batches executors write as files.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from tests.archives import MotoServer
 
 CASES = (*BACKENDS, "iceberg+postgresql", "delta+s3", "iceberg+s3")
 S3_CASES = ("delta+s3", "iceberg+s3")
+FILE_CASES = tuple(case for case in CASES if case != "postgresql")  # executors write files
 
 
 @contextlib.contextmanager

@@ -2,15 +2,16 @@
 ``python -m tests.pipeline_job_child CONFIG MODE``.
 
 As ``exactly up`` runs them: dedupe (raw -> events), aggregate (events -> ``event_counts`` and
-the test's ``plan_hours``) and route (events -> the JobDB), each in a thread and a FAIR pool of
-one application, so one SIGKILL interrupts all three; the backends are CONFIG's. Like
+the test's ``plan_hours``), route (events -> the JobDB) and, with a ``[lake] url``, the lake
+query (events -> the lake table), each in a thread and a FAIR pool of one application, so one
+SIGKILL interrupts them all; the backends are CONFIG's. Like
 ``tests/job_child.py``'s other children it starts Spark, prints ``warm``, waits for ``go``,
 prints ``running`` and then ``batch QUERY N`` after each micro-batch (small ones, so a kill
 lands inside one). MODE ``streaming`` runs until killed; ``catch-up`` runs dedupe until caught
-up, then aggregate and route until caught up, and prints ``done``.
+up, then the others until caught up, and prints ``done``.
 
-With ``EXACTLY_TEST_KILL_AFTER_COMMIT=QUERY:N`` (``aggregate`` or ``route``) the run kills its
-process group right after that query's N-th commit to its database, before Spark's.
+With ``EXACTLY_TEST_KILL_AFTER_COMMIT=QUERY:N`` (``aggregate``, ``route`` or ``lake``) the run
+kills its process group right after that query's N-th commit to its database, before Spark's.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ from exactly.dedupe.window import Bounds
 from exactly.delivery.jobdb import open_jobdb
 from exactly.delivery.route import RoutePlan
 from exactly.delivery.route import drive as route
+from exactly.lake import open_table
+from exactly.lake.query import LakePlan
+from exactly.lake.query import drive as lake
 from exactly.log import open_log
 from exactly.spark.session import build_session
 from exactly.spark.streaming import checkpoint_lock
@@ -101,6 +105,16 @@ def main(config: str, mode: str) -> None:
         max_records_per_trigger=200,
         read_records=100,
     )
+    lake_plan = LakePlan(
+        settings.log_url,
+        settings.lake_url,
+        (data / "lake").resolve(),
+        until_caught_up=catch_up,
+        trigger_seconds=0.2,
+        max_records_per_trigger=200,
+        read_records=100,
+        compact_every=5,  # upkeep (optimize, expire) between batches is killed too
+    )
     with open_log(settings.log_url) as log:
         partitions = prepare(log, dedupe_plan)
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
@@ -110,7 +124,7 @@ def main(config: str, mode: str) -> None:
     if sys.stdin.readline().strip() != "go":
         return
     say("running")
-    counted, routed = committed("aggregate"), committed("route")
+    counted, routed, landed = committed("aggregate"), committed("route"), committed("lake")
 
     def run_dedupe() -> None:
         with checkpoint_lock(dedupe_plan.checkpoint, "dedupe job"):
@@ -137,7 +151,17 @@ def main(config: str, mode: str) -> None:
         with open_jobdb(settings.jobdb_url) as jobdb:
             route(spark, route_plan, jobdb, say=lambda _: None, on_batch=on_batch)
 
+    def run_lake() -> None:
+        def on_batch(batch: int, _events: int, appended: bool) -> None:
+            say(f"batch lake {batch}")
+            landed(appended)
+
+        with open_table(lake_plan.table_url) as table:
+            lake(spark, lake_plan, table, say=lambda _: None, on_batch=on_batch)
+
     stages = [run_dedupe, run_aggregate, run_route]
+    if settings.lake.url:
+        stages.append(run_lake)
     if catch_up:
         in_pool(spark, "dedupe", run_dedupe)
         stages = stages[1:]

@@ -1,7 +1,8 @@
 """The demo run by the README's first command: the whole pipeline, on embedded defaults.
 
 1. ``exactly up`` starts (a subprocess, as one service: the collector with two sources, one Spark
-   application running the dedupe, aggregate and route queries, and the director) with a config
+   application running the dedupe, aggregate, route and lake queries, and the director) with a
+   config
    the demo writes under the data dir, whose three destinations are paths of a local receiver
    that answers 503 to a fifth of the requests (:mod:`exactly.delivery.demo`);
 2. generated clients send Segment events through ``/v1/batch``; some batches are sent again, as a
@@ -10,8 +11,10 @@
 3. while ``up`` deduplicates them into ``events`` (rocksdb store), counts them into SQLite
    (``event_counts``) and delivers them, the demo watches each stage's lag until all is done,
    then stops ``up`` with SIGTERM;
-4. ``audit`` recounts ``events`` with a batch read and compares with the table, and what each
-   destination received is compared with what its filters take.
+4. ``audit`` recounts ``events`` with a batch read and compares with the table, what each
+   destination received is compared with what its filters take, and the lake table (Delta,
+   ``DATA_DIR/lake/events``) must hold every event of ``events`` once; a DuckDB query over it
+   ends the demo (``exactly lake sql``).
 
 Everything lives under the data dir: the sqlite log, the rocksdb store, the aggregates file, the
 JobDB and the checkpoints, so a second run adds to the first.
@@ -178,6 +181,9 @@ port = {free_port()}
 store = "rocksdb"
 scope = "{settings.dedupe.scope}"
 
+[lake]
+url = {json.dumps(settings.lake_url)}
+
 {destinations_toml(receiver_url)}'''
     )
     return config, port
@@ -274,6 +280,24 @@ def topic_ends(log_url: str, topic: str) -> dict[int, int]:
             return {}
 
 
+@dataclass(frozen=True)
+class LakeCheck:
+    """The lake table after the run, beside the ``events`` topic it lands."""
+
+    url: str
+    rows: int  # rows in the table
+    distinct: int  # distinct messageIds among them
+    events: int  # records in the events topic
+    by_event: Any  # pyarrow.Table: LAKE_QUERY's answer
+
+    @property
+    def exact(self) -> bool:
+        return self.rows == self.distinct == self.events
+
+
+LAKE_QUERY = "select type, event, count(*) as n from events group by all order by n desc"
+
+
 @dataclass
 class DemoResult:
     traffic: Traffic
@@ -284,6 +308,7 @@ class DemoResult:
     audit: Any = None  # exactly.aggregate.audit.AuditResult
     stats: list[tuple[Any, ...]] = field(default_factory=list)
     received: list[Any] = field(default_factory=list)  # exactly.delivery.demo.Received
+    lake: LakeCheck | None = None
 
     @property
     def duplicates_dropped(self) -> int:
@@ -310,7 +335,7 @@ def run_pipeline(
     with FlakyReceiver() as receiver:
         config, port = write_config(settings, partitions, receiver.url)
         clock = time.perf_counter()
-        say("1/3 exactly up: collector, Spark (dedupe, aggregate, route) and director")
+        say("1/3 exactly up: collector, Spark (dedupe, aggregate, route, lake), director")
         say(fit("    on the log", place(settings.log_url, settings.data_dir), "      "))
         say(f"    sending {events:,} events ...")
         up = UpService(settings, config, port)
@@ -320,7 +345,7 @@ def run_pipeline(
             result = DemoResult(traffic)
             result.seconds["collect"] = time.perf_counter() - clock
             result.raw = topic_size(settings.log_url, "raw") - raw_before
-            say("2/3 waiting for dedupe, aggregate, route and delivery to catch up")
+            say("2/3 waiting for dedupe, aggregate, route, lake and delivery to catch up")
             say("    (records each stage has still to read, deliveries waiting) ...")
             _wait_until_done(load_settings(config), up, say)
             result.seconds["pipeline"] = time.perf_counter() - clock
@@ -329,6 +354,7 @@ def run_pipeline(
         result.events = topic_size(settings.log_url, "events") - events_before
         result.counted = _counted(settings) - counted_before
         result.received = received(receiver, settings.log_url, events_start)
+        result.lake = check_lake(settings)
 
     say("3/3 audit: recounting events with a batch read ...")
     clock = time.perf_counter()
@@ -375,6 +401,21 @@ def _wait_until_done(settings: Settings, up: UpService, say: Callable[[str], Non
                 elapsed = shown - began
                 say(wrap(f"  {elapsed:4.0f} s  {behind}  deliver {waiting:,}", " " * 10))
             time.sleep(0.5)
+
+
+def check_lake(settings: Settings) -> LakeCheck:
+    """The lake table counted with DuckDB (``exactly lake sql``) beside the events topic."""
+    from exactly.lake import open_table
+    from exactly.lake.sql import query
+
+    with open_table(settings.lake_url) as table:
+        (counts,) = query(
+            table, "select count(*) as n, count(distinct messageId) as d from events"
+        ).to_pylist()
+        by_event = query(table, LAKE_QUERY)
+    return LakeCheck(
+        table.url, counts["n"], counts["d"], topic_size(settings.log_url, "events"), by_event
+    )
 
 
 def _counted(settings: Settings) -> int:

@@ -13,7 +13,11 @@
 3. **counted**: per aggregate query, the micro-batch whose marker's end offsets first pass the
    kept record's ``events`` offset (markers keep the last 1,000 batches per query: older ones
    are named "at or before" the oldest kept);
-4. **delivered**: each job of the message in the JobDB (index ``jobs_N_message``) with every
+4. **landed** (with a lake table): the table version whose batch's end offsets first pass the
+   kept record's ``events`` offset (:meth:`~exactly.lake.base.LakeTable.landed_in`: Delta's
+   versions searched by their ``txn`` end offsets, Iceberg's snapshot summaries); PostgreSQL
+   keeps no versions, so only whether the table's newest batch passed it;
+5. **delivered**: each job of the message in the JobDB (index ``jobs_N_message``) with every
    transition; jobs of archived datasets from the archive files of the datasets open around the
    receive time.
 
@@ -75,6 +79,17 @@ class Counted:
 
 
 @dataclass(frozen=True)
+class Landed:
+    """Where the lake table holds the kept record: the version that landed it."""
+
+    table: str  # its URL, secrets masked
+    where: str  # the same for people: an embedded table relative to the data dir
+    landed: bool  # False: not landed yet
+    version: int | None = None  # None: landed, in a table that keeps no versions
+    exact: bool = True  # False: "at or before" (older versions expired)
+
+
+@dataclass(frozen=True)
 class Attempt:
     """One try at delivering: when it started, its outcome, how long the request took."""
 
@@ -108,6 +123,7 @@ class Trace:
     partition: int | None = None
     copies: list[Copy] = field(default_factory=list)
     counted: list[Counted] = field(default_factory=list)
+    lake: list[Landed] = field(default_factory=list)
     deliveries: list[Delivery] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -122,6 +138,7 @@ class Trace:
             "partition": self.partition,
             "copies": [asdict(copy) for copy in self.copies],
             "counted": [asdict(counted) for counted in self.counted],
+            "lake": [asdict(landed) for landed in self.lake],
             "deliveries": [asdict(delivery) for delivery in self.deliveries],
             "notes": list(self.notes),
         }
@@ -147,6 +164,7 @@ def trace(settings: Settings, message_id: str) -> Trace:
     ]
     if kept:
         _counted(settings, kept, result)
+        _landed(settings, kept, result)
     _delivered(settings, message_id, result)
     return result
 
@@ -265,6 +283,28 @@ def _counted(settings: Settings, kept: list[tuple[int, int | None]], result: Tra
         result.notes.append("no aggregate query has counted events yet")
 
 
+def _landed(settings: Settings, kept: list[tuple[int, int | None]], result: Trace) -> None:
+    """The lake table's version of each kept record: with a ``[lake] url``, or once the default
+    table exists."""
+    from exactly.lake import open_table
+
+    if not settings.lake.url and not (settings.data_dir.resolve() / "lake" / "events").exists():
+        return
+    from exactly.text import place
+
+    with open_table(settings.lake_url) as table:
+        where = place(table.url, settings.data_dir)
+        end = table.end_offsets() or {}
+        for partition, offset in kept:
+            if offset is None:
+                continue
+            landing = table.landed_in(partition, offset)
+            if landing is not None:
+                result.lake.append(Landed(table.url, where, True, landing.version, landing.exact))
+            else:
+                result.lake.append(Landed(table.url, where, end.get(partition, 0) > offset))
+
+
 def _delivered(settings: Settings, message_id: str, result: Trace) -> None:
     from exactly.delivery.jobdb import open_jobdb
 
@@ -367,6 +407,14 @@ def render(found: Trace) -> str:
                     _cut(f"  {at}batch {counted.batch_id} of query {_short(counted.query_id)}")
                 )
                 lines.append(_cut(f"    committed {counted.committed_at}"))
+    for landed in found.lake:
+        lines.append(_cut(f"lake {landed.where}"))
+        if not landed.landed:
+            lines.append("  not landed yet")
+        elif landed.version is None:
+            lines.append("  landed (the table keeps no versions)")
+        else:
+            lines.append(f"  {'' if landed.exact else 'at or before '}version {landed.version}")
     lines.append(
         f"delivered: {len(found.deliveries)} job(s)" if found.deliveries else "delivered: no jobs"
     )

@@ -125,6 +125,11 @@ def test_demo_small(tmp_path: Path) -> None:
     assert re.search(r"all-events +[\d,]+ requests +3,000 events +0 duplicates", result.stdout)
     assert re.search(r"orders +[\d,]+ requests +[1-9][\d,]* events +0 duplicates", result.stdout)
     assert "MISMATCH" not in result.stdout
+    # the lake: every event once in the Delta table, and a DuckDB query over it
+    assert "lake: 3,000 rows, 3,000 distinct messageIds, as in events: exact" in result.stdout
+    by_kind = re.findall(r"^(track|page|identify) .* ([\d,]+) *$", result.stdout, re.MULTILINE)
+    assert sum(int(n.replace(",", "")) for _, n in by_kind) == 3000, result.stdout
+    assert jvm_lines(result.stdout + result.stderr) == []  # nothing from the JVM (issue 32)
     # every line within 80 columns (issue 32), the counts table with its total
     assert max(len(line) for line in (result.stdout + result.stderr).splitlines()) <= 80
     assert re.search(r"^total +[1-9][\d,]* ", result.stdout, re.MULTILINE), result.stdout

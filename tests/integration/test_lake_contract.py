@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,8 +14,17 @@ import pytest
 
 from exactly.errors import EnvironmentProblem, LakeError
 from exactly.lake import LakeTable, Marker, open_table
-from exactly.lake.columns import BASE_SCHEMA, Promoted, event_rows, promoted_columns
-from tests.lake_tables import CASES, S3_CASES, exists, lake_url, plant_uncommitted
+from exactly.lake.base import DataFile
+from exactly.lake.columns import (
+    BASE_SCHEMA,
+    Promoted,
+    event_rows,
+    promoted_columns,
+    target_schema,
+)
+from exactly.lake.files import FILE_NAME
+from exactly.lake.sql import query
+from tests.lake_tables import CASES, FILE_CASES, S3_CASES, exists, lake_url, plant_uncommitted
 
 REVENUE = promoted_columns({"revenue": "properties.revenue double"})
 
@@ -29,6 +39,14 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 @pytest.fixture
 def table(url: str) -> Iterator[LakeTable]:
     with open_table(url) as opened:
+        yield opened
+
+
+@pytest.fixture(params=FILE_CASES)
+def file_table(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LakeTable]:
+    """A table whose batches executors write as files."""
+    s3 = request.getfixturevalue("moto_s3") if request.param in S3_CASES else None
+    with lake_url(request.param, tmp_path, s3) as found, open_table(found) as opened:
         yield opened
 
 
@@ -67,8 +85,33 @@ def rows(table: LakeTable, columns: tuple[str, ...] = ()) -> list[dict[str, Any]
     return sorted(found, key=lambda row: row["messageId"])
 
 
+def rows_of(data: pa.Table) -> list[dict[str, Any]]:
+    """``data``'s rows as :func:`rows` gives a table's."""
+    found = data.select(BASE_SCHEMA.names).to_pylist()
+    return sorted(found, key=lambda row: row["messageId"])
+
+
 def message_ids(table: LakeTable) -> list[str]:
     return sorted(table.read().column("messageId").to_pylist())
+
+
+def write_files(table: LakeTable, data: pa.Table, marker: Marker, tasks: int = 2) -> list[DataFile]:
+    """``data`` written as the lake query's executors write it: the table's writer, pickled,
+    run by ``tasks`` tasks on their share of the rows."""
+    writer = table.file_writer(target_schema(data.schema, table.schema()), marker)
+    assert writer is not None
+    shipped = pickle.loads(pickle.dumps(writer))
+    share = -(-data.num_rows // tasks)
+    return [
+        file
+        for task in range(tasks)
+        for file in shipped.write(data.slice(task * share, share).to_batches())
+    ]
+
+
+def append_files(table: LakeTable, data: pa.Table, marker: Marker) -> bool:
+    files = write_files(table, data, marker)
+    return table.append_files(files, target_schema(data.schema, table.schema()), marker)
 
 
 def test_append_commits_the_rows_with_their_marker(table: LakeTable) -> None:
@@ -176,6 +219,62 @@ def test_vacuum_removes_only_uncommitted_files(table: LakeTable) -> None:
     assert table.vacuum(timedelta(0)) == []
 
 
+def test_only_tables_of_files_give_a_file_writer(table: LakeTable) -> None:
+    writer = table.file_writer(BASE_SCHEMA, Marker("q1", 0))
+    assert (writer is None) == table.url.startswith("postgresql")
+
+
+def test_files_written_then_committed_read_back_with_their_marker(file_table: LakeTable) -> None:
+    data = batch(0, 30)
+    files = write_files(file_table, data, Marker("q1", 0, {0: 30}))
+    assert len(files) == 4  # two tasks, two days each
+    assert all(FILE_NAME.match(file.path.rsplit("/", 1)[1]) for file in files)
+    assert {dict(file.partition)["date"] for file in files} == {"2026-01-01", "2026-01-02"}
+    assert sum(file.records for file in files) == 30
+    assert file_table.read().num_rows == 0  # written, not committed: no reader sees them
+    schema = target_schema(data.schema, file_table.schema())
+    assert file_table.append_files(files, schema, Marker("q1", 0, {0: 30}))
+    assert file_table.committed("q1") == 0 and file_table.end_offsets() == {0: 30}
+    assert append_files(file_table, batch(30, 20), Marker("q1", 1))
+    assert rows(file_table) == rows_of(batch(0, 50))
+    assert file_table.vacuum(timedelta(0)) == []  # every file written is committed
+
+
+def test_replayed_files_commit_nothing(file_table: LakeTable) -> None:
+    assert append_files(file_table, batch(0, 10), Marker("q1", 0))
+    version = file_table.version()
+    replayed = write_files(file_table, batch(0, 10), Marker("q1", 0))
+    schema = target_schema(batch(0, 10).schema, file_table.schema())
+    assert not file_table.append_files(replayed, schema, Marker("q1", 0))
+    assert file_table.version() == version
+    assert message_ids(file_table) == [f"m{n:05d}" for n in range(10)]
+    assert sorted(file_table.vacuum(timedelta(0))) == sorted(file.path for file in replayed)
+
+
+def test_files_never_committed_are_invisible_and_vacuumed(file_table: LakeTable) -> None:
+    assert append_files(file_table, batch(0, 10), Marker("q1", 0))
+    killed = write_files(file_table, batch(10, 10), Marker("q1", 1))  # killed before its commit
+    before = rows(file_table)
+    assert len(before) == 10
+    assert file_table.vacuum(timedelta(hours=1)) == []  # too young to be a killed batch's
+    assert sorted(file_table.vacuum(timedelta(0))) == sorted(file.path for file in killed)
+    assert not any(exists(file_table, file.path) for file in killed)
+    assert rows(file_table) == before
+    assert append_files(file_table, batch(10, 10), Marker("q1", 1))  # the batch run again
+    assert len(message_ids(file_table)) == 20
+
+
+def test_a_promoted_column_evolves_the_schema_of_files(file_table: LakeTable) -> None:
+    assert append_files(file_table, batch(0, 4), Marker("q1", 0))
+    assert append_files(file_table, batch(4, 4, REVENUE), Marker("q1", 1))
+    assert append_files(file_table, batch(8, 4), Marker("q1", 2))  # no longer configured
+    schema = file_table.schema()
+    assert schema is not None and schema.field("revenue").type == pa.float64()
+    revenue = {row["messageId"]: row["revenue"] for row in rows(file_table, ("revenue",))}
+    assert revenue == {f"m{n:05d}": (n / 4 if 4 <= n < 8 else None) for n in range(12)}
+    assert file_table.committed("q1") == 2
+
+
 def test_expire_keeps_the_current_version(table: LakeTable) -> None:
     for n in range(3):
         assert table.append(batch(n * 5, 5), Marker("q1", n))
@@ -185,6 +284,21 @@ def test_expire_keeps_the_current_version(table: LakeTable) -> None:
     table.vacuum(timedelta(0))
     assert rows(table) == before
     assert table.committed("q1") == 2
+
+
+def test_sql_sees_the_current_version(table: LakeTable) -> None:
+    assert query(table, "select count(*) as n from events").to_pylist() == [{"n": 0}]
+    for n in range(2):
+        assert table.append(batch(n * 5, 5), Marker("q1", n))
+    counted = query(table, "select event, count(*) as n from events group by 1 order by 1")
+    assert counted.to_pylist() == [
+        {"event": "Order Completed", "n": 5},
+        {"event": "Signed Up", "n": 5},
+    ]
+    revenue = "select sum(cast(json_extract(properties, '$.revenue') as double)) as r from events"
+    assert query(table, revenue).to_pylist() == [{"r": sum(n / 4 for n in range(10))}]
+    with pytest.raises(LakeError, match='column "nope" not found'):
+        query(table, "select nope from events")
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,8 @@ Runs are killed while the query starts, inside micro-batches, right after a tabl
 before Spark's, and after a batch's file is written but before its commit; the events topic
 grows all the while. After the catch-up, read back with ``deltalake`` and ``polars`` (not our
 code): every messageId of ``events`` is in the table exactly once, no file written before a
-killed commit is visible, and vacuum removes those files and nothing else.
+killed commit is visible, and vacuum removes those files (and those of batches a random kill
+stopped between their files and their commit) and nothing else.
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ from datetime import timedelta
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 from deltalake import DeltaTable
 
 from exactly.lake import open_table
+from exactly.lake.files import FILE_NAME
 from exactly.log import Log, open_log
 from tests.aggregate_stream import EventStream, append
 from tests.job_child import kill_at_random_points
-from tests.lake_job_child import KILL_AFTER_COMMIT, KILL_BEFORE_COMMIT, PLANTED
+from tests.lake_job_child import KILL_AFTER_COMMIT, KILL_BEFORE_COMMIT, KILLED
 from tests.seeds import crash_seed
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -48,7 +51,7 @@ def test_the_lake_query_killed_at_random_points_lands_every_event_once(
     starts = 0
 
     def self_kill(_: random.Random) -> dict[str, str]:
-        """Runs 3 and 9 die before a commit, after its file; runs 5 and 11 after one."""
+        """Runs 3 and 9 die before a commit, after its files; runs 5 and 11 after one."""
         nonlocal starts
         starts += 1
         if starts in (3, 9):
@@ -85,10 +88,13 @@ def test_the_lake_query_killed_at_random_points_lands_every_event_once(
     frame = pl.read_delta(str(path))
     assert frame.height == len(message_ids) and frame["messageId"].n_unique() == len(message_ids)
 
-    planted = sorted(p.name for p in path.glob(f"{PLANTED}*"))
-    assert len(planted) == 2  # the two runs killed between their file and their commit
+    killed = set((tmp_path / KILLED).read_text().split())
+    assert len(killed) >= 2  # the two runs killed between their files and their commit
+    committed = set(pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist())
+    assert not killed & committed
     with open_table(f"delta://{path}") as lake:
-        removed = lake.vacuum(timedelta(0))
-    assert sorted(removed) == planted
-    assert not list(path.glob(f"{PLANTED}*"))
+        removed = set(lake.vacuum(timedelta(0)))
+    assert killed <= removed and not removed & committed
+    assert all(FILE_NAME.match(Path(file).name) for file in removed)  # batches' files alone
+    assert not any((path / file).exists() for file in killed)
     assert DeltaTable(str(path)).to_pyarrow_table(columns=["messageId"]).num_rows == len(ids)

@@ -6,15 +6,20 @@ backend of the three stages:
 
 * ``embedded``: the sqlite log, the rocksdb store, SQLite aggregates and JobDB;
 * ``spark-state``: the sqlite log, Spark's own state store, PostgreSQL aggregates, a MariaDB
-  JobDB;
+  JobDB, and the lake query into a PostgreSQL table;
 * ``scale-out``: the log on a Kafka-protocol broker (Tansu) with a fifth of its fetches cut short
   at random (``tests/short_reads.py``, as Tansu once cut one), the redis store over two servers
-  with one SIGKILLed and started again empty three times, PostgreSQL aggregates and JobDB.
+  with one SIGKILLed and started again empty three times, PostgreSQL aggregates and JobDB, and
+  the lake query into an Iceberg table whose catalog is in PostgreSQL.
+
+(The lake on Delta is killed by ``test_lake_crash.py``, with a kill between a batch's files and
+its commit.)
 
 Runs are SIGKILLed 20 times at random moments (the harness of ``tests/job_child.py``: while Spark
 or the queries start, inside micro-batches); four more kill themselves right after a database
 commit and before Spark's (two after the aggregate's SQL commit, two after the route's JobDB
-commit), so the next run replays a batch the database already holds. ``raw`` grows meanwhile,
+commit, and on the stacks with a lake two after the lake's table commit), so the next run
+replays a batch the database already holds. ``raw`` grows meanwhile,
 with duplicates and records without a usable messageId; raw has more partitions than the
 application has cores, and the claim stores get Arrow batches far smaller than a task's rows, so
 that batches span partitions as they do in production. At the end:
@@ -24,6 +29,8 @@ that batches span partitions as they do in production. At the end:
 * both tables equal a recount in plain Python of the distinct events;
 * the JobDB holds one job per (event, matching destination): a director drains it and each
   receiver gets exactly the events its destination's filters take, each once;
+* the lake table, read by its own library (pyiceberg's scan, a plain SQL query), holds every
+  messageId of ``events`` once;
 * no task failed for Spark 4.3's torn environment map (``exactly.spark.datasource``).
 """
 
@@ -34,6 +41,7 @@ import json
 import random
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,6 +69,7 @@ from tests.up_service import Stack, spark_failures
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 KILLS = 20
 SELF_KILLS = {3: "aggregate:1", 8: "route:2", 13: "aggregate:2", 18: "route:1"}  # by run
+LAKE_SELF_KILLS = {5: "lake:1", 15: "lake:2"}  # by run, on the stacks with a lake
 SHARD_RESTARTS = (120, 300, 480)  # at these appends to raw (every 0.25 s)
 PARTITIONS = 4  # more than the application's 2 cores: a read task reads several
 STACKS = ["embedded", "spark-state", "scale-out"]
@@ -88,11 +97,41 @@ def backends(
         yield scale_out
 
 
-def write_config(path: Path, stack: Stack, receivers: dict[str, str]) -> Path:
+def lake_of(stack: str, used: Stack, tmp_path: Path) -> str | None:
+    """The lake table of ``stack``: PostgreSQL beside spark-state's aggregates, Iceberg with its
+    catalog in the scale-out stack's PostgreSQL; none on the embedded stack (Delta is killed by
+    test_lake_crash.py)."""
+    if stack == "spark-state":
+        return f"{used.database}&table=lake_events"
+    if stack == "scale-out":
+        base = used.database.removeprefix("postgresql://")
+        return f"iceberg+postgresql://{base}&warehouse={tmp_path / 'warehouse'}"
+    return None
+
+
+def lake_message_ids(url: str) -> list[str]:
+    """Every row's messageId, read by the table's own library: pyiceberg's scan of the catalog's
+    current snapshot, or a plain SQL query of the PostgreSQL table."""
+    if url.startswith("iceberg"):
+        from exactly.lake.iceberg import IcebergTable
+
+        catalog = IcebergTable.from_url(url)  # the SqlCatalog the URL names; pyiceberg reads
+        table = catalog.catalog.load_table(catalog.identifier)
+        return [str(m) for m in table.scan(selected_fields=("messageId",)).to_arrow()["messageId"]]
+    import psycopg
+
+    database, _, _ = url.partition("&table=")
+    with psycopg.connect(database) as connection:
+        return [row[0] for row in connection.execute('SELECT "messageId" FROM lake_events')]
+
+
+def write_config(
+    path: Path, stack: Stack, receivers: dict[str, str], lake: str | None = None
+) -> Path:
     text = (
         f'data_dir = "{path.parent / "data"}"\n[log]\nurl = "{stack.log}"\n'
         f'[dedupe]\nstore = "{stack.store}"\n[aggregate]\nurl = "{stack.database}"\n'
-        f'[delivery]\njobdb = "{stack.jobdb_url}"\n'
+        f'[delivery]\njobdb = "{stack.jobdb_url}"\n' + (f'[lake]\nurl = "{lake}"\n' if lake else "")
     )
     for name, (sources, events) in FILTERS.items():
         text += (
@@ -116,11 +155,13 @@ def test_pipeline_killed_at_random_points_stays_exact(
     runs = appends = rejects = 0
     with contextlib.ExitStack() as servers:
         used, shard = servers.enter_context(backends(stack, tmp_path, request))
+        lake = lake_of(stack, used, tmp_path)
+        self_kills = SELF_KILLS | (LAKE_SELF_KILLS if lake else {})
 
         def self_kill(_: random.Random) -> dict[str, str]:
             nonlocal runs
             runs += 1
-            return {KILL_AFTER_COMMIT: SELF_KILLS[runs]} if runs in SELF_KILLS else {}
+            return {KILL_AFTER_COMMIT: self_kills[runs]} if runs in self_kills else {}
 
         def grow(log: Log) -> None:
             nonlocal appends, rejects
@@ -135,22 +176,22 @@ def test_pipeline_killed_at_random_points_stays_exact(
 
         receivers = {name: servers.enter_context(Receiver()) for name in FILTERS}
         urls = {name: receiver.url for name, receiver in receivers.items()}
-        config = write_config(tmp_path / "exactly.toml", used, urls)
+        config = write_config(tmp_path / "exactly.toml", used, urls, lake)
         faults = short_reads.environment(0.2, cuts) if stack == "scale-out" else {}
         with open_log(used.log) as log:
             log.create_topic(RAW, PARTITIONS)
             append(log, RAW, PARTITIONS, stream.chunk(1000))
-            self_kills = kill_at_random_points(
+            killed_themselves = kill_at_random_points(
                 "tests.pipeline_job_child",
                 [str(config)],
                 log_url=used.log,
                 grow=grow,
                 rng=rng,
-                kills=KILLS + len(SELF_KILLS),
+                kills=KILLS + len(self_kills),
                 self_kill=self_kill,
                 env=faults,
             )
-            assert self_kills == len(SELF_KILLS)
+            assert killed_themselves == len(self_kills)
             if shard is not None:
                 assert shard.restarts == len(SHARD_RESTARTS), "the run ended before a restart"
             assert rejects >= 5
@@ -158,6 +199,10 @@ def test_pipeline_killed_at_random_points_stays_exact(
         distinct = list(stream.events.values())
         with open_db(used.database) as db:
             assert_exact(db, distinct)
+        if lake is not None:
+            landed = Counter(lake_message_ids(lake))
+            assert set(landed) == {event["messageId"] for event in distinct}
+            assert max(landed.values()) == 1, landed.most_common(3)
         deliver = [sys.executable, "-m", "exactly", "--config", str(config), "deliver"]
         drained = subprocess.run(
             [*deliver, "--until-drained"], capture_output=True, timeout=300, check=False

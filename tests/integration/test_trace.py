@@ -8,7 +8,9 @@ import time
 from collections.abc import Iterator
 
 import orjson
+import polars as pl
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from typer.testing import CliRunner
 
@@ -28,6 +30,9 @@ from exactly.delivery.jobdb.base import (
     Transition,
 )
 from exactly.events import partition_for
+from exactly.lake import open_table
+from exactly.lake.query import LakePlan
+from exactly.lake.query import run as run_lake
 from exactly.log import Record, open_log
 from exactly.trace import trace
 
@@ -84,6 +89,16 @@ def pipeline(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> I
     with open_db(settings.aggregate_url) as db, open_log(log_url) as log:
         specs = frame.check(spark, plan.tables)
         job.run(spark, plan, db, specs, job.prepare(log, db, plan, specs))
+    lake = LakePlan(
+        log_url,
+        settings.lake_url,
+        root / "lake-checkpoint",
+        until_caught_up=True,
+        read_records=10,
+        max_records_per_trigger=20,
+    )
+    with open_table(lake.table_url) as table:
+        run_lake(spark, lake, table)  # the default table: a version per 20 events
     now = time.time()
     with open_jobdb(settings.jobdb_url) as jobdb:
         jobs = [NewJob("web", name, b"{}", KEPT) for name in ("a", "b")]
@@ -128,6 +143,18 @@ def test_a_kept_id_names_its_events_offset_batch_and_attempts(pipeline: Settings
     ]
     assert by_destination["a"].attempts[1].latency_ms == pytest.approx(40, abs=1)
     assert by_destination["b"].state == EXECUTING
+
+
+def test_a_kept_id_names_the_lake_version_that_landed_it(pipeline: Settings) -> None:
+    (landed,) = trace(pipeline, KEPT).lake
+    assert landed.landed and landed.exact and landed.where == "delta lake/events"
+    assert landed.version is not None and landed.version > 0
+
+    def holds(version: int) -> bool:  # read by deltalake and polars, not by exactly
+        table = DeltaTable(str(pipeline.data_dir / "lake" / "events"), version=version)
+        return KEPT in pl.from_arrow(table.to_pyarrow_table())["messageId"].to_list()
+
+    assert holds(landed.version) and not holds(landed.version - 1)
 
 
 def test_a_duplicate_names_the_kept_copy(pipeline: Settings) -> None:

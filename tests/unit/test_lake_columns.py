@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, date, datetime
 
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -15,7 +16,9 @@ from exactly.lake.columns import (
     event_rows,
     lake_schema,
     promoted_column,
+    target_schema,
 )
+from exactly.lake.files import delta_stats
 
 
 def test_a_promoted_column_names_a_json_column_a_path_and_a_kind() -> None:
@@ -78,3 +81,35 @@ def test_conform_orders_fills_and_refuses_a_changed_kind() -> None:
     with pytest.raises(LakeError, match="cannot change"):
         conform(text, lake_schema(promoted))
     assert conform(batch, None).schema == BASE_SCHEMA
+
+
+def test_the_target_schema_is_the_tables_then_the_batchs_new_columns() -> None:
+    revenue = [promoted_column("revenue", "properties.revenue double")]
+    plan = [promoted_column("plan", "traits.plan string")]
+    table = pa.schema([*lake_schema(revenue)]).with_metadata({"kept": "no"})
+    target = target_schema(lake_schema(plan), table)
+    assert target.names == [*BASE_SCHEMA.names, "revenue", "plan"]
+    assert target.metadata is None and target_schema(lake_schema(), None) == BASE_SCHEMA
+    with pytest.raises(LakeError, match="cannot change"):
+        target_schema(lake_schema([promoted_column("revenue", "traits.r bigint")]), table)
+
+
+def test_delta_stats_bound_the_values_to_the_millisecond() -> None:
+    rows = event_rows(
+        [
+            b'{"messageId": "b", "timestamp": "2026-01-01T10:00:00.123456Z"}',
+            b'{"messageId": "a", "timestamp": "2026-01-01T10:00:00.100000Z"}',
+            b'{"messageId": "c"}',
+        ]
+    )
+    stats = json.loads(delta_stats(rows))
+    assert stats["numRecords"] == 3
+    assert stats["minValues"] == {"messageId": "a", "timestamp": "2026-01-01T10:00:00.100Z"}
+    assert stats["maxValues"] == {"messageId": "c", "timestamp": "2026-01-01T10:00:00.124Z"}
+    assert stats["nullCount"] == {
+        "messageId": 0,
+        "timestamp": 1,
+        "originalTimestamp": 3,
+        "sentAt": 3,
+        "receivedAt": 3,
+    }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -13,6 +13,11 @@ from rich.table import Column
 from exactly.cli.context import stop_if_never_ran, with_flags
 from exactly.cli.options import Master, MaxRecordsPerTrigger, TriggerSeconds, UntilCaughtUp
 from exactly.urls import embedded_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from exactly.lake.audit import LakeAudit
 
 DB = typer.Option(
     "--db",
@@ -175,10 +180,11 @@ def audit(
     db: Annotated[str | None, DB] = None,
     topic: Annotated[str, TOPIC] = "events",
 ) -> None:
-    """Recount every table from TOPIC (a batch Spark read) and compare with the database.
+    """Recount every table from TOPIC (a batch Spark read) and compare with the database;
+    with a lake table ([lake] url, or the default one once it exists), recount it per day too.
 
-    Exits 1 and prints the differing rows when any differ. The recount stops where the
-    database's counting stopped, so it can run beside the aggregate job.
+    Exits 1 and prints the differing rows when any differ. Each recount stops where the
+    database's counting (the lake's landing) stopped, so it can run beside the pipeline.
     """
     from exactly.aggregate import open_db
     from exactly.aggregate.audit import render, run_audit
@@ -193,12 +199,27 @@ def audit(
         (embedded_path(settings.log_url), "exactly collect"),
         (embedded_path(url), "exactly aggregate"),
     )
+    lake = settings.lake.url or (settings.data_dir.resolve() / "lake" / "events").exists()
     with open_db(url, retry_seconds=10) as database:
         spark = build_session(settings, app_name="exactly-audit")
         specs = check(spark, configured_tables(settings))
         result = run_audit(spark, settings.log_url, topic, database, specs)
+        landed = _audit_lake(spark, settings.log_url, topic, settings.lake_url) if lake else None
         spark.stop()
     for line in render(result, specs):
         print(line)
-    if not result.exact:
+    if landed is not None:
+        from exactly.lake.audit import render as render_lake
+
+        for line in render_lake(landed):
+            print(line)
+    if not result.exact or (landed is not None and not landed.exact):
         raise typer.Exit(1)
+
+
+def _audit_lake(spark: SparkSession, log_url: str, topic: str, table_url: str) -> LakeAudit:
+    from exactly.lake import open_table
+    from exactly.lake.audit import audit_lake
+
+    with open_table(table_url) as table:
+        return audit_lake(spark, log_url, topic, table)

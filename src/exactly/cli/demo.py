@@ -28,8 +28,9 @@ def demo(
     from exactly.aggregate.audit import render
     from exactly.aggregate.spec import EVENT_COUNTS
     from exactly.cli.aggregate import print_counts
+    from exactly.cli.lake import show_rows
     from exactly.delivery import demo as delivery
-    from exactly.demo import STATS_ROWS, run_pipeline
+    from exactly.demo import LAKE_QUERY, STATS_ROWS, run_pipeline
 
     console = narrow()
     settings = context(ctx).settings
@@ -53,11 +54,23 @@ def demo(
         console.print(line, highlight=False)
     for line in delivery.lines(result.received):
         console.print(line, highlight=False)
+    lake = result.lake
+    if lake is not None:
+        verdict = "as in events: exact" if lake.exact else f"events {lake.events:,}: MISMATCH"
+        console.print(
+            wrap(f"lake: {lake.rows:,} rows, {lake.distinct:,} distinct messageIds, {verdict}"),
+            highlight=False,
+        )
+        console.print("the lake queried with DuckDB (exactly lake sql QUERY):", highlight=False)
+        console.print(wrap(f"  {LAKE_QUERY}", "    "), highlight=False)
+        sys.stdout.flush()
+        show_rows(lake.by_event, "table", STATS_ROWS)
     exact = (
         result.audit.exact
         and result.events == traffic.distinct
         and result.counted == result.events
         and delivery.exact(result.received)
+        and (lake is None or lake.exact)
     )
     if result.events != traffic.distinct or result.counted != result.events:
         console.print(

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -122,3 +123,82 @@ def vacuum(
         f"{opened.url}: {len(removed):,} uncommitted files removed"
         + (f", {expired:,} expired versions or files" if expire else "")
     )
+
+
+@app.command()
+def sql(
+    ctx: typer.Context,
+    query: Annotated[str, typer.Argument(help="The SQL; the table is called events.")],
+    table: Annotated[str | None, TABLE] = None,
+    output: Annotated[
+        str, typer.Option("--format", help="table (at most --max-rows rows), csv or json.")
+    ] = "table",
+    max_rows: Annotated[int, typer.Option(help="Rows a table shows.")] = 100,
+) -> None:
+    """Run QUERY with DuckDB over the table's current version, called events in it.
+
+    For example: exactly lake sql "select event, count(*) from events group by 1 order by 2 desc"
+    """
+    from exactly.errors import ConfigError
+    from exactly.lake import open_table
+    from exactly.lake.sql import query as run_query
+
+    if output not in ("table", "csv", "json"):
+        raise ConfigError(f"--format {output!r}: use table, csv or json")
+    settings = with_flags(ctx, {"lake.url": table}).settings
+    with open_table(settings.lake_url) as opened:
+        rows = run_query(opened, query)
+    show_rows(rows, output, max_rows)
+
+
+def show_rows(rows: Any, output: str, max_rows: int) -> None:
+    """Arrow ``rows`` on stdout: CSV, JSON lines, or text within 80 columns (a table when its
+    columns fit, else each row as ``column  value`` lines)."""
+    import sys
+
+    if output == "csv":
+        import pyarrow.csv as csv  # type: ignore[import-untyped]
+
+        csv.write_csv(rows, sys.stdout.buffer)
+        return
+    if output == "json":
+        for row in rows.to_pylist():
+            print(json.dumps(row, default=_text, ensure_ascii=False))
+        return
+    from exactly.cli.output import WIDTH, console, count
+    from exactly.cli.output import table as new_table
+
+    names = rows.column_names
+    cells = [
+        ["-" if v is None else _text(v) for v in row.values()]
+        for row in rows.slice(0, max_rows).to_pylist()
+    ]
+    widths = [max([len(name)] + [len(row[i]) for row in cells]) for i, name in enumerate(names)]
+    out = console()
+    if sum(widths) + 2 * len(widths) <= WIDTH:
+        shown = new_table(*names)
+        for row in cells:
+            shown.add_row(*row)
+        out.print(shown)
+    else:  # too wide for a table: one block per row
+        import textwrap
+
+        label = min(max(len(name) for name in names), 24)
+        room = WIDTH - label - 2
+        for number, row in enumerate(cells, 1):
+            print(f"-- row {number}")
+            for name, value in zip(names, row, strict=True):
+                head = name.ljust(label) if len(name) <= label else f"{name}\n{' ' * label}"
+                lines = textwrap.wrap(value, room, break_on_hyphens=False) or [""]
+                print(f"{head}  " + f"\n{' ' * (label + 2)}".join(lines))
+    if rows.num_rows > max_rows:
+        print(f"{count(rows.num_rows - max_rows)} more rows: add a LIMIT, or --format csv")
+    print(f"({count(rows.num_rows)} rows)")
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.10g}"
+    if hasattr(value, "isoformat"):
+        return str(value.isoformat()).replace("+00:00", "Z")
+    return str(value)

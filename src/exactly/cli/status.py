@@ -7,7 +7,9 @@ Every figure is read live where it is durable, so it is right after any crash:
   names the store by its URL, password masked, and the checkpoint): per partition in, passed,
   duplicate, rejected, lag, and the store's keys, position and window; the store's scope;
 * **aggregate**: the newest micro-batch the aggregate database committed (its marker);
-* **delivery**: per destination, the JobDB's jobs by state, the oldest queued, the last error.
+* **delivery**: per destination, the JobDB's jobs by state, the oldest queued, the last error;
+* **lake** (with a ``[lake] url``, or the default Delta table once it exists): the table's
+  version, the records of ``events`` it holds and its lag behind them.
 
 A stage that never ran (an embedded database that does not exist yet) is left out, and nothing
 is created by looking; when no stage ran, one line says so (exit status 1). Stores and databases
@@ -33,9 +35,11 @@ from exactly.urls import redact, scrub
 
 if TYPE_CHECKING:  # the command imports them when it runs, so other commands start fast
     from exactly.aggregate.commit import Marker
+    from exactly.cli.context import Context
     from exactly.config import Settings
     from exactly.dedupe.status import DedupeStatus
     from exactly.delivery.jobdb.base import Summary
+    from exactly.lake.status import LakeStatus
     from exactly.log import Log
 
 T = TypeVar("T")
@@ -70,8 +74,16 @@ def status(
             dedupe = _dedupe(log, settings, jobs)
     marker, aggregate_error = _read(settings.aggregate_url, lambda: _marker(settings))
     destinations, jobdb_error = _read(settings.jobdb_url, lambda: _destinations(settings))
+    lake, lake_error = _read(settings.lake_url, lambda: _lake(found, settings))
     if not (
-        topics or dedupe or marker or destinations is not None or aggregate_error or jobdb_error
+        topics
+        or dedupe
+        or marker
+        or destinations is not None
+        or lake is not None
+        or aggregate_error
+        or jobdb_error
+        or lake_error
     ):
         never_ran(settings)
     if as_json:
@@ -85,14 +97,18 @@ def status(
             "dedupe": [{"job": "dedupe", **asdict(job)} for job in dedupe],
             "aggregate": _stage({"url": settings.aggregate_url}, aggregate_error, counted),
             "delivery": _stage({"jobdb": settings.jobdb_url}, jobdb_error, queues),
+            "lake": _stage(
+                {"url": settings.lake_url}, lake_error, None if lake is None else asdict(lake)
+            ),
         }
         print(json.dumps(report, indent=1))
     else:
-        _print(settings, topics, dedupe, marker, destinations)
-    for where, error in (("aggregate", aggregate_error), ("delivery", jobdb_error)):
+        _print(settings, topics, dedupe, marker, destinations, lake)
+    errors = (("aggregate", aggregate_error), ("delivery", jobdb_error), ("lake", lake_error))
+    for where, error in errors:
         if error:
             print(f"error: {where}: {error}", file=sys.stderr)
-    if aggregate_error or jobdb_error:
+    if any(error for _, error in errors):
         raise typer.Exit(1)
 
 
@@ -102,6 +118,7 @@ def _print(
     dedupe: list[DedupeStatus],
     marker: Marker | None,
     destinations: list[Summary] | None,
+    lake: LakeStatus | None,
 ) -> None:
     """The report as text within 80 columns: the data dir, then a section per stage, each
     embedded store's path relative to the data dir."""
@@ -129,6 +146,17 @@ def _print(
         )
     if destinations is not None:
         sections.append(_render_destinations(place(settings.jobdb_url, home), destinations))
+    if lake is not None:
+        version = "no commit yet" if lake.version is None else f"version {lake.version}"
+        behind = "" if lake.lag is None else f", lag {count(lake.lag)}"
+        sections.append(
+            "\n".join(
+                [
+                    fit("lake", place(lake.url, home)),
+                    wrap(f"  {version}: {count(lake.landed)} records of events{behind}", "    "),
+                ]
+            )
+        )
     if sections:
         print("\n\n".join([fit("data dir", str(home.resolve())), *sections]))
 
@@ -208,6 +236,17 @@ def _marker(settings: Settings) -> Marker | None:
 
     with open_db(settings.aggregate_url, retry_seconds=0) as db:
         return db.latest_marker()
+
+
+def _lake(found: Context, settings: Settings) -> LakeStatus | None:
+    """The lake table's status: with a ``[lake] url``, or once the default table exists."""
+    from exactly.lake import open_table
+    from exactly.lake.status import collect
+
+    if not settings.lake.url and not (settings.data_dir.resolve() / "lake" / "events").exists():
+        return None
+    with open_table(settings.lake_url) as table, found.open_log() as log:
+        return collect(table, log)
 
 
 def _destinations(settings: Settings) -> list[Summary] | None:

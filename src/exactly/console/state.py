@@ -57,7 +57,7 @@ LATENCY_DELIVERIES = 500  # newest successful deliveries read per call
 
 # the part each stage runs in
 PART_OF = {"collector": "collector", "dedupe": "pipeline", "aggregate": "pipeline"}
-PART_OF |= {"route": "pipeline", "director": "director"}
+PART_OF |= {"route": "pipeline", "lake": "pipeline", "director": "director"}
 
 
 class ArchivedDeliveries:

@@ -11,6 +11,11 @@ the commit protocol every backend shares:
 3. **one transaction** (:meth:`~LakeTable.commit`): the new columns added, the rows and the
    marker committed together, so a reader sees the batch whole with its marker or neither.
 
+The lake formats take the batch as files instead (:meth:`~LakeTable.append_files`): the
+executors write the Parquet files (:meth:`~LakeTable.file_writer`, :mod:`exactly.lake.files`)
+and step 3 commits them, the new columns and the marker in one transaction
+(:meth:`~LakeTable.commit_files`).
+
 A batch killed before step 3 leaves at most files no version refers to (a lake format's data
 files): readers never see them, and :meth:`~LakeTable.vacuum` removes them.
 
@@ -23,14 +28,18 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from exactly.errors import LakeError
 from exactly.lake.columns import conform
+from exactly.lake.files import DataFile, FileWriter
+
+__all__ = ["Compaction", "DataFile", "FileWriter", "LakeTable", "Marker", "end_offsets_from"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,15 @@ def end_offsets_from(text: str | None) -> dict[int, int] | None:
 
 
 @dataclass(frozen=True)
+class Landing:
+    """The table version a record landed in; ``exact`` False: at or before it (the versions
+    before it have expired)."""
+
+    version: int
+    exact: bool = True
+
+
+@dataclass(frozen=True)
 class Compaction:
     """What :meth:`LakeTable.optimize` did: files (or row groups) before and after."""
 
@@ -79,13 +97,27 @@ class LakeTable(ABC):
     def append(self, data: pa.Table, marker: Marker) -> bool:
         """Commit ``data`` with ``marker`` (module docstring, steps 1-3); False for a replay."""
         # 1. the marker
-        last = self.committed(marker.query_id)
-        if last is not None and marker.batch_id <= last:
+        if self.replayed(marker):
             return False
         # 2. the rows conformed to the table
         rows = conform(data, self.schema())
         # 3. one transaction: new columns, rows and marker
         return self.commit(rows, marker)
+
+    def append_files(self, files: Sequence[DataFile], schema: pa.Schema, marker: Marker) -> bool:
+        """Commit the ``files`` executors wrote, their rows conformed to ``schema`` (step 2 done
+        by the writer), with ``marker``; False for a replay, whose files vacuum removes."""
+        # 1. the marker
+        if self.replayed(marker):
+            return False
+        # 3. one transaction: new columns, files and marker
+        return self.commit_files(files, schema, marker)
+
+    def replayed(self, marker: Marker) -> bool:
+        """Whether the table holds ``marker``'s batch already: it is at or below the last batch
+        committed for its query."""
+        last = self.committed(marker.query_id)
+        return last is not None and marker.batch_id <= last
 
     @abstractmethod
     def committed(self, query_id: str) -> int | None:
@@ -106,10 +138,33 @@ class LakeTable(ABC):
         transaction (creating the table first if it does not exist); False when the marker
         found inside the transaction says the batch is a replay."""
 
+    def file_writer(self, schema: pa.Schema, marker: Marker) -> FileWriter | None:
+        """The writer the executors run to write ``marker``'s batch as Parquet files of
+        ``schema`` where the table's data files go; None for a table without files (PostgreSQL:
+        the driver copies the rows in its SQL transaction, which executors cannot join)."""
+        return None
+
+    def commit_files(self, files: Sequence[DataFile], schema: pa.Schema, marker: Marker) -> bool:
+        """Step 3 for files (:meth:`commit`'s transaction): add ``schema``'s new columns, the
+        ``files`` and the marker with its end offsets in one transaction, creating the table
+        first if it does not exist. Only a table that gives a :meth:`file_writer` has it."""
+        raise LakeError(f"lake table {self.url} takes rows, not files")
+
     @abstractmethod
     def read(self) -> pa.Table:
         """Every row of the table's current version (an empty table of the base schema when
         the table does not exist yet)."""
+
+    def landed_in(self, partition: int, offset: int) -> Landing | None:
+        """The table version whose batch landed the ``events`` record at (``partition``,
+        ``offset``): the first whose committed end offsets pass it; None while none does or
+        where the table keeps no versions (PostgreSQL)."""
+        return None
+
+    def dataset(self) -> pa.Table | pa.dataset.Dataset:
+        """The current version for a query engine (``exactly lake sql``'s DuckDB): a lazy Arrow
+        dataset where the format gives one (Delta), else :meth:`read`'s rows."""
+        return self.read()
 
     @abstractmethod
     def version(self) -> int | None:

@@ -185,6 +185,12 @@ def conform(data: pa.Table, table_schema: pa.Schema | None) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=pa.schema(fields))
 
 
+def target_schema(batch: pa.Schema, table_schema: pa.Schema | None) -> pa.Schema:
+    """The schema a batch of ``batch``'s columns is written in to a table of ``table_schema``
+    (:func:`conform`'s): raises before anything is written when a column changed its kind."""
+    return conform(batch.empty_table(), table_schema).schema
+
+
 def _same_kind(found: pa.DataType, table: pa.DataType) -> bool:
     """Whether ``found`` is ``table``'s type up to representation (string or large string or
     string view, a timestamp's unit)."""

@@ -11,6 +11,12 @@ the snapshot like the marker (the history is slow to read, and log cleanup forge
 ``commitInfo`` carries ``exactly.query``, ``exactly.batch`` and ``exactly.end`` for people.
 The table is partitioned by ``date``.
 
+Files the executors wrote (:meth:`commit_files`) are committed as their ``add`` actions with the
+same ``txn`` actions through ``create_write_transaction`` (``create_table_with_add_actions`` for
+the first batch). delta-rs changes a table's schema there only in an overwrite, so a batch that
+adds columns commits as one whose partition filter (``date in ()``) matches no file: it removes
+nothing, and its ``metaData``, ``add`` and ``txn`` actions are one log entry.
+
 Guarantee: each batch's rows are in the table exactly once, under a single writer per query
 (the query's checkpoint lock); a replayed batch finds its ``txn`` and commits nothing. Files of a
 batch killed before its commit are in no version: no reader sees them, :meth:`vacuum` removes
@@ -23,18 +29,21 @@ put-if-absent, which S3 (and moto) give.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qsl
 
 import pyarrow as pa  # type: ignore[import-untyped]
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from exactly.errors import LakeConflict, LakeError
-from exactly.lake.base import Compaction, LakeTable, Marker
+from exactly.lake.base import Compaction, DataFile, LakeTable, Landing, Marker
 from exactly.lake.columns import BASE_SCHEMA, PARTITION
+from exactly.lake.files import FileWriter
 from exactly.lake.storage import S3, located, old_files, remove
 from exactly.urls import redact
 
@@ -87,18 +96,6 @@ class DeltaLakeTable(LakeTable):
         return None if table is None else pa.schema(table.schema())
 
     def commit(self, rows: pa.Table, marker: Marker) -> bool:
-        properties = CommitProperties(
-            app_transactions=[
-                Transaction(marker.query_id, marker.batch_id),
-                *end_transactions(marker.end_offsets),
-            ],
-            custom_metadata={
-                "exactly.query": marker.query_id,
-                "exactly.batch": marker.batch_id,
-                **({END: marker.end_text} if marker.end_text is not None else {}),
-            },
-            max_commit_retries=5,
-        )
         try:
             write_deltalake(
                 self.uri,
@@ -107,8 +104,47 @@ class DeltaLakeTable(LakeTable):
                 mode="append",
                 schema_mode="merge",
                 storage_options=self.storage_options or None,
-                commit_properties=properties,
+                commit_properties=commit_properties(marker),
             )
+        except CommitFailedError as error:
+            raise LakeConflict(f"lake table {self.url}: commit failed ({error})") from error
+        return True
+
+    def file_writer(self, schema: pa.Schema, marker: Marker) -> FileWriter:
+        """Files under the table's root in ``date=`` directories, the day in the path (not in
+        the file), with the stats readers skip files by."""
+        return FileWriter(self.uri, "", schema, marker.batch_id, self._s3(), delta_stats=True)
+
+    def commit_files(self, files: Sequence[DataFile], schema: pa.Schema, marker: Marker) -> bool:
+        adds = [
+            AddAction(f.path, f.size, dict(f.partition), f.modified_ms, True, f.stats)
+            for f in files
+        ]
+        properties = commit_properties(marker)
+        table = self._table()
+        try:
+            if table is None:
+                create_table_with_add_actions(
+                    self.uri,
+                    DeltaSchema.from_arrow(schema),
+                    adds,
+                    partition_by=[PARTITION],
+                    storage_options=self.storage_options or None,
+                    commit_properties=properties,
+                )
+            elif set(schema.names) <= set(pa.schema(table.schema()).names):
+                table.create_write_transaction(
+                    [*adds], "append", schema, [PARTITION], commit_properties=properties
+                )
+            else:  # new columns: an overwrite that removes nothing (module docstring)
+                table.create_write_transaction(
+                    [*adds],
+                    "overwrite",
+                    schema,
+                    [PARTITION],
+                    [(PARTITION, "in", [])],
+                    commit_properties=properties,
+                )
         except CommitFailedError as error:
             raise LakeConflict(f"lake table {self.url}: commit failed ({error})") from error
         return True
@@ -116,6 +152,40 @@ class DeltaLakeTable(LakeTable):
     def read(self) -> pa.Table:
         table = self._table()
         return BASE_SCHEMA.empty_table() if table is None else table.to_pyarrow_table()
+
+    def landed_in(self, partition: int, offset: int) -> Landing | None:
+        """A binary search over the versions' ``txn`` end offsets (each a snapshot load, no data
+        read): about log2(versions) loads. Versions whose log was cleaned up cannot load; the
+        search then names the oldest that can, "at or before"."""
+        table = self._table()
+        if table is None or not self._passes(table, partition, offset):
+            return None
+        low, high, exact = 0, table.version(), True  # high passes
+        while low < high:
+            middle = (low + high) // 2
+            try:
+                older = DeltaTable(
+                    self.uri, version=middle, storage_options=self.storage_options or None
+                )
+            except Exception:  # noqa: BLE001 - an expired version: only later ones can say
+                low, exact = middle + 1, False
+                continue
+            if self._passes(older, partition, offset):
+                high = middle
+            else:
+                low = middle + 1
+        return Landing(high, exact)
+
+    @staticmethod
+    def _passes(table: DeltaTable, partition: int, offset: int) -> bool:
+        end = table.transaction_version(f"{END}.{partition}")
+        return end is not None and end > offset
+
+    def dataset(self) -> pa.Table | pa.dataset.Dataset:
+        """The current version as deltalake's Arrow dataset: DuckDB reads only the files and
+        columns a query needs."""
+        table = self._table()
+        return BASE_SCHEMA.empty_table() if table is None else table.to_pyarrow_dataset()
 
     def version(self) -> int | None:
         table = self._table()
@@ -168,6 +238,22 @@ class DeltaLakeTable(LakeTable):
             secret_key=options.get("AWS_SECRET_ACCESS_KEY"),
             region=options.get("AWS_REGION"),
         )
+
+
+def commit_properties(marker: Marker) -> CommitProperties:
+    """The marker and its end offsets as ``txn`` actions, and in ``commitInfo`` for people."""
+    return CommitProperties(
+        app_transactions=[
+            Transaction(marker.query_id, marker.batch_id),
+            *end_transactions(marker.end_offsets),
+        ],
+        custom_metadata={
+            "exactly.query": marker.query_id,
+            "exactly.batch": marker.batch_id,
+            **({END: marker.end_text} if marker.end_text is not None else {}),
+        },
+        max_commit_retries=5,
+    )
 
 
 def end_transactions(end: Mapping[int, int] | None) -> list[Transaction]:

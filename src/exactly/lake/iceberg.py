@@ -21,12 +21,17 @@ offsets, which :meth:`end_offsets` reads (the summary is kept for telling which
 snapshot a batch landed in; compactions add snapshots without it). New columns are added in the
 same transaction. The table is partitioned by ``date`` (identity).
 
+Files the executors wrote (:meth:`commit_files`) join the table by ``add_files`` in that same
+transaction instead of ``append``: schema update, the files' snapshot with the summary, and the
+property are one new metadata file.
+
 Guarantee: each batch's rows are in the table exactly once, under a single writer per query; a
 concurrent commit (another writer, an optimize) makes ours fail rather than overwrite it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -35,11 +40,12 @@ from urllib.parse import parse_qsl, urlencode
 import pyarrow as pa  # type: ignore[import-untyped]
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
-from pyiceberg.table import Table
+from pyiceberg.table import Table, Transaction
 
 from exactly.errors import LakeConflict, LakeError
-from exactly.lake.base import Compaction, LakeTable, Marker, end_offsets_from
+from exactly.lake.base import Compaction, DataFile, LakeTable, Landing, Marker, end_offsets_from
 from exactly.lake.columns import BASE_SCHEMA, PARTITION
+from exactly.lake.files import FileWriter
 from exactly.lake.storage import S3, located, old_files, remove
 from exactly.urls import redact
 
@@ -132,23 +138,86 @@ class IcebergTable(LakeTable):
         table = self._table()
         return None if table is None else end_offsets_from(table.properties.get(END))
 
+    def landed_in(self, partition: int, offset: int) -> Landing | None:
+        """The first snapshot, in commit order, whose summary's end offsets pass the record (the
+        snapshots are in the table's metadata: nothing is read from the data files)."""
+        table = self._table()
+        if table is None:
+            return None
+        snapshots = sorted(table.snapshots(), key=lambda s: s.sequence_number or 0)
+        for index, snapshot in enumerate(snapshots):
+            summary = snapshot.summary
+            text = None if summary is None else summary.additional_properties.get(END)
+            end = end_offsets_from(text)
+            if end is not None and end.get(partition, 0) > offset:
+                # the oldest kept snapshot may be later than the one that landed it
+                return Landing(
+                    snapshot.snapshot_id, exact=index > 0 or snapshot.parent_snapshot_id is None
+                )
+        return None
+
     def schema(self) -> pa.Schema | None:
         table = self._table()
         return None if table is None else table.schema().as_arrow()
 
     def commit(self, rows: pa.Table, marker: Marker) -> bool:
         table = self._table() or self._create(rows.schema)
+        return self._commit(
+            table,
+            rows.schema,
+            marker,
+            lambda transaction, summary: transaction.append(rows, snapshot_properties=summary),
+        )
+
+    def file_writer(self, schema: pa.Schema, marker: Marker) -> FileWriter:
+        """Files under the table's ``location()/data/`` in ``date=`` directories, the day also
+        in the file (``add_files`` reads the partition from its stats), without field ids
+        (the table's name mapping resolves columns by name). Creates the table, empty, first:
+        its location is where the files go."""
+        table = self._table() or self._create(schema)
+        return FileWriter(
+            table.location().rstrip("/"),
+            "data",
+            schema,
+            marker.batch_id,
+            self._s3(),
+            partition_in_file=True,
+        )
+
+    def commit_files(self, files: Sequence[DataFile], schema: pa.Schema, marker: Marker) -> bool:
+        table = self._table() or self._create(schema)
+        location = table.location().rstrip("/")
+        paths = [f"{location}/{file.path}" for file in files]
+        return self._commit(
+            table,
+            schema,
+            marker,
+            # each name is new (a uuid), and a replay stops at the marker: no duplicate check
+            lambda transaction, summary: transaction.add_files(
+                paths, snapshot_properties=summary, check_duplicate_files=False
+            ),
+        )
+
+    def _commit(
+        self,
+        table: Table,
+        schema: pa.Schema,
+        marker: Marker,
+        add: Callable[[Transaction, dict[str, str]], None],
+    ) -> bool:
+        """One transaction: ``schema``'s new columns, ``add``'s snapshot with the marker in its
+        summary, and the marker's table properties."""
         summary = {"exactly.query": marker.query_id, "exactly.batch": str(marker.batch_id)}
         if marker.end_text is not None:
             summary[END] = marker.end_text
         try:
             with table.transaction() as transaction:
                 known = set(table.schema().column_names)
-                new = [field for field in rows.schema if field.name not in known]
+                new = [field for field in schema if field.name not in known]
                 if new:
                     with transaction.update_schema() as update:
                         update.union_by_name(pa.schema(new))
-                transaction.append(rows, snapshot_properties=summary)
+                add(transaction, summary)
                 properties = {MARKER + marker.query_id: str(marker.batch_id)}
                 if marker.end_text is not None:
                     properties[END] = marker.end_text

@@ -6,9 +6,11 @@ A Spark streaming query from the ``exactly`` source with ``foreachBatch``. Per m
 2. the driver reads the table's marker for the query: a batch at or below it is a replay,
    and nothing more is done for it;
 3. the executors parse the batch's events into the lake's columns (:func:`lake_frame`: the
-   same rows as :func:`exactly.lake.columns.event_rows`), which come to the driver as Arrow;
-4. the driver appends them with the marker (query id, batch id) in one table transaction
-   (:meth:`~exactly.lake.base.LakeTable.append`);
+   same rows as :func:`exactly.lake.columns.event_rows`) and each task writes its rows as
+   Parquet files, one per day (:func:`write_files`, :mod:`exactly.lake.files`); the driver
+   collects the files' descriptions;
+4. the driver commits those files with the marker (query id, batch id) in one table
+   transaction (:meth:`~exactly.lake.base.LakeTable.append_files`);
 5. Spark commits the batch (``commits/<batch id>``).
 
 A crash anywhere repeats at most the last batch, whose marker stops it at 2 (or inside 4). The
@@ -16,34 +18,49 @@ marker carries the batch's end offsets (step 1's): a checkpoint that is new (los
 over a filled table) starts where the table's newest batch ended (:func:`starting_offsets`),
 so the table, not the checkpoint, is the source of truth.
 
-As built, the driver writes the batch's files in step 4: the whole micro-batch passes through
-its memory, which ``max_records_per_trigger`` bounds. Next: executors write the Parquet files
-and the driver commits their add actions with the marker (docs/lake.md, "Not built yet").
+Every ``compact_every`` commits of a run, the driver compacts the table and expires versions
+older than ``retention`` (:meth:`BatchAppender.upkeep`).
+
+As built, the rows never pass through the driver for the lake formats: it holds one line per
+file. Files of a failed task attempt, or of a batch killed before step 4, are in no version
+(the driver commits only the files it collected) and ``exactly lake vacuum`` removes them.
+PostgreSQL has no files, and executors cannot join the driver's SQL transaction: there the rows
+come to the driver as Arrow (``DataFrame.toArrow()``) and it ``COPY``s them in step 4
+(:meth:`~exactly.lake.base.LakeTable.append`), as much as ``max_records_per_trigger`` allows.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from exactly.errors import LakeError
-from exactly.lake.base import LakeTable, Marker
+import pyarrow as pa  # type: ignore[import-untyped]
+
+from exactly.errors import LakeConflict, LakeError
+from exactly.lake.base import DataFile, LakeTable, Marker
 from exactly.lake.columns import (
     JSON_COLUMNS,
     PARTITION,
     TEXT_COLUMNS,
     TIME_COLUMNS,
     Promoted,
+    lake_schema,
     promoted_columns,
+    target_schema,
 )
+from exactly.lake.files import FileWriter
 from exactly.log import open_log
 from exactly.spark import checkpoint as spark_checkpoint
 from exactly.spark.batches import BatchFunction, run_batches
 from exactly.spark.datasource import offsets
+from exactly.units import parse_duration
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -56,6 +73,7 @@ EVENT_JSON = ", ".join(
     + [f"`{name}` string" for name in JSON_COLUMNS]  # an object's JSON text
 )
 SQL_KINDS = {"string": "string", "double": "double", "bigint": "bigint", "boolean": "boolean"}
+WRITTEN = "file string"  # write_files's rows: one per file, its DataFile as JSON
 
 
 @dataclass(frozen=True)
@@ -71,6 +89,8 @@ class LakePlan:
     max_records_per_trigger: int | None = 50_000
     trigger_seconds: float = 1.0
     read_records: int = 10_000
+    compact_every: int = 100  # commits between two upkeeps (optimize, expire); 0: none
+    retention: timedelta = timedelta(days=7)
 
 
 @dataclass
@@ -112,6 +132,8 @@ def configured_plan(
         until_caught_up=until_caught_up,
         max_records_per_trigger=max_records_per_trigger,
         trigger_seconds=trigger_seconds,
+        compact_every=settings.lake.compact_every,
+        retention=timedelta(milliseconds=parse_duration(settings.lake.retention, "retention")),
     )
 
 
@@ -137,6 +159,20 @@ def lake_frame(records: DataFrame, columns: Sequence[Promoted] = ()) -> DataFram
     )
 
 
+def write_files(frame: DataFrame, writer: FileWriter) -> list[DataFile]:
+    """Step 3: each task writes its rows of ``frame`` as files (``writer``, pickled to the
+    executors); the driver collects one line per file, never the rows."""
+    written = frame.mapInArrow(partial(_write_task, writer), WRITTEN).collect()
+    return [DataFile(**json.loads(row.file)) for row in written]
+
+
+def _write_task(writer: FileWriter, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    files = writer.write(batches)
+    if files:
+        lines = [json.dumps(dataclasses.asdict(file)) for file in files]
+        yield pa.RecordBatch.from_pydict({"file": lines})
+
+
 class BatchAppender(BatchFunction):
     """The ``foreachBatch`` function: steps 2 to 4 of the module docstring."""
 
@@ -150,22 +186,46 @@ class BatchAppender(BatchFunction):
         self.table = table
         self.plan = plan
         self.on_batch = on_batch
+        self.commits = 0  # this run's, for the upkeep every ``compact_every``
 
     def process(self, records: DataFrame, batch_id: int) -> None:
         end = spark_checkpoint.batch_end(self.plan.checkpoint, batch_id)
         marker = Marker(self.query_id, batch_id, end)
         # 2. the marker: a replay stops here
-        last = self.table.committed(marker.query_id)
-        if last is not None and batch_id <= last:
+        if self.table.replayed(marker):
             self._note(batch_id, 0, False)
             return
-        # 3. the executors parse; the rows come to the driver as Arrow
-        rows = lake_frame(records, self.plan.columns).toArrow()
-        if rows.num_rows == 0:
+        frame = lake_frame(records, self.plan.columns)
+        schema = target_schema(lake_schema(self.plan.columns), self.table.schema())
+        writer = self.table.file_writer(schema, marker)
+        if writer is None:  # 3-4 on the driver (PostgreSQL): the rows as Arrow, then COPY
+            rows = frame.toArrow()
+            events = rows.num_rows
+            appended = events > 0 and self.table.append(rows, marker)
+        else:
+            # 3. the executors parse and write the files
+            files = write_files(frame, writer)
+            events = sum(file.records for file in files)
+            # 4. files and marker in one table transaction
+            appended = events > 0 and self.table.append_files(files, schema, marker)
+        if events == 0:
             self._note(batch_id, 0, True)  # nothing to commit, and nothing for a replay to repeat
             return
-        # 4. rows and marker in one table transaction
-        self._note(batch_id, rows.num_rows, self.table.append(rows, marker))
+        self._note(batch_id, events, appended)
+        if appended:
+            self.commits += 1
+            if self.plan.compact_every and self.commits % self.plan.compact_every == 0:
+                self.upkeep()
+
+    def upkeep(self) -> None:
+        """Compact the small files the batches added and expire old versions, between two
+        batches (their own commits: what a query returns does not change; a kill leaves at
+        most unreferenced files, which ``exactly lake vacuum`` removes)."""
+        try:
+            self.table.optimize()
+            self.table.expire(self.plan.retention)
+        except LakeConflict:
+            pass  # another writer (exactly lake optimize) committed first: next time
 
     def _note(self, batch_id: int, events: int, appended: bool) -> None:
         # ``on_batch`` runs after the table's commit and before Spark's (step 5)

@@ -24,6 +24,12 @@ class LakeSettings(BaseModel):
         description='promoted columns: NAME = "properties.KEY KIND" (KIND string, double, '
         "bigint, boolean or timestamp); adding one adds a column, older rows read null",
     )
+    compact_every: int = Field(
+        100,
+        ge=0,
+        description="the lake query compacts the table (exactly lake optimize) and expires "
+        "versions older than retention after this many of its commits; 0: never",
+    )
     retention: str = Field("7d", description="how long old table versions are kept")
     vacuum_age: str = Field(
         "1h", description="files no version refers to are removed once older than this"

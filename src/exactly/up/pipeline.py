@@ -1,4 +1,5 @@
-"""The Spark part of ``exactly up``: dedupe, aggregate and route as queries of one application.
+"""The Spark part of ``exactly up``: dedupe, aggregate, route and the lake as queries of one
+application (route with ``[[destinations]]``, the lake with ``[lake] url``).
 
 One JVM and one SparkSession instead of one per stage: each query runs in a thread of its own
 with a FAIR scheduler pool named after it, so a long aggregate micro-batch does not hold the
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from exactly.aggregate.job import AggregatePlan
     from exactly.dedupe.job import DedupePlan
     from exactly.delivery.route import RoutePlan
+    from exactly.lake.query import LakePlan
     from exactly.up.watch import Progress
 
 RAW, EVENTS = "raw", "events"
@@ -50,7 +52,7 @@ APP_NAME = (
 )
 
 
-QUERY_NAMES = ("dedupe", "aggregate", "route")  # the first word of each query's Spark name
+QUERY_NAMES = ("dedupe", "aggregate", "route", "lake")  # the first word of each Spark name
 
 
 @dataclass(frozen=True)
@@ -69,13 +71,16 @@ class Plans:
     dedupe: DedupePlan
     aggregate: AggregatePlan
     route: RoutePlan | None  # None: no [[destinations]], no route query
+    lake: LakePlan | None = None  # None: no [lake] url, no lake query
 
 
 def plans(settings: Settings, trigger_seconds: float = 1.0) -> Plans:
-    """The pipeline's plans for ``settings``: dedupe and aggregate; route with destinations."""
+    """The pipeline's plans for ``settings``: dedupe and aggregate; route with destinations;
+    the lake query with a ``[lake] url``."""
     from exactly.aggregate import driver as aggregate
     from exactly.dedupe import driver as dedupe
     from exactly.delivery import route
+    from exactly.lake import query as lake
 
     return Plans(
         dedupe=dedupe.configured_plan(
@@ -86,6 +91,9 @@ def plans(settings: Settings, trigger_seconds: float = 1.0) -> Plans:
         ),
         route=route.configured_plan(settings, topic=EVENTS, trigger_seconds=trigger_seconds)
         if settings.destinations
+        else None,
+        lake=lake.configured_plan(settings, topic=EVENTS, trigger_seconds=trigger_seconds)
+        if settings.lake.url
         else None,
     )
 
@@ -99,6 +107,9 @@ def queries(settings: Settings, plan: Plans) -> list[Query]:
     if plan.route is not None:
         route = plan.route
         found.append(Query("route", lambda spark: _route(spark, route)))
+    if plan.lake is not None:
+        lake = plan.lake
+        found.append(Query("lake", lambda spark: _lake(spark, lake)))
     return found
 
 
@@ -220,3 +231,11 @@ def _route(spark: SparkSession, plan: RoutePlan) -> None:
         plan.jobdb_url, dataset_rows=plan.dataset_rows, dataset_minutes=plan.dataset_minutes
     ) as jobdb:
         drive(spark, plan, jobdb, say=_say("route"))
+
+
+def _lake(spark: SparkSession, plan: LakePlan) -> None:
+    from exactly.lake import open_table
+    from exactly.lake.query import drive
+
+    with open_table(plan.table_url) as table:
+        drive(spark, plan, table, say=_say("lake"))

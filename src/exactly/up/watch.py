@@ -63,6 +63,7 @@ def stages(settings: Settings) -> list[Stage]:
     from exactly.aggregate.job import default_checkpoint as aggregate_checkpoint
     from exactly.dedupe.driver import configured_plan
     from exactly.delivery.route import default_checkpoint as route_checkpoint
+    from exactly.lake.query import default_checkpoint as lake_checkpoint
 
     found = [
         Stage("dedupe", RAW, configured_plan(settings).checkpoint),
@@ -70,6 +71,8 @@ def stages(settings: Settings) -> list[Stage]:
     ]
     if settings.destinations:
         found.append(Stage("route", EVENTS, route_checkpoint(settings.data_dir, EVENTS).resolve()))
+    if settings.lake.url:
+        found.append(Stage("lake", EVENTS, lake_checkpoint(settings.data_dir, EVENTS)))
     return found
 
 
