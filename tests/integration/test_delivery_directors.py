@@ -9,6 +9,7 @@ reads from the receiver's log who sent each bucket's jobs when.
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import re
 import signal
@@ -224,3 +225,27 @@ def test_three_directors_killed_20_times_while_the_receiver_flaps(
         f"handovers, {took:.1f} s"
     )
     assert handovers >= 1
+
+
+def test_deliveries_lists_the_directors_and_their_partitions(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'data' / 'jobdb'}"
+    path = config(tmp_path, "http://127.0.0.1:9/hook")
+    with open_jobdb(url) as db:
+        enqueue(db)
+        now = time.time()
+        db.heartbeat("12345@host-a", [0, 1, 2, 5], now)
+        db.heartbeat("678@host-b", [3, 4], now - 20)  # not seen for 20 s: counted out
+    command = [sys.executable, "-m", "exactly", "--config", str(path), "deliveries"]
+    shown = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+    lines = shown.stdout.splitlines()
+    assert "directors (2) sharing 6 partitions:" in lines
+    assert any(re.match(r"12345@host-a +0-2, 5 +\d s ago$", line) for line in lines), lines
+    assert any(re.match(r"678@host-b +3-4 +2\d s ago \(gone\?\)$", line) for line in lines)
+    assert max(len(line) for line in lines) <= 80
+    listed = subprocess.run(
+        [*command, "directors", "--json"], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert [(d["director"], d["partitions"]) for d in json.loads(listed.stdout)] == [
+        ("12345@host-a", [0, 1, 2, 5]),
+        ("678@host-b", [3, 4]),
+    ]

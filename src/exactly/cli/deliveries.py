@@ -52,6 +52,7 @@ def deliveries(
     stop_if_never_ran(settings, (_jobdb_file(url), "exactly route"))
     with opened_jobdb(url) as database:
         found = database.summary(time.time())
+        directors = database.directors()
     for destination in settings.destinations:
         found.setdefault(destination.name, Summary(destination.name, {}))
     limits = {destination.name: destination.rate for destination in settings.destinations}
@@ -69,6 +70,61 @@ def deliveries(
         print(json.dumps(rows, indent=1))
         return
     _print_table(found, limits)
+    if directors:
+        console().print()
+        _print_directors(directors, settings.delivery.partitions)
+
+
+def _print_directors(directors: list[tuple[str, list[int], float]], partitions: int) -> None:
+    """Each director's heartbeat: the partitions it holds, how long ago it was last seen (a
+    director not seen for STALE seconds is counted out by the others)."""
+    from exactly.delivery.jobdb.base import STALE
+
+    now = time.time()
+    shown = table(
+        Column("director", overflow="fold"),
+        Column("partitions", overflow="fold"),
+        Column("last seen", justify="right", no_wrap=True),
+    )
+    for name, held, seen in directors:
+        ago = max(0.0, now - seen)
+        stale = " (gone?)" if ago > STALE else ""
+        shown.add_row(name, _ranges(held) or "none", f"{ago:,.0f} s ago{stale}")
+    out = console()
+    out.print(f"directors ({len(directors):,}) sharing {count(partitions)} partitions:")
+    out.print(shown)
+
+
+def _ranges(numbers: list[int]) -> str:
+    """``[0, 1, 2, 5]`` as ``0-2, 5``."""
+    runs: list[list[int]] = []
+    for number in sorted(numbers):
+        if runs and number == runs[-1][-1] + 1:
+            runs[-1].append(number)
+        else:
+            runs.append([number])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+@app.command()
+def directors(
+    ctx: typer.Context,
+    jobdb: Annotated[str | None, JOBDB] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """The directors delivering from the JobDB: partitions held, when last seen."""
+    settings = with_flags(ctx, {"delivery.jobdb": jobdb}).settings
+    url = settings.jobdb_url
+    stop_if_never_ran(settings, (_jobdb_file(url), "exactly route"))
+    with opened_jobdb(url) as database:
+        found = database.directors()
+    if as_json:
+        rows = [{"director": n, "partitions": p, "seen_at": s} for n, p, s in found]
+        print(json.dumps(rows, indent=1))
+    elif found:
+        _print_directors(found, settings.delivery.partitions)
+    else:
+        print("no director is delivering from this JobDB")
 
 
 def _print_table(found: dict[str, Summary], limits: dict[str, float | None]) -> None:
