@@ -18,7 +18,10 @@ four clients, batches of 500). The aggregate table and the receiver's count are 
 reached k minus when the batch holding the k-th event was sent (FIFO by count: an aggregate does
 not show each event's own moment); p50 and p99 are over the events sent after ``--warm-up``
 seconds. Backlog: the raw topic's end minus the dedupe query's position, at the middle and at the
-end of the sending (growing = not sustained).
+end of the sending (growing = not sustained). ``--lake``: the Delta lake as well (``[lake] url``
+set, so ``up`` runs the lake query; ``separate`` runs ``exactly lake``), its rows (the add
+actions' record counts: metadata only) polled with the rest, and accept->queryable measured the
+same way.
 """
 
 from __future__ import annotations
@@ -92,7 +95,9 @@ def receiver() -> Iterator[tuple[str, Synchronized]]:  # type: ignore[type-arg]
         process.join()
 
 
-def write_config(directory: Path, receiver_url: str, batch: int = 1) -> tuple[Path, int]:
+def write_config(
+    directory: Path, receiver_url: str, batch: int = 1, lake: bool = False
+) -> tuple[Path, int]:
     batching = '\n[destinations.batch]\nmax_events = {}\nmax_wait = "200ms"\n'
     port = free_port()
     sources = "\n".join(f'{name} = "{key}"' for name, key in SOURCES.items())
@@ -113,11 +118,14 @@ url = "{receiver_url}/all"
 max_in_flight = {8 if batch > 1 else 64}
 """
         + (batching.format(batch) if batch > 1 else "")
+        + (f'\n[lake]\nurl = "delta://{directory / "data" / "lake" / "events"}"\n' if lake else "")
     )
     return config, port
 
 
-def start_parts(mode: str, config: Path, work: Path) -> list[subprocess.Popen[bytes]]:
+def start_parts(
+    mode: str, config: Path, work: Path, lake: bool = False
+) -> list[subprocess.Popen[bytes]]:
     env = {**os.environ, "EXACTLY_CONFIG": str(config)}
     exactly = [sys.executable, "-m", "exactly"]
     if mode == "up":
@@ -129,6 +137,7 @@ def start_parts(mode: str, config: Path, work: Path) -> list[subprocess.Popen[by
             ["aggregate", "--trigger-seconds", "1"],
             ["route", "--trigger-seconds", "1"],
             ["deliver"],
+            *([["lake", "--trigger-seconds", "1"]] if lake else []),
         ]
     return [
         subprocess.Popen(
@@ -184,6 +193,17 @@ def counted(path: Path) -> int:
         return 0
 
 
+def landed(path: Path) -> int:
+    """Rows in the Delta table's current version, from its add actions (no data read)."""
+    from deltalake import DeltaTable
+
+    try:
+        actions = DeltaTable(str(path)).get_add_actions(flatten=True)
+        return int(sum(n or 0 for n in actions.column("num_records").to_pylist()))
+    except Exception:  # noqa: BLE001 - not created yet, or a commit being written
+        return 0
+
+
 def latencies(
     sent: list[tuple[float, int]], seen: list[tuple[float, int]], after: float
 ) -> list[float]:
@@ -209,12 +229,13 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
     home = work / mode
     home.mkdir()
     with receiver() as (url, delivered):
-        config, port = write_config(home, url, args.batch)
+        config, port = write_config(home, url, args.batch, args.lake)
         settings = load_settings(config)
         with open_log(settings.log_url) as log:
             log.create_topic("raw", PARTITIONS, exist_ok=True)
             log.create_topic("events", PARTITIONS, exist_ok=True)
-        parts = start_parts(mode, config, home)
+        parts = start_parts(mode, config, home, args.lake)
+        lake_path = settings.data_dir / "lake" / "events"
         table = settings.data_dir / "aggregates.db"
         stages = watch.stages(settings)
         try:
@@ -226,6 +247,7 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
             time.sleep(5)  # the queries' first (empty) micro-batches
             visible: list[tuple[float, int]] = []
             arrived: list[tuple[float, int]] = []
+            queryable: list[tuple[float, int]] = []
             backlog: list[tuple[float, int]] = []
             done = threading.Event()
 
@@ -235,6 +257,8 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
                         now = time.time()
                         visible.append((now, counted(table)))
                         arrived.append((now, int(delivered.value)))
+                        if args.lake:
+                            queryable.append((now, landed(lake_path)))
                         snapshot = watch.take(settings, log, stages[:1])
                         lag = snapshot.lag(stages[0])
                         backlog.append((now, -1 if lag is None else lag))
@@ -256,7 +280,11 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
             ended = time.time()
             cpu_lines = _cpu_report(cpu, _cpu(parts), ended - first)
             deadline = time.time() + 300
-            while (visible[-1][1] < total or arrived[-1][1] < total) and time.time() < deadline:
+            while (
+                visible[-1][1] < total
+                or arrived[-1][1] < total
+                or (args.lake and queryable[-1][1] < total)
+            ) and time.time() < deadline:
                 time.sleep(0.2)
             done.set()
             poller.join()
@@ -273,6 +301,7 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
     after = first + args.warm_up
     to_counted = latencies(sent, visible, after)
     to_delivered = latencies(sent, arrived, after)
+    to_lake = latencies(sent, queryable, after) if args.lake else []
     middle = min(backlog, key=lambda entry: abs(entry[0] - (first + ended) / 2))[1]
     last = min(backlog, key=lambda entry: abs(entry[0] - ended))[1]
     reached = visible[-1][1]
@@ -284,7 +313,8 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
         f"{reached / max(finished - first, 1e-9):,.0f} | {middle:,} -> {last:,} | "
         f"{pct(to_counted, 0.5)} / {pct(to_counted, 0.99)} | "
         f"{pct(to_delivered, 0.5)} / {pct(to_delivered, 0.99)} | "
-        f"{reached:,} / {arrived[-1][1]:,} of {total:,} |"
+        + (f"{pct(to_lake, 0.5)} / {pct(to_lake, 0.99)} | " if args.lake else "")
+        + f"{reached:,} / {arrived[-1][1]:,} of {total:,} |"
     ]
 
 
@@ -295,6 +325,7 @@ def main() -> None:
     parser.add_argument("--warm-up", type=float, default=30)
     parser.add_argument("--modes", default="up,separate")
     parser.add_argument("--batch", type=int, default=1, help="the destination's max_events")
+    parser.add_argument("--lake", action="store_true", help="land the events in a Delta lake")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="exactly-e2e-"))
     print(f"machine: {platform.platform()}, {os.cpu_count()} cores")
@@ -303,8 +334,9 @@ def main() -> None:
     lines = [
         "| mode | offered events/s | sustained events/s | raw backlog mid -> end | "
         f"accept->counted p50 / p99 (after {args.warm_up:.0f} s) | accept->delivered p50 / p99 "
-        "| counted / delivered |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        + ("| accept->queryable in the lake p50 / p99 " if args.lake else "")
+        + "| counted / delivered |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if args.lake else ""),
     ]
     try:
         for mode in args.modes.split(","):
