@@ -111,11 +111,14 @@ def kill_at_random_points(
     its turn; the last run catches up undisturbed and must print ``done``. ``self_kill``, when
     given, is asked for the extra environment of a run (empty: an ordinary run) and such a run
     must end by itself before ``done`` (it kills itself at a point of its own). ``env`` adds to
-    every run's environment (a ``PYTHONPATH`` in it comes first). Returns how many runs killed
-    themselves.
+    every run's environment (a ``PYTHONPATH`` in it comes first, then this tree's ``src`` and the
+    tree itself, so a run imports the package of the tree its test came from, whatever is
+    installed). Returns how many runs killed themselves.
     """
     extra = dict(env or {})
-    path = os.pathsep.join(filter(None, [extra.pop("PYTHONPATH", ""), str(ROOT)]))
+    path = os.pathsep.join(
+        filter(None, [extra.pop("PYTHONPATH", ""), str(ROOT / "src"), str(ROOT)])
+    )
     env = {**os.environ, "JDK_JAVA_OPTIONS": FAST_JVM, **extra, "PYTHONPATH": path}
     growing = threading.Event()
     growing.set()

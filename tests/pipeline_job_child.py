@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -186,6 +187,7 @@ def in_pool(spark: SparkSession, name: str, stage: Callable[[], None]) -> None:
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", name)
         stage()
     except BaseException as error:  # noqa: BLE001 - the whole run fails
+        traceback.print_exc()
         print(f"{name} failed: {error!r}", file=sys.stderr, flush=True)
         os._exit(1)
 

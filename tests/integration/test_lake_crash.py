@@ -31,7 +31,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 KILLS = 20  # as issue 35 asks (the other backends: next)
 SELF_KILLS = 4
 PARTITIONS = 2
-SOURCE = Path(__file__).resolve().parents[2] / "src"  # this tree's package, in the runs too
 
 
 @pytest.mark.timeout(600)
@@ -76,7 +75,6 @@ def test_the_lake_query_killed_at_random_points_lands_every_event_once(
         rng=rng,
         kills=KILLS + SELF_KILLS,
         self_kill=self_kill,
-        env={"PYTHONPATH": str(SOURCE)},
     )
     assert self_kills == SELF_KILLS
 
