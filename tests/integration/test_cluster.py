@@ -201,7 +201,10 @@ def test_pipeline_on_a_cluster_survives_a_lost_worker_and_a_killed_driver(
         os.kill(pipeline, 9)
         assert clients.wait(300), "the clients could not send"
         wait_for(service, receiver, clients, database, timeout=300)
-        assert "pipeline died (signal 9)" in service.stderr(), service.stderr()
+        deadline = time.monotonic() + 60  # the work may be done before up has seen the death
+        while "pipeline died (signal 9)" not in service.stderr():
+            assert time.monotonic() < deadline, service.stderr()
+            time.sleep(0.5)
 
         assert counted(database) == len(clients.ids), "an event counted twice or not at all"
         audit = subprocess.run(
