@@ -18,8 +18,9 @@
    versions searched by their ``txn`` end offsets, Iceberg's snapshot summaries); PostgreSQL
    keeps no versions, so only whether the table's newest batch passed it;
 5. **delivered**: each job of the message in the JobDB (index ``jobs_N_message``) with every
-   transition; jobs of archived datasets from the archive files of the datasets open around the
-   receive time.
+   transition (a batching destination's job: the batch it was sent in and the batch's steps,
+   one per attempt, with their status codes); jobs of archived datasets from the archive
+   files of the datasets open around the receive time.
 
 Cost: one index lookup per topic and partition, one SQL query per live JobDB dataset, a read of
 the aggregate markers: independent of the log's size. A log without an index by key (Kafka) makes
@@ -29,6 +30,7 @@ trace say so in one line instead of scanning.
 from __future__ import annotations
 
 import calendar
+import dataclasses
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -113,6 +115,7 @@ class Delivery:
     created_at: float
     attempts: tuple[Attempt, ...]
     archived: bool = False
+    batch: str | None = None  # the batch it was sent in: the attempts are the batch's
 
 
 @dataclass
@@ -312,9 +315,14 @@ def _delivered(settings: Settings, message_id: str, result: Trace) -> None:
         return
     with open_jobdb(settings.jobdb_url) as jobdb:
         live = jobdb.jobs_with(message_id)
-    for job, transitions in live:
-        steps = [asdict(t) for t in transitions]
-        result.deliveries.append(_delivery(job.destination, job.id, job.created_at, steps, False))
+        for job, transitions in live:
+            steps = [asdict(t) for t in transitions]
+            batch = jobdb.batch_of(job.destination, job.id)
+            history = None if batch is None else jobdb.batch_history(batch)
+            if history is not None:  # a batch's member: its attempts are the batch's steps
+                steps = [asdict(step) for step in history[1]]
+            found = _delivery(job.destination, job.id, job.created_at, steps, False)
+            result.deliveries.append(dataclasses.replace(found, batch=batch))
     result.deliveries += _archived(settings, message_id, result, {j.id for j, _ in live})
 
 
@@ -446,6 +454,8 @@ def _copy_lines(copy: Copy) -> list[str]:
 def _delivery_lines(delivery: Delivery) -> list[str]:
     where = " (archived)" if delivery.archived else ""
     lines = [_cut(f"  {delivery.destination}: {delivery.state}, job {delivery.job_id}{where}")]
+    if delivery.batch is not None:
+        lines.append(_cut(f"    in batch {delivery.batch}"))
     for attempt in delivery.attempts:
         status = "" if attempt.status_code is None else f" {attempt.status_code}"
         latency = "" if attempt.latency_ms is None else f" {attempt.latency_ms:.0f} ms"

@@ -18,10 +18,12 @@ from typing import Any
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from exactly.config import Settings
 from exactly.delivery.director import Director
 from exactly.delivery.jobdb import open_jobdb
 from exactly.delivery.jobdb.base import AWAITING_RETRY, EXECUTING, SUCCEEDED, JobDB, NewJob
 from exactly.delivery.settings import DestinationSettings
+from exactly.trace import Trace, _delivered, render
 from tests.receiver import Received, Receiver
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -90,7 +92,7 @@ def events_of(request: Received) -> list[dict[str, Any]]:
 
 
 def test_every_event_is_in_one_successful_batch_and_retries_resend_the_same_batch(
-    db: JobDB, receiver: Receiver
+    db: JobDB, receiver: Receiver, tmp_path: Path
 ) -> None:
     target = destination(f"{receiver.url}/unlucky/3")
     enqueue(db, 1_000)
@@ -126,6 +128,17 @@ def test_every_event_is_in_one_successful_batch_and_retries_resend_the_same_batc
     ]
     assert [s.state for s in db.history(batch.job_ids[0])] == [EXECUTING, SUCCEEDED]
     assert db.history(batch.job_ids[0])[1].attempt == 2
+    # exactly trace: the batch a member went in, and the batch's attempts as the job's
+    assert db.batch_of("batched", batch.job_ids[0]) == batch.id
+    assert db.batch_of("elsewhere", batch.job_ids[0]) is None
+    (job, _), *_ = db.jobs_with(members[batch.id][0])
+    traced = Trace(job.message_id)
+    _delivered(Settings(data_dir=tmp_path), job.message_id, traced)  # the db fixture's JobDB
+    (delivery,) = traced.deliveries
+    assert delivery.batch == batch.id and delivery.state == SUCCEEDED
+    assert [a.state for a in delivery.attempts] == [AWAITING_RETRY, SUCCEEDED]
+    assert [a.status_code for a in delivery.attempts] == [500, 200]
+    assert f"    in batch {batch.id}" in render(traced).splitlines()
 
 
 def test_a_partial_batch_waits_max_wait_then_leaves(db: JobDB, receiver: Receiver) -> None:

@@ -212,6 +212,14 @@ def test_a_batch_is_recorded_once_and_its_outcome_applies_to_each_member(
         [], steps=[BatchStep("batch_a", AWAITING_RETRY, 1, retry_at=retry_at, status_code=503)]
     )
     db.record([], steps=[BatchStep("batch_a", EXECUTING, 2)])  # a retry, then a crash
+    # which batch a job went in (exactly trace): by destination and id range, then membership
+    assert [db.batch_of("hook", i) for i in (*first.job_ids, *second.job_ids)] == [
+        "batch_a"
+    ] * 5 + ["batch_b"] * 2
+    assert (
+        db.batch_of("hook", pending[0].id) is None
+        and db.batch_of("other", first.job_ids[0]) is None
+    )
     with open_jobdb(url) as again:  # what a director finds on its start
         found = again.open_batches("web/hook")
         assert [b.batch for b in found] == [

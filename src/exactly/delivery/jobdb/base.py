@@ -453,6 +453,11 @@ class JobDB(ABC):
         """A batch with every step of it, oldest first; None once its datasets are dropped."""
         raise self._cannot("batch_history")
 
+    def batch_of(self, destination: str, job_id: int) -> str | None:
+        """The id of the batch ``job_id`` was sent in to ``destination``; None for a job sent
+        on its own (or not sent yet)."""
+        raise self._cannot("batch_of")
+
     def summary(self, now: float | None = None) -> dict[str, Summary]:
         """Per destination: jobs per state, the oldest pending job's age, the last error and the
         jobs that succeeded in the minute before ``now``."""

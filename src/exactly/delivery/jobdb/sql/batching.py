@@ -153,6 +153,20 @@ class Batching(SQLSchema):
             self._connection.commit()
             return _batch_of(row), steps
 
+    def batch_of(self, destination: str, job_id: int) -> str | None:
+        with self._mutex:
+            cursor = self._cursor()
+            self._execute(
+                cursor,
+                "SELECT id, job_ids FROM jobdb_batches "
+                "WHERE destination = ? AND first_job <= ? AND last_job >= ?",
+                (destination, job_id, job_id),
+            )
+            rows = cursor.fetchall()
+            self._connection.commit()
+        wanted = str(job_id)
+        return next((str(row[0]) for row in rows if wanted in str(row[1]).split(",")), None)
+
     def _forget_batches(self, cursor: Any) -> None:
         """Delete the batches whose members are all in dropped datasets (below the oldest live
         job id) with their steps; inside the caller's transaction."""
