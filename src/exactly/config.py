@@ -78,7 +78,18 @@ class Settings(BaseSettings):
 
     @property
     def lake_url(self) -> str:
-        return self.lake.url or f"delta://{self.data_dir.resolve() / 'lake' / 'events'}"
+        return self.lake.url or f"delta://{self.default_lake}"
+
+    @property
+    def default_lake(self) -> Path:
+        """The embedded Delta table's directory, when ``[lake] url`` is not set."""
+        return self.data_dir.resolve() / "lake" / "events"
+
+    @property
+    def has_lake(self) -> bool:
+        """Whether there is a lake to read (status, audit, trace): a ``[lake] url``, or the
+        default table once something wrote it."""
+        return bool(self.lake.url) or self.default_lake.exists()
 
     @property
     def jobdb_url(self) -> str:

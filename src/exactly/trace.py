@@ -291,7 +291,7 @@ def _landed(settings: Settings, kept: list[tuple[int, int | None]], result: Trac
     table exists."""
     from exactly.lake import open_table
 
-    if not settings.lake.url and not (settings.data_dir.resolve() / "lake" / "events").exists():
+    if not settings.has_lake:
         return
     from exactly.text import place
 

@@ -8,7 +8,6 @@ SQLite (REAL, see ``sqlite.py``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING
 from exactly.aggregate.base import AggregateDB, Row, normalise_row
 from exactly.aggregate.frame import aggregate, events_frame
 from exactly.aggregate.spec import EVENT_COUNTS, TableSpec
-from exactly.spark.datasource import offsets
+from exactly.spark.datasource import read_until
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -84,14 +83,7 @@ def run_audit(
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     recounts: dict[str, list[Row]] = {spec.name: [] for spec in specs}
     if result.end_offsets:
-        records = (
-            spark.read.format("exactly")
-            .option("log", log_url)
-            .option("topic", topic)
-            .option("startingOffsets", "earliest")
-            .option("endingOffsets", json.dumps(offsets.to_json(result.end_offsets)))
-            .load()
-        )
+        records = read_until(spark, log_url, topic, result.end_offsets)
         frame = events_frame(records, specs).persist()
         try:
             for spec in specs:

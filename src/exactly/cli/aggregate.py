@@ -199,7 +199,7 @@ def audit(
         (embedded_path(settings.log_url), "exactly collect"),
         (embedded_path(url), "exactly aggregate"),
     )
-    lake = settings.lake.url or (settings.data_dir.resolve() / "lake" / "events").exists()
+    lake = settings.has_lake
     with open_db(url, retry_seconds=10) as database:
         spark = build_session(settings, app_name="exactly-audit")
         specs = check(spark, configured_tables(settings))

@@ -243,7 +243,7 @@ def _lake(found: Context, settings: Settings) -> LakeStatus | None:
     from exactly.lake import open_table
     from exactly.lake.status import collect
 
-    if not settings.lake.url and not (settings.data_dir.resolve() / "lake" / "events").exists():
+    if not settings.has_lake:
         return None
     with open_table(settings.lake_url) as table, found.open_log() as log:
         return collect(table, log)

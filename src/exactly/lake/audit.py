@@ -9,7 +9,6 @@ must both equal the recount's records: a row missing, a row twice or a row on th
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import date
 from typing import TYPE_CHECKING
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING
 from exactly.lake.base import LakeTable
 from exactly.lake.query import lake_frame
 from exactly.lake.sql import query
-from exactly.spark.datasource import offsets
+from exactly.spark.datasource import read_until
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -54,14 +53,7 @@ def audit_lake(spark: SparkSession, log_url: str, topic: str, table: LakeTable) 
     spark.conf.set("spark.sql.session.timeZone", "UTC")  # the date is the UTC day
     recount: dict[date | None, int] = {}
     if result.end_offsets:
-        records = (
-            spark.read.format("exactly")
-            .option("log", log_url)
-            .option("topic", topic)
-            .option("startingOffsets", "earliest")
-            .option("endingOffsets", json.dumps(offsets.to_json(result.end_offsets)))
-            .load()
-        )
+        records = read_until(spark, log_url, topic, result.end_offsets)
         per_day = lake_frame(records).groupBy("date").agg(F.count(F.lit(1)).alias("n"))
         recount = {row["date"]: int(row["n"]) for row in per_day.collect()}
     result.events = sum(recount.values())

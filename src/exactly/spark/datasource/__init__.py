@@ -31,7 +31,7 @@ from exactly.spark.datasource.source import LogBatchReader, LogStreamReader
 from exactly.spark.datasource.source import schema as source_schema
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 NAME = "exactly"
 
@@ -99,6 +99,25 @@ def register_staged(spark: SparkSession, name: str, stage: Stage, columns: Colum
 def register(spark: SparkSession) -> None:
     """Make ``format("exactly")`` available in ``spark``."""
     _register(spark, LogDataSource)
+
+
+def read_until(
+    spark: SparkSession, log_url: str, topic: str, end_offsets: dict[int, int]
+) -> DataFrame:
+    """A batch read of ``topic`` from its start up to ``end_offsets`` (what a recount reads:
+    the position a database or a table recorded with its newest batch)."""
+    import json
+
+    from exactly.spark.datasource import offsets
+
+    return (
+        spark.read.format(NAME)
+        .option("log", log_url)
+        .option("topic", topic)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", json.dumps(offsets.to_json(end_offsets)))
+        .load()
+    )
 
 
 # SPARK 4.3 RACE: a registered Python data source keeps one Java HashMap of environment
