@@ -1,7 +1,7 @@
 """End to end on ``exactly up`` beside the same pipeline as separate processes, same run.
 
     .venv/bin/python bench/e2e.py [--rate 20000] [--seconds 120] [--warm-up 30]
-                                  [--modes up,separate]
+                                  [--modes up,separate] [--batch N] [--batched N] [--lake]
 
 Per mode, on a fresh data dir with the embedded defaults (sqlite log of 4 partitions, rocksdb
 store, sqlite aggregates and JobDB) and one destination (every event) on a fast local receiver
@@ -21,7 +21,9 @@ seconds. Backlog: the raw topic's end minus the dedupe query's position, at the 
 end of the sending (growing = not sustained). ``--lake``: the Delta lake as well (``[lake] url``
 set, so ``up`` runs the lake query; ``separate`` runs ``exactly lake``), its rows (the add
 actions' record counts: metadata only) polled with the rest, and accept->queryable measured the
-same way.
+same way. ``--batched N``: a second destination (every event too, on its own path of the same
+receiver) sending batches of up to N events (``json-array``, ``max_wait`` 200 ms), its
+accept->delivered measured apart from the first one's.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from exactly.up import watch
 PARTITIONS = 4
 
 
-def _serve(port: int, count: Synchronized) -> None:  # type: ignore[type-arg]
+def _serve(port: int, count: Synchronized, batched: Synchronized) -> None:  # type: ignore[type-arg]
     import uvloop
     from aiohttp import web
 
@@ -66,8 +68,9 @@ def _serve(port: int, count: Synchronized) -> None:  # type: ignore[type-arg]
             import orjson
 
             events = len(orjson.loads(body))
-        with count.get_lock():
-            count.value += events
+        counter = batched if request.path.startswith("/batched") else count
+        with counter.get_lock():
+            counter.value += events
         return web.Response(text="ok")
 
     async def serve() -> None:
@@ -82,21 +85,22 @@ def _serve(port: int, count: Synchronized) -> None:  # type: ignore[type-arg]
 
 
 @contextlib.contextmanager
-def receiver() -> Iterator[tuple[str, Synchronized]]:  # type: ignore[type-arg]
+def receiver() -> Iterator[tuple[str, Synchronized, Synchronized]]:  # type: ignore[type-arg]
+    """The receiver's URL and its counts of events: at ``/batched``, and at any other path."""
     context = multiprocessing.get_context("spawn")
-    count = context.Value("q", 0)
+    count, batched = context.Value("q", 0), context.Value("q", 0)
     port = free_port()
-    process = context.Process(target=_serve, args=(port, count), daemon=True)
+    process = context.Process(target=_serve, args=(port, count, batched), daemon=True)
     process.start()
     try:
-        yield f"http://127.0.0.1:{port}", count
+        yield f"http://127.0.0.1:{port}", count, batched
     finally:
         process.kill()
         process.join()
 
 
 def write_config(
-    directory: Path, receiver_url: str, batch: int = 1, lake: bool = False
+    directory: Path, receiver_url: str, batch: int = 1, lake: bool = False, batched: int = 0
 ) -> tuple[Path, int]:
     batching = '\n[destinations.batch]\nmax_events = {}\nmax_wait = "200ms"\n'
     port = free_port()
@@ -118,6 +122,12 @@ url = "{receiver_url}/all"
 max_in_flight = {8 if batch > 1 else 64}
 """
         + (batching.format(batch) if batch > 1 else "")
+        + (
+            f'\n[[destinations]]\nname = "batched"\nurl = "{receiver_url}/batched"\n'
+            f"max_in_flight = 8\n{batching.format(batched)}"
+            if batched > 1
+            else ""
+        )
         + (f'\n[lake]\nurl = "delta://{directory / "data" / "lake" / "events"}"\n' if lake else "")
     )
     return config, port
@@ -228,8 +238,8 @@ def pct(values: list[float], p: float) -> str:
 def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
     home = work / mode
     home.mkdir()
-    with receiver() as (url, delivered):
-        config, port = write_config(home, url, args.batch, args.lake)
+    with receiver() as (url, delivered, delivered_batched):
+        config, port = write_config(home, url, args.batch, args.lake, args.batched)
         settings = load_settings(config)
         with open_log(settings.log_url) as log:
             log.create_topic("raw", PARTITIONS, exist_ok=True)
@@ -247,6 +257,7 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
             time.sleep(5)  # the queries' first (empty) micro-batches
             visible: list[tuple[float, int]] = []
             arrived: list[tuple[float, int]] = []
+            arrived_batched: list[tuple[float, int]] = []
             queryable: list[tuple[float, int]] = []
             backlog: list[tuple[float, int]] = []
             done = threading.Event()
@@ -257,6 +268,7 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
                         now = time.time()
                         visible.append((now, counted(table)))
                         arrived.append((now, int(delivered.value)))
+                        arrived_batched.append((now, int(delivered_batched.value)))
                         if args.lake:
                             queryable.append((now, landed(lake_path)))
                         snapshot = watch.take(settings, log, stages[:1])
@@ -283,6 +295,7 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
             while (
                 visible[-1][1] < total
                 or arrived[-1][1] < total
+                or (args.batched > 1 and arrived_batched[-1][1] < total)
                 or (args.lake and queryable[-1][1] < total)
             ) and time.time() < deadline:
                 time.sleep(0.2)
@@ -302,6 +315,7 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
     to_counted = latencies(sent, visible, after)
     to_delivered = latencies(sent, arrived, after)
     to_lake = latencies(sent, queryable, after) if args.lake else []
+    to_batched = latencies(sent, arrived_batched, after) if args.batched > 1 else []
     middle = min(backlog, key=lambda entry: abs(entry[0] - (first + ended) / 2))[1]
     last = min(backlog, key=lambda entry: abs(entry[0] - ended))[1]
     reached = visible[-1][1]
@@ -313,8 +327,11 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
         f"{reached / max(finished - first, 1e-9):,.0f} | {middle:,} -> {last:,} | "
         f"{pct(to_counted, 0.5)} / {pct(to_counted, 0.99)} | "
         f"{pct(to_delivered, 0.5)} / {pct(to_delivered, 0.99)} | "
+        + (f"{pct(to_batched, 0.5)} / {pct(to_batched, 0.99)} | " if args.batched > 1 else "")
         + (f"{pct(to_lake, 0.5)} / {pct(to_lake, 0.99)} | " if args.lake else "")
-        + f"{reached:,} / {arrived[-1][1]:,} of {total:,} |"
+        + f"{reached:,} / {arrived[-1][1]:,}"
+        + (f" / {arrived_batched[-1][1]:,}" if args.batched > 1 else "")
+        + f" of {total:,} |"
     ]
 
 
@@ -326,17 +343,28 @@ def main() -> None:
     parser.add_argument("--modes", default="up,separate")
     parser.add_argument("--batch", type=int, default=1, help="the destination's max_events")
     parser.add_argument("--lake", action="store_true", help="land the events in a Delta lake")
+    parser.add_argument(
+        "--batched", type=int, default=0, help="a second destination's max_events (0: none)"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="exactly-e2e-"))
+    batched = args.batched > 1
     print(f"machine: {platform.platform()}, {os.cpu_count()} cores")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"offered {args.rate:,.0f} events/s for {args.seconds:.0f} s; work dir {work}")
     lines = [
         "| mode | offered events/s | sustained events/s | raw backlog mid -> end | "
         f"accept->counted p50 / p99 (after {args.warm_up:.0f} s) | accept->delivered p50 / p99 "
+        + (f"| accept->delivered in batches of {args.batched} p50 / p99 " if batched else "")
         + ("| accept->queryable in the lake p50 / p99 " if args.lake else "")
-        + "| counted / delivered |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if args.lake else ""),
+        + (
+            "| counted / delivered / delivered in batches |"
+            if batched
+            else "| counted / delivered |"
+        ),
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+        + (" ---: |" if batched else "")
+        + (" ---: |" if args.lake else ""),
     ]
     try:
         for mode in args.modes.split(","):

@@ -626,7 +626,13 @@ class Director:
                 probe_maximum=settings.backoff.maximum,
                 jitter=self.jitter or random.random,
             )
-            destination = Destination(settings, pace, session=_session(settings))
+            destination = Destination(
+                settings,
+                pace,
+                session=_session(settings),
+                keys=settings.signing_keys(),
+                headers={**settings.headers, DIRECTOR_HEADER: self.tag},
+            )
             self._destinations[settings.name] = destination
         bucket = Bucket(name, ordered=settings.ordered)
         destination.buckets.append(bucket)
@@ -1058,8 +1064,8 @@ class Director:
                 message_id=key,
                 body=data,
                 timestamp=int(time.time()),
-                keys=settings.signing_keys(),
-                extra={**settings.headers, DIRECTOR_HEADER: self.tag},
+                keys=destination.keys,
+                extra=destination.headers,
                 content_type=content_type,
             )
             async with asyncio.timeout(settings.timeout):

@@ -214,6 +214,8 @@ class Destination:
     settings: DestinationSettings
     pace: Pace
     session: Any = None  # aiohttp.ClientSession, made inside the event loop
+    keys: tuple[bytes, ...] = ()  # the secrets' HMAC keys, decoded once
+    headers: dict[str, str] = field(default_factory=dict)  # sent on every request
     buckets: list[Bucket] = field(default_factory=list)
     outbox: deque[tuple[Bucket, Job | HeldBatch]] = field(default_factory=deque)  # not yet sent
     senders: int = 0

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 def signature(key: bytes, message_id: str, timestamp: int, body: bytes) -> str:
     """The ``webhook-signature`` value for one request."""
     signed = f"{message_id}.{timestamp}.".encode() + body
-    digest = hmac.new(key, signed, hashlib.sha256).digest()
+    digest = hmac.digest(key, signed, hashlib.sha256)  # one call into C
     return "v1," + base64.b64encode(digest).decode()
 
 
