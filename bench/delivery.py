@@ -9,8 +9,11 @@ A fast receiver (a raw asyncio protocol on uvloop that reads each HTTP/1.1 reque
 includes it, on the same 2 cores.
 
 (a) **Clients**: ``--requests`` POSTs of a 300-byte event, ``--concurrency`` at a time over a
-keep-alive pool, with aiohttp and with httpx (AsyncClient, HTTP/1.1), interleaved per round;
-median requests/s.
+keep-alive pool of as many connections, with each of ``--clients``: aiohttp, httpx (AsyncClient),
+pyreqwest (Rust reqwest/hyper on its own tokio thread) and aiosonic, all HTTP/1.1 with the same
+three headers (Content-Type, Idempotency-Key, a 47-character webhook-signature), each reading the
+whole answer and its status; interleaved per round; median requests/s. A client that cannot be
+imported is skipped with one line; ``--jobdb none`` (or ``''``) skips (b).
 
 (b) **Director**: the same number of jobs added to an empty JobDB of each backend, then delivered
 by :class:`exactly.delivery.director.Director` (``max_in_flight`` = ``--concurrency``) with every
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import multiprocessing
 import os
@@ -46,7 +50,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -174,7 +178,58 @@ async def _httpx(url: str, count: int, concurrency: int) -> None:
         await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
-HEADERS = {"Content-Type": "application/json", "Idempotency-Key": "m" * 27}
+async def _pyreqwest(url: str, count: int, concurrency: int) -> None:
+    from pyreqwest.client import ClientBuilder
+
+    builder = ClientBuilder().http1_only().max_connections(concurrency)
+    async with builder.pool_max_idle_per_host(concurrency).build() as client:
+        queue = iter(range(count))
+
+        async def worker() -> None:
+            for _ in queue:
+                request = client.post(url).headers(HEADERS).body_bytes(PAYLOAD).build()
+                answer = await request.send()  # a built (not streamed) request reads the body
+                await answer.bytes()
+                assert answer.status == 200
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+async def _aiosonic(url: str, count: int, concurrency: int) -> None:
+    import aiosonic
+    from aiosonic.pools import PoolConfig
+
+    # max_conn_requests=None: keep each connection (aiosonic recycles one after 1000 by default)
+    pool = PoolConfig(size=concurrency, max_conn_requests=None)
+    connector = aiosonic.TCPConnector(pool_configs={":default": pool})
+    async with aiosonic.HTTPClient(connector) as client:
+        queue = iter(range(count))
+
+        async def worker() -> None:
+            for _ in queue:
+                answer = await client.post(url, data=PAYLOAD, headers=HEADERS)
+                await answer.content()
+                assert answer.status_code == 200
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    await connector.cleanup()  # a connector of our own is not closed with the client
+
+
+HEADERS = {
+    "Content-Type": "application/json",
+    "Idempotency-Key": "m" * 27,
+    "webhook-signature": "v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=",
+}
+CLIENTS: dict[str, Callable[[str, int, int], Coroutine[Any, Any, None]]] = {
+    "aiohttp": _aiohttp,
+    "httpx": _httpx,
+    "pyreqwest": _pyreqwest,
+    "aiosonic": _aiosonic,
+}
+
+
+def importable(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
 
 
 def timed(work: Callable[[], object]) -> float:
@@ -184,7 +239,7 @@ def timed(work: Callable[[], object]) -> float:
 
 
 def client_rate(name: str, url: str, count: int, concurrency: int) -> float:
-    client = {"aiohttp": _aiohttp, "httpx": _httpx}[name]
+    client = CLIENTS[name]
     return count / timed(lambda: asyncio.run(client(url, count, concurrency)))
 
 
@@ -324,7 +379,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jobdb", default="sqlite,postgresql,mysql")
-    parser.add_argument("--clients", default="aiohttp,httpx")
+    parser.add_argument("--clients", default=",".join(name for name in CLIENTS if importable(name)))
     parser.add_argument("--backlog", type=int, default=500_000)
     parser.add_argument("--queued", type=int, default=1_000_000)
     parser.add_argument("--memory-seconds", type=float, default=30.0)
@@ -338,8 +393,15 @@ def main() -> None:
         for name, value in figures.items():
             print(f"| {name} | {value:,.2f} |")
         return
-    backends = [name for name in args.jobdb.split(",") if name]
-    clients = args.clients.split(",")
+    backends = [name for name in args.jobdb.split(",") if name and name != "none"]
+    clients = []
+    for name in filter(None, args.clients.split(",")):
+        if name not in CLIENTS:
+            parser.error(f"--clients: {name} is none of {', '.join(CLIENTS)}")
+        elif importable(name):
+            clients.append(name)
+        else:
+            print(f"{name}: not importable, skipped")
     rates: dict[str, list[float]] = {}
     with receiver() as url:
         client_rate("aiohttp", url, 2000, args.concurrency)  # warm up
