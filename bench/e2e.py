@@ -23,7 +23,8 @@ set, so ``up`` runs the lake query; ``separate`` runs ``exactly lake``), its row
 actions' record counts: metadata only) polled with the rest, and accept->queryable measured the
 same way. ``--batched N``: a second destination (every event too, on its own path of the same
 receiver) sending batches of up to N events (``json-array``, ``max_wait`` 200 ms), its
-accept->delivered measured apart from the first one's.
+accept->delivered measured apart from the first one's. ``--directors N``: ``up`` starts N
+directors over 8 partitions.
 """
 
 from __future__ import annotations
@@ -100,7 +101,12 @@ def receiver() -> Iterator[tuple[str, Synchronized, Synchronized]]:  # type: ign
 
 
 def write_config(
-    directory: Path, receiver_url: str, batch: int = 1, lake: bool = False, batched: int = 0
+    directory: Path,
+    receiver_url: str,
+    batch: int = 1,
+    lake: bool = False,
+    batched: int = 0,
+    directors: int = 1,
 ) -> tuple[Path, int]:
     batching = '\n[destinations.batch]\nmax_events = {}\nmax_wait = "200ms"\n'
     port = free_port()
@@ -128,6 +134,7 @@ max_in_flight = {8 if batch > 1 else 64}
             if batched > 1
             else ""
         )
+        + (f"\n[delivery]\npartitions = 8\ndirectors = {directors}\n" if directors > 1 else "")
         + (f'\n[lake]\nurl = "delta://{directory / "data" / "lake" / "events"}"\n' if lake else "")
     )
     return config, port
@@ -239,7 +246,7 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
     home = work / mode
     home.mkdir()
     with receiver() as (url, delivered, delivered_batched):
-        config, port = write_config(home, url, args.batch, args.lake, args.batched)
+        config, port = write_config(home, url, args.batch, args.lake, args.batched, args.directors)
         settings = load_settings(config)
         with open_log(settings.log_url) as log:
             log.create_topic("raw", PARTITIONS, exist_ok=True)
@@ -343,6 +350,9 @@ def main() -> None:
     parser.add_argument("--modes", default="up,separate")
     parser.add_argument("--batch", type=int, default=1, help="the destination's max_events")
     parser.add_argument("--lake", action="store_true", help="land the events in a Delta lake")
+    parser.add_argument(
+        "--directors", type=int, default=1, help="[delivery] directors (8 partitions when > 1)"
+    )
     parser.add_argument(
         "--batched", type=int, default=0, help="a second destination's max_events (0: none)"
     )
