@@ -28,7 +28,7 @@ from tests.lake_job_child import KILL_AFTER_COMMIT, KILL_BEFORE_COMMIT, KILLED
 from tests.seeds import crash_seed
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-KILLS = 20  # as issue 35 asks (the other backends: next)
+KILLS = 20  # as issue 35 asks (Iceberg and PostgreSQL: test_pipeline_crash.py's stacks)
 SELF_KILLS = 4
 PARTITIONS = 2
 
