@@ -214,8 +214,10 @@ class Destination:
     settings: DestinationSettings
     pace: Pace
     session: Any = None  # aiohttp.ClientSession, made inside the event loop
-    keys: tuple[bytes, ...] = ()  # the secrets' HMAC keys, decoded once
-    headers: dict[str, str] = field(default_factory=dict)  # sent on every request
+    # the secrets' HMAC keys, decoded once, and the headers sent on every request (credentials
+    # among them: never in a repr)
+    keys: tuple[bytes, ...] = field(default=(), repr=False)
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
     buckets: list[Bucket] = field(default_factory=list)
     outbox: deque[tuple[Bucket, Job | HeldBatch]] = field(default_factory=deque)  # not yet sent
     senders: int = 0
