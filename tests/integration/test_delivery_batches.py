@@ -21,7 +21,16 @@ from standardwebhooks.webhooks import Webhook
 from exactly.config import Settings
 from exactly.delivery.director import Director
 from exactly.delivery.jobdb import open_jobdb
-from exactly.delivery.jobdb.base import AWAITING_RETRY, EXECUTING, SUCCEEDED, JobDB, NewJob
+from exactly.delivery.jobdb.base import (
+    AWAITING_RETRY,
+    EXECUTING,
+    SUCCEEDED,
+    Batch,
+    BatchStep,
+    JobDB,
+    Members,
+    NewJob,
+)
 from exactly.delivery.settings import DestinationSettings
 from exactly.trace import Trace, _delivered, render
 from tests.receiver import Received, Receiver
@@ -118,7 +127,7 @@ def test_every_event_is_in_one_successful_batch_and_retries_resend_the_same_batc
     assert len(members) <= 1_000 // 50 + 4 * 2  # full batches but for partial ones at the ends
     tally = director.tallies["batched"]
     assert (tally.sent, tally.succeeded) == (len(receiver.requests), 1_000)
-    # the JobDB: a member has two transitions however often its batch was tried
+    # the JobDB: a member has one transition, its end, however often its batch was tried
     batch, steps = db.batch_history(retried[0]) or (None, [])
     assert batch is not None and [s.state for s in steps] == [
         EXECUTING,
@@ -126,8 +135,8 @@ def test_every_event_is_in_one_successful_batch_and_retries_resend_the_same_batc
         EXECUTING,
         SUCCEEDED,
     ]
-    assert [s.state for s in db.history(batch.job_ids[0])] == [EXECUTING, SUCCEEDED]
-    assert db.history(batch.job_ids[0])[1].attempt == 2
+    assert [s.state for s in db.history(batch.job_ids[0])] == [SUCCEEDED]
+    assert db.history(batch.job_ids[0])[0].attempt == 2
     # exactly trace: the batch a member went in, and the batch's attempts as the job's
     assert db.batch_of("batched", batch.job_ids[0]) == batch.id
     assert db.batch_of("elsewhere", batch.job_ids[0]) is None
@@ -215,3 +224,30 @@ def test_a_restart_resends_open_batches_whole_under_their_ids(tmp_path: Path) ->
             for request in receiver.requests
         }
         assert again == first
+
+
+def test_a_batch_left_open_with_its_members_executing_ends_with_their_own_attempts(
+    db: JobDB, receiver: Receiver
+) -> None:
+    """A JobDB written before members got no row of their own while their batch is out (each
+    member ``executing`` beside the batch's first step), left with that batch in flight: the
+    next director sends it whole under its id, and each member ends at its own attempt count
+    (the executing row is not counted as an attempt of its own)."""
+    enqueue(db, 5)
+    jobs = db.pending("web/batched")
+    ids = tuple(job.id for job in jobs)
+    batch = Batch("batch_left_open", "web/batched", "batched", ids)
+    db.record(
+        [],
+        batches=[batch],
+        steps=[BatchStep(batch.id, EXECUTING, 1)],
+        members=[Members(ids, EXECUTING, 1)],
+    )
+    run(db, destination(f"{receiver.url}/ok", max_events=5))
+    assert receiver.ids() == {batch.id: 1}
+    assert db.states() == {"batched": {SUCCEEDED: 5}}
+    for job_id in ids:
+        assert [(s.state, s.attempt) for s in db.history(job_id)] == [
+            (EXECUTING, 1),
+            (SUCCEEDED, 1),
+        ]

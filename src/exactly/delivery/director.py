@@ -837,7 +837,12 @@ class Director:
         sent again whole, under their ids, before anything new; their members are never paged
         in as jobs of their own."""
         for found in await self._db(self.jobdb.open_batches, bucket.name):
-            jobs = [dataclasses.replace(job, attempt=max(0, job.attempt - 1)) for job in found.jobs]
+            jobs = [  # a member's attempts before the batch (an `executing` row: older JobDBs)
+                dataclasses.replace(job, attempt=max(0, job.attempt - 1))
+                if job.state == EXECUTING
+                else job
+                for job in found.jobs
+            ]
             if not jobs:
                 continue
             attempt = found.attempt if found.state == AWAITING_RETRY else found.attempt - 1
@@ -854,8 +859,9 @@ class Director:
         self, destination: Destination, items: list[HeldBatch | tuple[Bucket, list[Job]]]
     ) -> None:
         """Step 1 for batches: a new batch is formed (its id from its members) and recorded
-        with its first step and its members' ``executing``; a batch sent again gets a step of
-        its own; both committed before the request leaves. Jobs or batches past their expiry
+        with its first step (its members get no row of their own until it ends: the batch's row
+        lists them); a batch sent again gets a step of its own; both committed before the
+        request leaves. Jobs or batches past their expiry
         are expired unsent instead."""
         now = time.time()
         name = destination.name
@@ -896,7 +902,6 @@ class Director:
             )
             formed.append(formed_batch)
             steps.append(BatchStep(formed_batch.id, EXECUTING, 1, time=now))
-            groups += _members(live, EXECUTING, 1, now)
             ready.append(HeldBatch(formed_batch, bucket, live))
         tally = self.tallies[name]
         try:

@@ -183,7 +183,8 @@ class BatchStep:
 @dataclass(frozen=True, slots=True)
 class OpenBatch:
     """A batch not yet ended (its latest step ``executing`` or ``awaiting-retry``) with its
-    member jobs (each ``executing``, as recorded when the batch was formed)."""
+    member jobs (each in the state it had before the batch; ``executing`` in a JobDB written
+    before members got no row of their own while their batch is out)."""
 
     batch: Batch
     jobs: tuple[Job, ...]
@@ -344,10 +345,10 @@ class JobDB(ABC):
         """Append ``transitions``, new ``batches``, batch ``steps`` and the transitions
         ``members`` stand for in one transaction, durable on return.
 
-        A batch is recorded once, when formed, with its first step and its members'
-        ``executing``; its later attempts are steps of the batch alone; when it ends, its final
-        step comes with each member's terminal transition. So a batch costs its members two
-        transitions each, however many attempts it takes.
+        A batch is recorded once, when formed, with its first step (its row lists its
+        members); its attempts are steps of the batch alone; when it ends, its final step comes
+        with each member's terminal transition. So a batch costs its members one transition
+        each, however many attempts it takes.
         """
 
     @abstractmethod

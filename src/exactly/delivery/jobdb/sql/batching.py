@@ -2,9 +2,9 @@
 
 ``jobdb_batches`` holds each batch once (id, bucket, destination, its members' ids in body
 order, the first and last of them); ``jobdb_batch_steps`` its history, as
-``job_state_transitions_N`` holds a job's. A member job gets ``executing`` when its batch is
-formed and its terminal state when the batch ends, both written with the batch's step in the
-same transaction (:meth:`Directing.record`); the attempts in between are batch steps only.
+``job_state_transitions_N`` holds a job's. A member job gets no row while its batch is out (the
+batch's row lists it) and its terminal state when the batch ends, written with the batch's step
+in the same transaction (:meth:`Directing.record`); the attempts are batch steps only.
 A batch's rows are deleted once no live dataset holds any of its members (:meth:`_forget_batches`,
 with the dataset's drop).
 """
