@@ -861,8 +861,7 @@ class Director:
         """Step 1 for batches: a new batch is formed (its id from its members) and recorded
         with its first step (its members get no row of their own until it ends: the batch's row
         lists them); a batch sent again gets a step of its own; both committed before the
-        request leaves. Jobs or batches past their expiry
-        are expired unsent instead."""
+        request leaves. Jobs or batches past their expiry are expired unsent instead."""
         now = time.time()
         name = destination.name
         transitions: list[Transition] = []
