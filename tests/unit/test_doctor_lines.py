@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import socket
 import string
+import sys
+import threading
+from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exactly.cli.probes import Finding, compact, reason
+from exactly.cli.probes import Finding, Probe, compact, reason, run_probes
 
 PRINTABLE = string.ascii_letters + string.digits + string.punctuation + " "
 
@@ -65,3 +69,23 @@ def test_reasons_in_a_few_words() -> None:
         "wrong user or password"
     )
     assert reason(ValueError("something\n  else")) == "something else"
+
+
+def test_the_modules_probes_need_are_imported_before_they_run_in_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # two probe threads importing at once deadlocked once on Python's module locks in CI
+    (tmp_path / "probe_needs_this.py").write_text(
+        "import threading\nIMPORTED_IN = threading.current_thread()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "probe_needs_this", raising=False)
+
+    def run() -> str:
+        import probe_needs_this  # type: ignore[import-not-found]
+
+        return probe_needs_this.IMPORTED_IN.name
+
+    probes = [Probe("x", "x", "fix", run, ("probe_needs_this", "no_such_module_here"))]
+    [finding] = run_probes(probes)
+    assert finding.ok and finding.said == threading.current_thread().name

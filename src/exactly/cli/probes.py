@@ -3,12 +3,16 @@
 A :class:`Probe` names what it checks and the fix for a failure before it runs, so a probe that
 does not answer in time can still be told. :func:`run_probes` runs every probe at once, each in a
 daemon thread given :data:`TIMEOUT` seconds (one that hangs in a driver's connect is left behind,
-and never delays the exit); nothing is written to a server, and no embedded store that does not
-exist yet is created (the command that uses it makes it).
+and never delays the exit), after importing, one at a time, the modules each will need: two
+threads importing at once can deadlock on Python's per-module import locks. Nothing is written
+to a server, and no embedded store that does not exist yet is created (the command that uses it
+makes it).
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
 import socket
 import textwrap
@@ -63,6 +67,7 @@ class Probe:
     what: str  # the URL (redacted), host or path checked
     fix: str
     run: Callable[[], str]
+    modules: tuple[str, ...] = ()  # what ``run`` imports, imported before the probes run
 
 
 def reason(error: BaseException) -> str:
@@ -94,6 +99,9 @@ def reason(error: BaseException) -> str:
 def run_probes(probes: list[Probe], timeout: float = TIMEOUT) -> list[Finding]:
     """Every probe's finding, in the order given; all run at once, each for ``timeout`` s."""
     results: dict[int, Finding] = {}
+    for module in dict.fromkeys(name for probe in probes for name in probe.modules):
+        with contextlib.suppress(ImportError):  # a missing extra: the probe's run says so
+            importlib.import_module(module)
 
     def attempt(at: int, probe: Probe) -> None:
         try:
@@ -141,7 +149,14 @@ def log_probe(settings: Settings) -> Probe:
             topics = log.topics()
         return f"reachable, {len(topics)} topic(s)"
 
-    return Probe("log", compact(url, settings.data_dir), "start it or fix [log] url", run)
+    backend = "exactly.log.kafka" if url.startswith("kafka://") else "exactly.log.sqlite"
+    return Probe(
+        "log",
+        compact(url, settings.data_dir),
+        "start it or fix [log] url",
+        run,
+        ("exactly.log", backend),
+    )
 
 
 def aggregate_probe(settings: Settings) -> Probe:
@@ -161,7 +176,9 @@ def aggregate_probe(settings: Settings) -> Probe:
             db.query("SELECT 1")
         return "reachable"
 
-    return Probe("aggregate", compact(url, settings.data_dir), fix, run)
+    backend = "sqlite" if url.startswith("sqlite:") else "postgres"
+    modules = ("exactly.aggregate", f"exactly.aggregate.{backend}")
+    return Probe("aggregate", compact(url, settings.data_dir), fix, run, modules)
 
 
 def dedupe_probes(settings: Settings) -> list[Probe]:
@@ -190,7 +207,7 @@ def redis_probe(url: str) -> Probe:
             client.close()
         return f"answers (redis {version})" if version else "answers"
 
-    return Probe("dedupe", compact(url), "start it or fix [dedupe] store", run)
+    return Probe("dedupe", compact(url), "start it or fix [dedupe] store", run, ("redis",))
 
 
 def jobdb_probe(settings: Settings) -> Probe:
@@ -213,7 +230,15 @@ def jobdb_probe(settings: Settings) -> Probe:
             return "reachable (no tables yet)"
         return f"reachable, {sum(t.startswith('jobs_') for t in tables)} dataset(s)"
 
-    return Probe("jobdb", compact(url, settings.data_dir), "start it or fix [delivery] jobdb", run)
+    scheme = url.partition("://")[0].replace("postgresql", "postgres")
+    backend = scheme if scheme in ("postgres", "mysql") else "sqlite"
+    modules = (
+        "exactly.delivery.jobdb",
+        "exactly.delivery.jobdb.sql",
+        f"exactly.delivery.jobdb.{backend}",
+    )
+    fix = "start it or fix [delivery] jobdb"
+    return Probe("jobdb", compact(url, settings.data_dir), fix, run, modules)
 
 
 def archive_probe(settings: Settings) -> Probe:
@@ -231,7 +256,9 @@ def archive_probe(settings: Settings) -> Probe:
         open_archive(url).check()
         return "reachable"
 
-    return Probe("archive", compact(url, settings.data_dir), "fix [delivery] archive", run)
+    backend = "s3" if url.startswith("s3://") else "directory"
+    modules = ("exactly.delivery.archive", f"exactly.delivery.archive.{backend}")
+    return Probe("archive", compact(url, settings.data_dir), "fix [delivery] archive", run, modules)
 
 
 def destination_probe(name: str, url: str) -> Probe:
