@@ -6,11 +6,11 @@
 :class:`exactly.delivery.director.Director` (8 partitions, ``max_in_flight`` = ``--in-flight``)
 delivers them to the fast receiver of ``bench/delivery.py`` (its own process, same cores) until
 drained; prints deliveries/s. The ``exactly`` imported is the first on ``PYTHONPATH``, so two
-checkouts compare in turn with ``farm-bench``::
+checkouts compare in turn with ``bench/pairs.py``::
 
-    farm-bench -n 5 --timeout 900 \\
-      --vs "sh -c 'PYTHONPATH=BASE/src exec .venv/bin/python bench/director_drain.py'" \\
-      -- sh -c 'exec .venv/bin/python bench/director_drain.py'
+    .venv/bin/python bench/pairs.py --runs 5 \\
+      --vs "env PYTHONPATH=BASE/src .venv/bin/python bench/director_drain.py" \\
+      -- .venv/bin/python bench/director_drain.py
 """
 
 from __future__ import annotations
