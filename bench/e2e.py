@@ -24,7 +24,9 @@ actions' record counts: metadata only) polled with the rest, and accept->queryab
 same way. ``--batched N``: a second destination (every event too, on its own path of the same
 receiver) sending batches of up to N events (``json-array``, ``max_wait`` 200 ms), its
 accept->delivered measured apart from the first one's. ``--directors N``: ``up`` starts N
-directors over 8 partitions.
+directors over 8 partitions. With ``up``, accept->routed too: when the route query had added the
+jobs of an event to the JobDB (the datasets' row counts, read 10 times a second; no job is
+read), which splits accept->delivered into the Spark side's part and the director's.
 """
 
 from __future__ import annotations
@@ -211,6 +213,19 @@ def counted(path: Path) -> int:
         return 0
 
 
+def routed(path: Path, per_event: int) -> int:
+    """Events the route query has added jobs for: the JobDB's job ids so far (its datasets'
+    first ids and row counts, a few rows) over the jobs each event makes."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            row = db.execute(
+                "SELECT COALESCE(MAX(first_id + n_rows - 1), 0) FROM jobdb_datasets"
+            ).fetchone()
+        return int(row[0]) // per_event
+    except sqlite3.Error:
+        return 0
+
+
 _TABLES: dict[Path, Any] = {}  # the Delta table polled, opened once and brought up to date
 
 
@@ -265,6 +280,8 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
         parts = start_parts(mode, config, home, args.lake)
         lake_path = settings.data_dir / "lake" / "events"
         table = settings.data_dir / "aggregates.db"
+        jobdb = Path(settings.jobdb_url.partition("://")[2]) / "jobdb.sqlite"  # sqlite://DIR
+        per_event = 2 if args.batched > 1 else 1  # every destination takes every event
         stages = watch.stages(settings)
         # the poll reads the dedupe lag only: without destinations, watch.take leaves the
         # JobDB's summary (a scan of every job) alone, which would load the JobDB 10 times a
@@ -281,6 +298,7 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
             arrived: list[tuple[float, int]] = []
             arrived_batched: list[tuple[float, int]] = []
             queryable: list[tuple[float, int]] = []
+            jobs: list[tuple[float, int]] = []
             backlog: list[tuple[float, int]] = []
             done = threading.Event()
 
@@ -291,6 +309,7 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
                         visible.append((now, counted(table)))
                         arrived.append((now, int(delivered.value)))
                         arrived_batched.append((now, int(delivered_batched.value)))
+                        jobs.append((now, routed(jobdb, per_event)))
                         if args.lake:
                             queryable.append((now, landed(lake_path)))
                         snapshot = watch.take(quiet, log, stages[:1])
@@ -336,12 +355,14 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
     after = first + args.warm_up
     to_counted = latencies(sent, visible, after)
     to_delivered = latencies(sent, arrived, after)
+    to_routed = latencies(sent, jobs, after)
     to_lake = latencies(sent, queryable, after) if args.lake else []
     to_batched = latencies(sent, arrived_batched, after) if args.batched > 1 else []
     middle = min(backlog, key=lambda entry: abs(entry[0] - (first + ended) / 2))[1]
     last = min(backlog, key=lambda entry: abs(entry[0] - ended))[1]
     reached = visible[-1][1]
     finished = next((t for t, c in visible if c >= reached), ended)
+    print(f"{mode}: accept->routed p50 / p99 {pct(to_routed, 0.5)} / {pct(to_routed, 0.99)}")
     print(f"{mode}: CPU while sending ({ended - first:.0f} s), per process:")
     print("\n".join(f"  {line}" for line in cpu_lines), flush=True)
     return [
