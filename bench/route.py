@@ -1,0 +1,66 @@
+"""The route query's events/s: ``events`` into a sqlite JobDB, one job per event.
+
+    .venv/bin/python bench/route.py [--events 300000] [--per-batch 50000]
+
+``bench/aggregate.py``'s fill (the demo's events, ~300 B, 4 partitions of the embedded sqlite
+log), then the route query as ``exactly route --until-caught-up`` runs it (one Spark session,
+``local[2]``, micro-batches of ``--per-batch`` records) with one destination that takes every
+event, into an empty sqlite JobDB. Prints the steady rate: the events of the micro-batches after
+the first over the time since the first ended. The ``exactly`` imported is the first on
+``PYTHONPATH``, so two checkouts compare in turn with ``bench/pairs.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from aggregate import fill  # type: ignore[import-not-found]
+from exactly.config import load_settings
+from exactly.delivery import route
+from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.settings import DestinationSettings
+from exactly.spark.session import build_session
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=300_000)
+    parser.add_argument("--per-batch", type=int, default=50_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="exactly-route-") as work:
+        home = Path(work)
+        (home / "exactly.toml").write_text(f'data_dir = "{home / "data"}"\n')
+        settings = load_settings(home / "exactly.toml")
+        fill(settings.log_url, args.events)
+        spark = build_session(settings, app_name="bench-route")
+        destination = DestinationSettings(name="all", url="http://127.0.0.1:9/in")
+        plan = route.RoutePlan(
+            log_url=settings.log_url,
+            checkpoint=home / "checkpoint",
+            destinations=(destination,),
+            until_caught_up=True,
+            max_records_per_trigger=args.per_batch,
+            jobdb_url=settings.jobdb_url,
+        )
+        marks: list[tuple[float, int]] = []
+        with open_jobdb(settings.jobdb_url) as jobdb:
+            route.run(
+                spark, plan, jobdb, on_batch=lambda _b, n, _j, _a: marks.append((time.time(), n))
+            )
+            jobs = sum(jobdb.states()["all"].values())
+        spark.stop()
+    steady = marks[1:]
+    rate = sum(n for _, n in steady) / (steady[-1][0] - marks[0][0])
+    assert jobs == args.events, (jobs, args.events)
+    print(f"{len(marks)} micro-batches, {jobs:,} jobs", flush=True)
+    print(f"route {rate:,.0f} events/s")
+
+
+if __name__ == "__main__":
+    main()
