@@ -209,7 +209,7 @@ class BatchRouter(BatchFunction):
             "partition",
             "offset",
         )
-        taken = (
+        table = (  # the columns in the order of Event's fields
             parsed.where(matching(self.plan.destinations))
             .select(
                 F.col("e.sourceId").alias("source"),
@@ -225,7 +225,7 @@ class BatchRouter(BatchFunction):
         )
         events = [
             Event(*fields)
-            for fields in zip(*(column.to_pylist() for column in taken.columns), strict=True)
+            for fields in zip(*(column.to_pylist() for column in table.columns), strict=True)
         ]
         # 3. one job per (event, matching destination)
         jobs = jobs_for(events, self.plan.destinations, time.time())
