@@ -54,6 +54,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from exactly.config import load_settings
+from exactly.delivery.jobdb.sqlite import FILE as JOBDB_FILE
 from exactly.demo import SOURCES, collector_answers, free_port, send
 from exactly.log import open_log
 from exactly.up import watch
@@ -280,7 +281,7 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
         parts = start_parts(mode, config, home, args.lake)
         lake_path = settings.data_dir / "lake" / "events"
         table = settings.data_dir / "aggregates.db"
-        jobdb = Path(settings.jobdb_url.partition("://")[2]) / "jobdb.sqlite"  # sqlite://DIR
+        jobdb = Path(settings.jobdb_url.partition("://")[2]) / JOBDB_FILE  # sqlite://DIR
         per_event = 2 if args.batched > 1 else 1  # every destination takes every event
         stages = watch.stages(settings)
         # the poll reads the dedupe lag only: without destinations, watch.take leaves the

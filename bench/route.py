@@ -24,7 +24,6 @@ from aggregate import fill  # type: ignore[import-not-found]
 from exactly.config import load_settings
 from exactly.delivery import route
 from exactly.delivery.jobdb import open_jobdb
-from exactly.delivery.settings import DestinationSettings
 from exactly.spark.session import build_session
 
 
@@ -35,18 +34,15 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="exactly-route-") as work:
         home = Path(work)
-        (home / "exactly.toml").write_text(f'data_dir = "{home / "data"}"\n')
+        (home / "exactly.toml").write_text(
+            f'data_dir = "{home / "data"}"\n'
+            '[[destinations]]\nname = "all"\nurl = "http://127.0.0.1:9/in"\n'
+        )
         settings = load_settings(home / "exactly.toml")
         fill(settings.log_url, args.events)
         spark = build_session(settings, app_name="bench-route")
-        destination = DestinationSettings(name="all", url="http://127.0.0.1:9/in")
-        plan = route.RoutePlan(
-            log_url=settings.log_url,
-            checkpoint=home / "checkpoint",
-            destinations=(destination,),
-            until_caught_up=True,
-            max_records_per_trigger=args.per_batch,
-            jobdb_url=settings.jobdb_url,
+        plan = route.configured_plan(  # as `exactly route --until-caught-up` builds it
+            settings, until_caught_up=True, max_records_per_trigger=args.per_batch
         )
         marks: list[tuple[float, int]] = []
         with open_jobdb(settings.jobdb_url) as jobdb:
