@@ -21,7 +21,7 @@ from exactly.delivery.archive import BACKENDS as ARCHIVES
 from exactly.delivery.archive import Archive, open_archive
 from exactly.delivery.director import Director
 from exactly.delivery.jobdb import BACKENDS, open_jobdb
-from exactly.delivery.route import Event, jobs_for
+from exactly.delivery.route import Event, EventColumns, jobs_for
 from exactly.delivery.settings import DestinationSettings
 from exactly.log import open_log
 from tests.archives import archive_url
@@ -126,7 +126,7 @@ def test_no_destination_credential_is_stored_archived_or_shown(
         targets = [DestinationSettings.model_validate(entry) for entry in entries]
         with open_jobdb(url, dataset_rows=6) as db:
             for batch in range(3):  # datasets 1 to 3, each 2 events x 3 destinations
-                routed = jobs_for(events(2 * batch, 2), targets, time.time())
+                routed = jobs_for(EventColumns.of(events(2 * batch, 2)), targets, time.time())
                 assert db.add(routed, query_id="route", batch_id=batch) == 6
             director = Director(
                 db, targets, poll_seconds=0.05, report=lambda _: None, archive=archive,
@@ -137,7 +137,8 @@ def test_no_destination_credential_is_stored_archived_or_shown(
             assert director.tallies["bearer"].succeeded == 6
             assert director.tallies["userinfo"].succeeded == 6
             assert director.tallies["refusing"].discarded == 6
-            db.add(jobs_for(events(6, 2), targets, time.time()), query_id="route", batch_id=3)
+            last = jobs_for(EventColumns.of(events(6, 2)), targets, time.time())
+            db.add(last, query_id="route", batch_id=3)
     # the receiver got them, resolved from the settings at send time
     sent = {r.headers.get("Authorization") for r in receiver.requests if r.path == "/ok"}
     assert f"Bearer {HEADER}" in sent and any(a and a.startswith("Basic ") for a in sent)

@@ -22,7 +22,7 @@ import pytest
 
 from exactly.delivery.jobdb import BACKENDS, open_jobdb
 from exactly.delivery.jobdb.base import JobDB
-from exactly.delivery.route import Event, RoutePlan, drive, jobs_for
+from exactly.delivery.route import Event, EventColumns, RoutePlan, drive, jobs_for
 from exactly.delivery.settings import DestinationSettings
 from exactly.errors import JobDBError
 from exactly.log import open_log
@@ -115,24 +115,22 @@ def test_jobs_for_matches_each_destination_filter() -> None:
         return Event(source, name, message_id, "u1", b"{}", 1, 7)
 
     now = 1_000.0
-    jobs = jobs_for(
-        [event("ios", "Signed Up"), event("web", None), event(None, "Order Completed", None)],
-        DESTINATIONS,
-        now,
-    )
-    assert [(j.source, j.destination) for j in jobs] == [
+    events = [event("ios", "Signed Up"), event("web", None), event(None, "Order Completed", None)]
+    jobs = jobs_for(EventColumns.of(events), DESTINATIONS, now)
+    assert [(j.source, j.destination) for j in jobs] == [  # each destination's in event order
         ("ios", "all"),
-        ("ios", "ios"),
-        ("ios", "ios-signups"),
         ("web", "all"),
         ("", "all"),
         ("", "orders"),
+        ("ios", "ios"),
+        ("ios", "ios-signups"),
     ]
-    signup = jobs[2]
+    assert jobs_for(EventColumns.of([]), DESTINATIONS, now) == []
+    signup = jobs[5]
     assert signup.destination == "ios-signups" and signup.expire_at == now + 3600
     assert signup.user_id == "u1"
     assert jobs[0].expire_at == now + 24 * 3600
-    assert jobs[-1].message_id == "1-7"  # no messageId: its place in the log
+    assert jobs[3].message_id == "1-7"  # no messageId: its place in the log
 
 
 @pytest.mark.spark

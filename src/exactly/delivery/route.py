@@ -107,29 +107,64 @@ class Progress:
         return sum(1 for _, _, added in self.batches.values() if not added)
 
 
+@dataclass(frozen=True)
+class EventColumns:
+    """A micro-batch's events as columns, in log order: what the route query collects (an
+    Arrow table's columns), so no object is made per event."""
+
+    source: Sequence[str | None]
+    name: Sequence[str | None]
+    message_id: Sequence[str | None]
+    user_id: Sequence[str | None]
+    payload: Sequence[bytes]
+    partition: Sequence[int]
+    offset: Sequence[int]
+
+    @classmethod
+    def of(cls, events: Sequence[Event]) -> EventColumns:
+        """The columns of ``events`` (rows made elsewhere, as in the tests)."""
+        if not events:
+            return cls([], [], [], [], [], [], [])
+        return cls(*(list(column) for column in zip(*events, strict=True)))
+
+    def __len__(self) -> int:
+        return len(self.payload)
+
+
 def jobs_for(
-    events: Sequence[Event], destinations: Sequence[DestinationSettings], now: float
+    events: EventColumns, destinations: Sequence[DestinationSettings], now: float
 ) -> list[NewJob]:
-    """One job per (event, destination whose filters match), events in the order given.
+    """One job per (event, destination whose filters match): each destination's jobs in turn,
+    in the events' order (a bucket's jobs keep log order; a job's id orders it in its bucket).
 
     Pure: the route query's rule, tested without Spark. An event without a ``messageId`` (the
     collector always sets one) is named by its place in the log, which a replay sees again.
     """
-    jobs = []
-    for event in events:
-        message_id = event.message_id or f"{event.partition}-{event.offset}"
-        for destination in destinations:
-            if destination.matches(event.source, event.name):
-                jobs.append(
-                    NewJob(
-                        source=event.source or "",
-                        destination=destination.name,
-                        payload=event.payload,
-                        message_id=message_id,
-                        user_id=event.user_id,
-                        expire_at=now + destination.window,
-                    )
-                )
+    message_ids = [
+        found or f"{partition}-{offset}"
+        for found, partition, offset in zip(
+            events.message_id, events.partition, events.offset, strict=True
+        )
+    ]
+    sources = [source or "" for source in events.source]
+    columns = (sources, events.payload, message_ids, events.user_id)
+    jobs: list[NewJob] = []
+    for destination in destinations:
+        name, expire_at = destination.name, now + destination.window
+        if destination.sources is None and destination.events is None:
+            jobs += [
+                NewJob(source, name, payload, message_id, user_id, expire_at)
+                for source, payload, message_id, user_id in zip(*columns, strict=True)
+            ]
+            continue
+        takes = destination.matches
+        jobs += [
+            NewJob(source, name, payload, message_id, user_id, expire_at)
+            for source, payload, message_id, user_id, given, event in zip(
+                *columns, events.source, events.name, strict=True
+            )
+            if takes(given, event)
+        ]
     return jobs
 
 
@@ -223,10 +258,7 @@ class BatchRouter(BatchFunction):
             .toArrow()
             .sort_by([("partition", "ascending"), ("offset", "ascending")])
         )
-        events = [
-            Event(*fields)
-            for fields in zip(*(column.to_pylist() for column in table.columns), strict=True)
-        ]
+        events = EventColumns(*(column.to_pylist() for column in table.columns))
         # 3. one job per (event, matching destination)
         jobs = jobs_for(events, self.plan.destinations, time.time())
         # 4. the jobs and the marker in one transaction; a replay adds nothing

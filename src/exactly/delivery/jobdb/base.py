@@ -85,7 +85,11 @@ def bucket_of(source: str, destination: str) -> str:
     return f"{source}/{destination}"
 
 
-@dataclass(frozen=True, slots=True)
+# NewJob, Job and Transition are made by the thousand a second (a micro-batch's jobs, a page of
+# jobs, a request's steps): not frozen, as a frozen dataclass's __init__ sets each field through
+# object.__setattr__, several times the cost; never changed all the same (dataclasses.replace
+# makes a changed copy), and hashable by their fields as a frozen one is.
+@dataclass(slots=True, unsafe_hash=True)
 class NewJob:
     """A job to add: one event for one destination."""
 
@@ -101,10 +105,6 @@ class NewJob:
         return bucket_of(self.source, self.destination)
 
 
-# Job and Transition are made by the thousand a second (a page of jobs, a request's steps):
-# not frozen, as a frozen dataclass's __init__ sets each field through object.__setattr__, about
-# ten times the cost; never changed all the same (dataclasses.replace makes a changed copy), and
-# hashable by their fields as a frozen one is.
 @dataclass(slots=True, unsafe_hash=True)
 class Job:
     """A stored job with its latest state (``attempt`` counts the tries made so far)."""
