@@ -463,6 +463,60 @@ def test_summary_per_destination(db: JobDB) -> None:
     assert db.summary(time.time() + 120)["hook"].succeeded_last_minute == 0  # a minute later
 
 
+def test_a_kept_summary_reads_again_only_the_datasets_that_changed(db: JobDB, url: str) -> None:
+    """The view and the console keep one JobDB open and call ``summary`` each second: each
+    call must equal a fresh JobDB's, and scan only the datasets that got jobs or transitions."""
+    scanned: list[int] = []
+
+    def fresh(now: float) -> dict[str, Any]:
+        with open_jobdb(url) as other:
+            return {name: vars_of(found) for name, found in other.summary(now).items()}
+
+    def vars_of(summary: Any) -> tuple[Any, ...]:
+        return (
+            summary.states,
+            summary.last_error,
+            summary.succeeded_last_minute,
+            summary.oldest_pending_seconds is None,
+        )
+
+    with open_jobdb(url) as reader:
+        read_part = reader._part  # type: ignore[attr-defined]
+
+        def counting(cursor: Any, n: int, version: tuple[int, int, int]) -> Any:
+            scanned.append(n)
+            return read_part(cursor, n, version)
+
+        reader._part = counting  # type: ignore[attr-defined]
+
+        def summary() -> dict[str, Any]:
+            scanned.clear()
+            now = time.time()
+            found = {name: vars_of(entry) for name, entry in reader.summary(now).items()}
+            assert found == fresh(now)
+            return found
+
+        for batch in range(3):  # datasets 1 to 3, full
+            db.add(jobs(10, start=10 * batch), query_id="q", batch_id=batch)
+        db.add(jobs(4, destination="other", start=30), query_id="q", batch_id=3)  # dataset 4
+        summary()
+        assert sorted(scanned) == [1, 2, 3, 4]
+        summary()
+        assert scanned == []  # nothing changed: nothing scanned
+        first = db.pending("web/hook", limit=2)
+        db.record([Transition(job.id, EXECUTING, 1) for job in first])
+        db.record([Transition(first[0].id, SUCCEEDED, 1, status_code=200)])
+        db.record([Transition(first[1].id, DISCARDED, 1, status_code=400, response="no")])
+        found = summary()
+        assert scanned == [1]
+        assert found["hook"][0] == {SUCCEEDED: 1, DISCARDED: 1, AWAITING_SCHEDULING: 28}
+        assert found["hook"][1] == "400: no" and found["hook"][2] == 1
+        db.add(jobs(3, destination="other", start=40), query_id="q", batch_id=4)
+        found = summary()
+        assert scanned == [4] and found["other"][0] == {AWAITING_SCHEDULING: 7}
+        assert summary() and scanned == []
+
+
 def test_recent_successes_are_the_newest_with_their_payloads(db: JobDB) -> None:
     """The console's latency to delivered: when each succeeded and its payload, newest first."""
     db.add(jobs(14), query_id="q", batch_id=0)  # two datasets of 10 rows at most

@@ -119,6 +119,7 @@ class Reader:
         self.latencies = Latencies()
         self._log: Log | None = None
         self._aggregates: AggregateDB | None = None
+        self._jobdb = watch.JobDBReader(settings)
         self.archived = ArchivedDeliveries(settings.archive_url)
 
     def close(self) -> None:
@@ -127,6 +128,7 @@ class Reader:
                 with contextlib.suppress(Exception):
                     resource.close()
         self._log = self._aggregates = None
+        self._jobdb.close()
 
     def state(self) -> dict[str, Any]:
         """The document now (or the one read less than :data:`FRESH` seconds ago)."""
@@ -149,7 +151,7 @@ class Reader:
                 self._log = open_log(
                     self.settings.log_url, max_record_bytes=self.settings.log.max_record_bytes
                 )
-            return watch.take(self.settings, self._log, self.stages)
+            return watch.take(self.settings, self._log, self.stages, self._jobdb)
         except (ExactlyError, OSError) as error:
             problems.append(f"log: {error}")
             self.close()

@@ -44,6 +44,7 @@ class View:
         self.every = every
         self.say = say
         self.history = watch.History()
+        self.jobdb = watch.JobDBReader(settings)
         self.plan = configured_plan(settings)
         self.window = self.plan.window
         self.due = 0.0
@@ -57,6 +58,7 @@ class View:
     def __exit__(self, *_: object) -> None:
         if self.live is not None:
             self.live.stop()
+        self.jobdb.close()
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -64,7 +66,7 @@ class View:
             return
         self.due = now + self.every
         try:
-            taken = watch.take(self.settings, self.log, self.stages)
+            taken = watch.take(self.settings, self.log, self.stages, self.jobdb)
             self.window = saved_window(self.settings.data_dir, self.plan)[0]
         except Exception as error:  # noqa: BLE001 - the view never stops the service it shows
             self.say(f"warning: no status this time: {type(error).__name__}: {error}")

@@ -15,6 +15,7 @@ then the query is *starting* (the JVM starts, the query plans): :func:`starting`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from exactly.config import Settings
-from exactly.delivery.jobdb.base import Summary
+from exactly.delivery.jobdb.base import JobDB, Summary
 from exactly.errors import ExactlyError
 from exactly.log import Log
 from exactly.spark.checkpoint import committed_end
@@ -76,7 +77,9 @@ def stages(settings: Settings) -> list[Stage]:
     return found
 
 
-def take(settings: Settings, log: Log, watched: list[Stage]) -> Snapshot:
+def take(
+    settings: Settings, log: Log, watched: list[Stage], jobdb: JobDBReader | None = None
+) -> Snapshot:
     """A snapshot now; a part that has not created its topic or checkpoint yet is left out."""
     snapshot = Snapshot(time.time())
     for topic in (RAW, EVENTS, f"{RAW}.rejected"):
@@ -92,23 +95,40 @@ def take(settings: Settings, log: Log, watched: list[Stage]) -> Snapshot:
         if end is not None:
             snapshot.positions[stage.name] = sum(end.values())
     if settings.destinations:
-        snapshot.deliveries = _deliveries(settings)
+        snapshot.deliveries = (jobdb or JobDBReader(settings)).summary()
     snapshot.progress = read_progress(progress_path(settings.data_dir))
     return snapshot
 
 
-def _deliveries(settings: Settings) -> dict[str, Summary]:
-    from exactly.delivery.jobdb import open_jobdb
+class JobDBReader:
+    """The JobDB's summary per destination, from a JobDB kept open between snapshots: its
+    summary reads again only the datasets that changed since the last one (with a backlog, not
+    every job each second). A failure gives empty summaries and a new connection next time: a
+    view of the JobDB never stops what it watches."""
 
-    found: dict[str, Summary] = {}
-    try:
-        with open_jobdb(settings.jobdb_url) as jobdb:
-            found = jobdb.summary(time.time())
-    except Exception:  # noqa: BLE001 - a view of the JobDB never stops what it watches
-        pass
-    for destination in settings.destinations:
-        found.setdefault(destination.name, Summary(destination.name, {}))
-    return found
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._jobdb: JobDB | None = None
+
+    def summary(self) -> dict[str, Summary]:
+        from exactly.delivery.jobdb import open_jobdb
+
+        found: dict[str, Summary] = {}
+        try:
+            if self._jobdb is None:
+                self._jobdb = open_jobdb(self.settings.jobdb_url)
+            found = self._jobdb.summary(time.time())
+        except Exception:  # noqa: BLE001 - see the class docstring
+            self.close()
+        for destination in self.settings.destinations:
+            found.setdefault(destination.name, Summary(destination.name, {}))
+        return found
+
+    def close(self) -> None:
+        if self._jobdb is not None:
+            with contextlib.suppress(Exception):
+                self._jobdb.close()
+            self._jobdb = None
 
 
 def rate(before: Snapshot | None, after: Snapshot, count: int | None, was: int | None) -> float:

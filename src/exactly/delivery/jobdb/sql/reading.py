@@ -6,7 +6,8 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from exactly.delivery.jobdb.base import (
     ARCHIVED,
@@ -26,10 +27,35 @@ from exactly.delivery.jobdb.sql.rows import JOB_COLUMNS, TRANSITION_COLUMNS, job
 from exactly.delivery.jobdb.sql.schema import SQLSchema
 
 _T = TypeVar("_T")
+#: seconds: a dataset whose newest transition is older has had no success in the last minute
+#: (transition times follow their ids within seconds; the margin covers that)
+RECENT = 120.0
+
+
+@dataclass
+class _Part:
+    """What one dataset adds to :meth:`Reading.summary`, and the version it was read at.
+
+    A dataset changes only by jobs added (its row count, written with them) or transitions
+    appended (their count: append-only, archiving included; not the newest id, which two
+    writers on PostgreSQL or MariaDB may commit out of order), so a part whose version is
+    unchanged is still right and its dataset is not scanned again: with a backlog over many
+    datasets, a summary reads again the one or two the director and the router are working in,
+    and counts the others' transitions from an index, instead of joining every job to its
+    latest transition."""
+
+    version: tuple[int, int, int]  # first job id, rows, transitions
+    states: dict[str, dict[str, int]] = field(default_factory=dict)
+    oldest: dict[str, float] = field(default_factory=dict)  # destination -> oldest pending job
+    errors: dict[str, int] = field(default_factory=dict)  # destination -> newest error's id
 
 
 class Reading(SQLSchema):
     """Reads beside the director, each over the live datasets (archived ones are dropped)."""
+
+    def __init__(self, url: str, **options: Any) -> None:
+        super().__init__(url, **options)
+        self._parts: dict[int, _Part] = {}  # each live dataset's part of the last summary
 
     def history(self, job_id: int) -> list[Transition]:
         """Every transition of ``job_id``, oldest first."""
@@ -124,46 +150,39 @@ class Reading(SQLSchema):
         raise AssertionError("unreachable")
 
     def _summary(self, now: float | None) -> dict[str, Summary]:
+        """Each live dataset's part, read again only when it changed (see :class:`_Part`)."""
         now = time.time() if now is None else now
         found: dict[str, Summary] = {}
-        for destination, states in self.states().items():
-            found[destination] = Summary(destination, dict(states))
+        last: dict[str, tuple[int, int]] = {}  # destination -> (dataset, transition id)
         with self._mutex:
             cursor = self._cursor()
-            last: dict[str, tuple[int, int]] = {}  # destination -> (dataset, transition id)
-            for dataset in self._datasets:
+            datasets = self._load_datasets(cursor)
+            for dataset in datasets:
                 n = dataset.number
+                self._execute(cursor, f"SELECT COUNT(*) FROM job_state_transitions_{n}")
+                version = (dataset.first_id, dataset.rows, int(cursor.fetchone()[0]))
                 self._execute(
                     cursor,
-                    f"SELECT j.destination, MIN(j.created_at) FROM jobs_{n} j LEFT JOIN "
-                    f"job_state_transitions_{n} t ON t.id = (SELECT MAX(id) FROM "
-                    f"job_state_transitions_{n} WHERE job_id = j.id) WHERE t.state IS NULL OR "
-                    "t.state IN (?, ?, ?) GROUP BY j.destination",
-                    PENDING,
+                    f"SELECT time FROM job_state_transitions_{n} ORDER BY id DESC LIMIT 1",
                 )
-                for destination, oldest in cursor.fetchall():
-                    entry = found.setdefault(str(destination), Summary(str(destination), {}))
-                    age = max(0.0, now - float(oldest))
+                newest = cursor.fetchone()
+                part = self._parts.get(n)
+                if part is None or part.version != version:  # read after its version: never older
+                    part = self._parts[n] = self._part(cursor, n, version)
+                for destination, states in part.states.items():
+                    entry = found.setdefault(destination, Summary(destination, {}))
+                    for state, count in states.items():
+                        entry.states[state] = entry.states.get(state, 0) + count
+                for destination, oldest in part.oldest.items():
+                    entry = found.setdefault(destination, Summary(destination, {}))
+                    age = max(0.0, now - oldest)
                     entry.oldest_pending_seconds = max(entry.oldest_pending_seconds or 0.0, age)
-                self._execute(
-                    cursor,
-                    f"SELECT j.destination, MAX(t.id) FROM job_state_transitions_{n} t JOIN "
-                    f"jobs_{n} j ON j.id = t.job_id WHERE t.state IN (?, ?, ?) AND (t.status_code "
-                    "IS NOT NULL OR t.error_type IS NOT NULL) GROUP BY j.destination",
-                    (AWAITING_RETRY, DISCARDED, EXPIRED),
-                )
-                for destination, step in cursor.fetchall():
-                    last[str(destination)] = (n, int(step))
-                self._execute(
-                    cursor,
-                    f"SELECT j.destination, COUNT(*) FROM job_state_transitions_{n} t JOIN "
-                    f"jobs_{n} j ON j.id = t.job_id WHERE t.state = ? AND t.time > ? AND "
-                    "t.time <= ? GROUP BY j.destination",
-                    (SUCCEEDED, now - 60.0, now),
-                )
-                for destination, count in cursor.fetchall():
-                    entry = found.setdefault(str(destination), Summary(str(destination), {}))
-                    entry.succeeded_last_minute += int(count)
+                for destination, step in part.errors.items():
+                    last[destination] = (n, step)
+                if newest is not None and float(newest[0]) > now - RECENT:
+                    self._succeeded_lately(cursor, n, now, found)
+            for number in set(self._parts) - {dataset.number for dataset in datasets}:
+                del self._parts[number]  # archived and dropped
             for destination, (n, step) in last.items():
                 self._execute(
                     cursor,
@@ -178,6 +197,52 @@ class Reading(SQLSchema):
                 found[destination].last_error_at = float(at)
             self._connection.commit()
         return found
+
+    def _part(self, cursor: Any, n: int, version: tuple[int, int, int]) -> _Part:
+        """Dataset ``n``'s jobs per destination and latest state, its oldest pending job's
+        creation and its newest error, per destination: scans of every job of the dataset."""
+        part = _Part(version)
+        self._execute(
+            cursor,
+            f"SELECT j.destination, t.state, COUNT(*) FROM jobs_{n} j LEFT JOIN "
+            f"job_state_transitions_{n} t ON t.id = (SELECT MAX(id) FROM "
+            f"job_state_transitions_{n} WHERE job_id = j.id) GROUP BY j.destination, t.state",
+        )
+        for destination, state, count in cursor.fetchall():
+            into = part.states.setdefault(str(destination), {})
+            key = AWAITING_SCHEDULING if state is None else str(state)
+            into[key] = into.get(key, 0) + int(count)
+        self._execute(
+            cursor,
+            f"SELECT j.destination, MIN(j.created_at) FROM jobs_{n} j LEFT JOIN "
+            f"job_state_transitions_{n} t ON t.id = (SELECT MAX(id) FROM "
+            f"job_state_transitions_{n} WHERE job_id = j.id) WHERE t.state IS NULL OR "
+            "t.state IN (?, ?, ?) GROUP BY j.destination",
+            PENDING,
+        )
+        part.oldest = {str(destination): float(oldest) for destination, oldest in cursor}
+        self._execute(
+            cursor,
+            f"SELECT j.destination, MAX(t.id) FROM job_state_transitions_{n} t JOIN "
+            f"jobs_{n} j ON j.id = t.job_id WHERE t.state IN (?, ?, ?) AND (t.status_code "
+            "IS NOT NULL OR t.error_type IS NOT NULL) GROUP BY j.destination",
+            (AWAITING_RETRY, DISCARDED, EXPIRED),
+        )
+        part.errors = {str(destination): int(step) for destination, step in cursor}
+        return part
+
+    def _succeeded_lately(self, cursor: Any, n: int, now: float, found: dict[str, Summary]) -> None:
+        """Add dataset ``n``'s successes of the last minute to ``found``."""
+        self._execute(
+            cursor,
+            f"SELECT j.destination, COUNT(*) FROM job_state_transitions_{n} t JOIN "
+            f"jobs_{n} j ON j.id = t.job_id WHERE t.state = ? AND t.time > ? AND "
+            "t.time <= ? GROUP BY j.destination",
+            (SUCCEEDED, now - 60.0, now),
+        )
+        for destination, count in cursor.fetchall():
+            entry = found.setdefault(str(destination), Summary(str(destination), {}))
+            entry.succeeded_last_minute += int(count)
 
     def jobs_of(self, destination: str, *, after: int = 0, limit: int = 10_000) -> list[Job]:
         """Jobs of ``destination`` by id above ``after``, with their outcome as ``state``."""
