@@ -81,20 +81,27 @@ class Reading(SQLSchema):
             cursor = self._cursor()
             counts: dict[str, dict[str, int]] = {}
             for dataset in self._load_datasets(cursor):
-                n = dataset.number
-                self._execute(
-                    cursor,
-                    f"SELECT j.destination, t.state, COUNT(*) FROM jobs_{n} j LEFT JOIN "
-                    f"job_state_transitions_{n} t ON t.id = (SELECT MAX(id) FROM "
-                    f"job_state_transitions_{n} WHERE job_id = j.id) GROUP BY j.destination, "
-                    "t.state",
-                )
-                for destination, state, count in cursor.fetchall():
-                    into = counts.setdefault(str(destination), {})
-                    key = AWAITING_SCHEDULING if state is None else str(state)
-                    into[key] = into.get(key, 0) + int(count)
+                for destination, states in self._state_counts(cursor, dataset.number).items():
+                    into = counts.setdefault(destination, {})
+                    for state, count in states.items():
+                        into[state] = into.get(state, 0) + count
             self._connection.commit()
             return counts
+
+    def _state_counts(self, cursor: Any, n: int) -> dict[str, dict[str, int]]:
+        """Dataset ``n``'s jobs per destination and latest state: a scan of its every job."""
+        self._execute(
+            cursor,
+            f"SELECT j.destination, t.state, COUNT(*) FROM jobs_{n} j LEFT JOIN "
+            f"job_state_transitions_{n} t ON t.id = (SELECT MAX(id) FROM "
+            f"job_state_transitions_{n} WHERE job_id = j.id) GROUP BY j.destination, t.state",
+        )
+        counts: dict[str, dict[str, int]] = {}
+        for destination, state, count in cursor.fetchall():
+            into = counts.setdefault(str(destination), {})
+            key = AWAITING_SCHEDULING if state is None else str(state)
+            into[key] = into.get(key, 0) + int(count)
+        return counts
 
     def summary(self, now: float | None = None) -> dict[str, Summary]:
         """Per destination: jobs per state, the oldest pending job's age and the last error.
@@ -201,17 +208,7 @@ class Reading(SQLSchema):
     def _part(self, cursor: Any, n: int, version: tuple[int, int, int]) -> _Part:
         """Dataset ``n``'s jobs per destination and latest state, its oldest pending job's
         creation and its newest error, per destination: scans of every job of the dataset."""
-        part = _Part(version)
-        self._execute(
-            cursor,
-            f"SELECT j.destination, t.state, COUNT(*) FROM jobs_{n} j LEFT JOIN "
-            f"job_state_transitions_{n} t ON t.id = (SELECT MAX(id) FROM "
-            f"job_state_transitions_{n} WHERE job_id = j.id) GROUP BY j.destination, t.state",
-        )
-        for destination, state, count in cursor.fetchall():
-            into = part.states.setdefault(str(destination), {})
-            key = AWAITING_SCHEDULING if state is None else str(state)
-            into[key] = into.get(key, 0) + int(count)
+        part = _Part(version, self._state_counts(cursor, n))
         self._execute(
             cursor,
             f"SELECT j.destination, MIN(j.created_at) FROM jobs_{n} j LEFT JOIN "
