@@ -80,7 +80,8 @@ def stages(settings: Settings) -> list[Stage]:
 def take(
     settings: Settings, log: Log, watched: list[Stage], jobdb: JobDBReader | None = None
 ) -> Snapshot:
-    """A snapshot now; a part that has not created its topic or checkpoint yet is left out."""
+    """A snapshot now; a part that has not created its topic or checkpoint yet is left out.
+    A caller that takes snapshots again and again passes its ``jobdb`` reader to keep."""
     snapshot = Snapshot(time.time())
     for topic in (RAW, EVENTS, f"{RAW}.rejected"):
         try:
@@ -95,7 +96,12 @@ def take(
         if end is not None:
             snapshot.positions[stage.name] = sum(end.values())
     if settings.destinations:
-        snapshot.deliveries = (jobdb or JobDBReader(settings)).summary()
+        reader = jobdb or JobDBReader(settings)
+        try:
+            snapshot.deliveries = reader.summary()
+        finally:
+            if jobdb is None:  # one made for this snapshot
+                reader.close()
     snapshot.progress = read_progress(progress_path(settings.data_dir))
     return snapshot
 
