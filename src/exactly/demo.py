@@ -23,6 +23,7 @@ JobDB and the checkpoints, so a second run adds to the first.
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json
 import os
@@ -380,11 +381,12 @@ def _wait_until_done(settings: Settings, up: UpService, say: Callable[[str], Non
     stages = watch.stages(settings)
     began = time.monotonic()
     shown: float | None = None
-    with open_log(settings.log_url) as log:
+    jobdb = watch.JobDBReader(settings)
+    with open_log(settings.log_url) as log, contextlib.closing(jobdb):
         while True:
             if not up.alive():
                 raise ExactlyError(f"exactly up stopped; see {up.log}")
-            now = watch.take(settings, log, stages)
+            now = watch.take(settings, log, stages, jobdb)
             lags = {stage.name: now.lag(stage) for stage in stages}
             waiting = sum(
                 entry.queued + entry.states.get(AWAITING_RETRY, 0)
