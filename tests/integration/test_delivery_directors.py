@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,6 +59,7 @@ class Director:
     process: subprocess.Popen[bytes]
     events: list[tuple[float, str, int]] = field(default_factory=list)
     killed_at: float | None = None
+    last_lines: deque[bytes] = field(default_factory=lambda: deque(maxlen=20))
 
     @property
     def pid(self) -> int:
@@ -67,6 +68,7 @@ class Director:
     def read(self) -> None:
         assert self.process.stderr is not None
         for line in self.process.stderr:
+            self.last_lines.append(line)
             found = LEASE.search(line)
             if found:
                 self.events.append((time.monotonic(), found[1].decode(), int(found[2])))
@@ -137,7 +139,9 @@ def test_three_directors_killed_20_times_while_the_receiver_flaps(
                 time.sleep(rng.uniform(0.4, 1.2))
                 victim = rng.randrange(DIRECTORS)
                 director = running[victim]
-                assert director.process.poll() is None, f"director {director.pid} died"
+                assert director.process.poll() is None, (
+                    f"director {director.pid} died: {b''.join(director.last_lines).decode()}"
+                )
                 director.process.send_signal(signal.SIGKILL)
                 director.process.wait(30)
                 director.killed_at = time.monotonic()

@@ -734,6 +734,42 @@ def test_a_partition_has_one_holder_and_a_holders_death_frees_it(url: str) -> No
             holder.kill()
 
 
+def test_directors_starting_together_make_their_tables_once(url: str) -> None:
+    """The directors' and the destinations' tables are made at a director's first heartbeat
+    and first look at its controls: several directors starting at once all go on (PostgreSQL
+    fails one of two concurrent CREATE TABLE IF NOT EXISTS with a unique violation)."""
+    import threading
+
+    count = 8
+    opened = [open_jobdb(url) for _ in range(count)]
+    for db in opened:
+        db.datasets()  # connected, the JobDB's own tables made: only the lazy ones race
+    start = threading.Barrier(count)
+    failures: list[BaseException] = []
+
+    def first_steps(db: JobDB, name: str) -> None:
+        try:
+            start.wait()
+            db.heartbeat(name, [], time.time())
+            db.controls()
+        except BaseException as error:  # noqa: BLE001 - reported below
+            failures.append(error)
+
+    threads = [
+        threading.Thread(target=first_steps, args=(db, f"d{i}")) for i, db in enumerate(opened)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    try:
+        assert failures == []
+        assert len(opened[0].directors()) == count
+    finally:
+        for db in opened:
+            db.close()
+
+
 def test_a_lease_is_taken_again_on_a_new_connection_or_reported_lost(url: str) -> None:
     """A lease lives on the connection the director writes on (sqlite: a file lock, which no
     connection carries): after the connection is lost, the next statement takes it again, or

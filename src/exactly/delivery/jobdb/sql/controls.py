@@ -26,14 +26,14 @@ class Controls(SQLSchema):
         if self._controls_created:
             return
         t = self.types
-        self._execute(
+        self._create_table(
             cursor,
+            "jobdb_destinations",
             f"CREATE TABLE IF NOT EXISTS jobdb_destinations (name {t['text']} PRIMARY KEY, "
             f"held {t['id']} NOT NULL, expire_before {t['real']}, expire_asked {t['real']}, "
             f"expired {t['id']}, failing_since {t['real']}, breaker_open {t['id']} NOT NULL, "
             f"updated_at {t['real']} NOT NULL, expired_partitions {t['body']})",
         )
-        self._connection.commit()
         try:  # a table made before several directors answered an expiry
             self._execute(cursor, "SELECT expired_partitions FROM jobdb_destinations WHERE 1 = 0")
             cursor.fetchall()

@@ -18,12 +18,15 @@ written every second: how a director counts the live ones to keep its fair share
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from exactly.delivery.jobdb.base import STALE
 from exactly.delivery.jobdb.sql.schema import SQLSchema
 from exactly.errors import PartitionLost
+
+RETAKE_SECONDS = 2.0  # how long a new connection tries again for a lease its old one held
 
 FORGET = 60.0  # seconds: a heartbeat this old is deleted by the next director's
 
@@ -96,16 +99,24 @@ class Leasing(SQLSchema):
             self._connection.commit()
 
     def _connected(self) -> None:
-        """Take the leases this object held again, on its new connection."""
+        """Take the leases this object held again, on its new connection.
+
+        The server frees the old session's locks as it tears that session down, which may
+        finish a moment after the new connection is made: a lease still held is tried again
+        for :data:`RETAKE_SECONDS` before it counts as taken by another director. Only the
+        missing ones are tried again (a session takes its own advisory lock twice otherwise)."""
         held = self._held()
         if not held:
             return
         cursor = self._connection.cursor()
-        lost = []
-        for partition in sorted(held):
-            if not self._try_lease(cursor, partition):
-                lost.append(partition)
-        self._connection.commit()
+        lost = sorted(held)
+        deadline = time.monotonic() + RETAKE_SECONDS
+        while True:
+            lost = [partition for partition in lost if not self._try_lease(cursor, partition)]
+            self._connection.commit()
+            if not lost or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
         if lost:
             held.difference_update(lost)
             raise PartitionLost(
@@ -120,12 +131,12 @@ class Leasing(SQLSchema):
         if self._directors_created:
             return
         t = self.types
-        self._execute(
+        self._create_table(
             cursor,
+            "jobdb_directors",
             f"CREATE TABLE IF NOT EXISTS jobdb_directors (director {t['text']} PRIMARY KEY, "
             f"partitions {t['body']} NOT NULL, seen_at {t['real']} NOT NULL)",
         )
-        self._connection.commit()
         self._directors_created = True
 
     def heartbeat(self, director: str, partitions: Sequence[int], now: float) -> int:
@@ -148,14 +159,19 @@ class Leasing(SQLSchema):
                         (director, held, now),
                     )
                 self._execute(
-                    cursor, "DELETE FROM jobdb_directors WHERE seen_at < ?", (now - FORGET,)
-                )
-                self._execute(
                     cursor,
                     "SELECT COUNT(*) FROM jobdb_directors WHERE seen_at >= ? OR director = ?",
                     (now - STALE, director),
                 )
                 live = int(cursor.fetchone()[0])
+                self._connection.commit()
+                # Forgetting the long gone is a transaction of its own: inside the one above,
+                # its scan would wait for the rows other directors are inserting while they
+                # wait for this one's (MariaDB reports a deadlock when directors start together)
+                self._begin(cursor)
+                self._execute(
+                    cursor, "DELETE FROM jobdb_directors WHERE seen_at < ?", (now - FORGET,)
+                )
                 self._connection.commit()
             except BaseException:
                 self._connection.rollback()

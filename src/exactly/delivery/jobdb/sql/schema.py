@@ -117,6 +117,27 @@ class SQLSchema(JobDB):
 
     # -- tables and datasets -------------------------------------------------------------------
 
+    def _create_table(self, cursor: Any, table: str, statement: str) -> None:
+        """Run ``statement``, a ``CREATE TABLE IF NOT EXISTS`` of ``table``, and commit.
+
+        Two processes creating the same table at once (directors starting together) can make
+        PostgreSQL fail one of them with a unique violation in its catalog, IF NOT EXISTS
+        notwithstanding: that one finds the table made by the other and goes on."""
+        try:
+            self._execute(cursor, statement)
+            self._connection.commit()
+        except Exception:
+            self._connection.rollback()
+            try:
+                self._execute(cursor, f"SELECT 1 FROM {table} WHERE 1 = 0")
+                cursor.fetchall()
+                self._connection.commit()
+            except Exception:  # noqa: BLE001 - not made by another: the first error stands
+                self._connection.rollback()
+            else:
+                return
+            raise
+
     def _create_schema(self) -> None:
         t = self.types
         cursor = self._connection.cursor()
