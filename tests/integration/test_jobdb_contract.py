@@ -734,6 +734,35 @@ def test_a_partition_has_one_holder_and_a_holders_death_frees_it(url: str) -> No
             holder.kill()
 
 
+def test_processes_opening_a_new_jobdb_together_all_go_on(url: str) -> None:
+    """``exactly up`` starts the route query and its directors at once on a new JobDB: each
+    creates the JobDB's tables if missing, and none of them fails for the others doing so."""
+    import threading
+
+    opened = [open_jobdb(url) for _ in range(8)]
+    start = threading.Barrier(len(opened))
+    failures: list[BaseException] = []
+
+    def first_look(db: JobDB) -> None:
+        try:
+            start.wait()
+            db.datasets()
+        except BaseException as error:  # noqa: BLE001 - reported below
+            failures.append(error)
+
+    threads = [threading.Thread(target=first_look, args=(db,)) for db in opened]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    try:
+        assert failures == []
+        assert [dataset.number for dataset in opened[0].datasets()] == [1]
+    finally:
+        for db in opened:
+            db.close()
+
+
 def test_directors_starting_together_make_their_tables_once(url: str) -> None:
     """The directors' and the destinations' tables are made at a director's first heartbeat
     and first look at its controls: several directors starting at once all go on (PostgreSQL

@@ -93,7 +93,7 @@ class SQLSchema(JobDB):
     def _cursor(self) -> Any:
         if self._connection is None:
             self._connection = self._connect()
-            self._create_schema()
+            self._create_schema_once()
             self._connected()
         return self._connection.cursor()
 
@@ -137,6 +137,22 @@ class SQLSchema(JobDB):
             else:
                 return
             raise
+
+    def _create_schema_once(self) -> None:
+        """:meth:`_create_schema`, again after a failure: processes opening a new JobDB
+        together (``exactly up`` starting the route query and its directors) race to create
+        the same tables, and PostgreSQL fails all but one of concurrent ``CREATE TABLE IF NOT
+        EXISTS`` with a unique violation in its catalog; every statement is idempotent, so the
+        next pass finds the tables the winner made."""
+        for attempt in range(1, 4):
+            try:
+                self._create_schema()
+                return
+            except Exception:
+                self._connection.rollback()
+                if attempt == 3:
+                    raise
+                time.sleep(0.05 * attempt)
 
     def _create_schema(self) -> None:
         t = self.types
