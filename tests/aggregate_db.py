@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from exactly.aggregate import BACKENDS
+from tests.servers import free_port
 
 POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 __all__ = ["BACKENDS", "Proxy", "database", "postgres_missing", "postgres_schema"]
@@ -64,10 +65,7 @@ class Proxy:
         import socket
 
         self.target = target
-        probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        self.port = int(probe.getsockname()[1])
-        probe.close()
+        self.port = free_port()
         self._listener: socket.socket | None = None
         self._open: list[socket.socket] = []
         self.up()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -22,10 +23,33 @@ from typing import Self
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """A TCP port on 127.0.0.1 that nothing uses right now, below the kernel's ephemeral range.
+
+    A port the kernel hands out for ``bind(0)`` comes from the range it also gives outgoing
+    connections their local ports from. Between this call and the server's own bind, another
+    test's client could take the port as its local end (one test opens 11,000 connections), and
+    the server failed with "Address already in use": 3 collectors in one run of the collector
+    tests on two workers. A port under the range is never taken that way.
+    """
+    below = range(10_000, _ephemeral_low())
+    for port in random.sample(below, min(200, len(below))):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's range for outgoing connections (32768 if unknown)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
 
 
 def tansu_available() -> str | None:

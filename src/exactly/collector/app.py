@@ -43,6 +43,7 @@ from exactly.collector.body import (
     TrackedBody,
     decode,
     drain,
+    linger,
     read_body,
 )
 from exactly.collector.front import address_of
@@ -206,6 +207,8 @@ class CollectorApp:
         )
         await send({"type": "http.response.body", "body": body})
         self.metrics.request(_label(path), status, time.perf_counter() - started)
+        if (b"connection", b"close") in headers:
+            await linger(receive)  # the body was left unread: let the answer reach the client
 
     async def _route(
         self, scope: Scope, receive: Receive, path: str, origin: bytes | None

@@ -80,6 +80,29 @@ async def drain(receive: Receive, more: bool = True) -> bool:
     return not more
 
 
+# How long the collector goes on reading, and throwing away, a body it left unread after an
+# answer that closes the connection. Closing a socket with unread input makes the kernel send a
+# reset at once, and a reset that reaches the client before it has read the answer destroys the
+# answer: 8 posts in 100 of an 8 MB body saw "connection reset" instead of their 413. A client
+# that sends its whole body before reading (most do) reads the answer once its body is in; one
+# still sending after this is cut off. Nothing read is kept, so only time is spent.
+LINGER_SECONDS = 2.0
+
+
+async def linger(receive: Receive) -> None:
+    """Read and drop what the client still sends, for at most :data:`LINGER_SECONDS`, after an
+    answer that closes the connection (a lingering close, as nginx does)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LINGER_SECONDS
+    while (left := deadline - loop.time()) > 0:
+        try:
+            message = await asyncio.wait_for(receive(), left)
+        except TimeoutError:
+            return
+        if message["type"] == "http.disconnect" or not message.get("more_body", False):
+            return
+
+
 async def _refuse(receive: Receive, limit: int, more: bool) -> HTTPError:
     """The 413 for a body over ``limit``, after draining what is left of it, within bounds."""
     refusal = too_large(limit)
@@ -152,7 +175,12 @@ async def read_body(
                 stalled = f"took more than {total:g} s"
             else:
                 stalled = f"stalled for more than {timeout:g} s"
-            raise HTTPError(408, "timeout", f"the request body {stalled}") from None
+            raise HTTPError(
+                408,
+                "timeout",
+                f"the request body {stalled}",
+                headers=((b"connection", b"close"),),  # the rest of it is not read
+            ) from None
         if message["type"] == "http.disconnect":
             raise ClientGone
         chunk = message.get("body", b"")
