@@ -17,10 +17,10 @@
    kept record's ``events`` offset (:meth:`~exactly.lake.base.LakeTable.landed_in`: Delta's
    versions searched by their ``txn`` end offsets, Iceberg's snapshot summaries); PostgreSQL
    keeps no versions, so only whether the table's newest batch passed it;
-5. **delivered**: each job of the message in the JobDB (index ``jobs_N_message``) with every
-   transition (a batching destination's job: the batch it was sent in and the batch's steps,
-   one per attempt, with their status codes); jobs of archived datasets from the archive
-   files of the datasets open around the receive time.
+5. **delivered**: each job of the message in the JobDB (index ``jobs_N_message`` of a closed
+   dataset; the newest is scanned) with every transition (a batching destination's job: the
+   batch it was sent in and the batch's steps, one per attempt, with their status codes); jobs
+   of archived datasets from the archive files of the datasets open around the receive time.
 
 Cost: one index lookup per topic and partition, one SQL query per live JobDB dataset, a read of
 the aggregate markers: independent of the log's size. A log without an index by key (Kafka) makes

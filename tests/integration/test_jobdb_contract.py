@@ -165,6 +165,40 @@ def test_a_dataset_made_when_jobs_kept_credentials_takes_no_new_jobs(url: str) -
         assert [d.number for d in db.datasets()] == [2]
 
 
+def test_a_dataset_is_indexed_by_message_id_as_it_closes(db: JobDB) -> None:
+    """The newest dataset has no message id index (kept up row by row, it was a quarter of the
+    router's insert); the router builds it before it opens the next. Trace finds a message's
+    jobs in both."""
+    from exactly.delivery.jobdb.sql import SQLJobDB
+
+    assert isinstance(db, SQLJobDB)
+    db.add(jobs(8), query_id="q", batch_id=0)
+    assert _indexes(db, "jobs_1") == {"jobs_1_bucket"}
+    db.add(jobs(6, start=8), query_id="q", batch_id=1)  # dataset_rows=10: 8 in 1, 6 in 2
+    assert _indexes(db, "jobs_1") == {"jobs_1_bucket", "jobs_1_message"}
+    assert _indexes(db, "jobs_2") == {"jobs_2_bucket"}
+    for message_id, dataset in (("m3", 1), ("m11", 2)):
+        ((job, _),) = db.jobs_with(message_id)
+        assert db.datasets()[dataset - 1].holds(job.id)
+
+
+def _indexes(db: Any, table: str) -> set[str]:
+    """The names of ``table``'s indexes other than its primary key, in each backend's catalog."""
+    query = {
+        "sqlite": "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? "
+        "AND name NOT LIKE 'sqlite_autoindex%'",
+        "postgresql": "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
+        "AND tablename = ? AND indexname <> CONCAT(tablename, '_pkey')",
+        "mysql": "SELECT DISTINCT index_name FROM information_schema.statistics "
+        "WHERE table_schema = DATABASE() AND table_name = ? AND index_name <> 'PRIMARY'",
+    }[db.scheme]
+    with db._mutex:
+        cursor = db._execute(db._cursor(), query, (table,))
+        found = {str(row[0]) for row in cursor.fetchall()}
+        db._connection.commit()
+    return found
+
+
 def test_transitions_set_the_state(db: JobDB) -> None:
     db.add(jobs(4), query_id="q", batch_id=0)
     a, b, c, d = db.pending("web/hook")

@@ -254,7 +254,7 @@ class Reading(SQLSchema):
 
     def jobs_with(self, message_id: str) -> list[tuple[Job, list[Transition]]]:
         """Every job of ``message_id`` in the live datasets with its transitions (by the index
-        ``jobs_N_message``; a dataset created before that index is scanned)."""
+        ``jobs_N_message`` of a closed dataset; the newest, which has none yet, is scanned)."""
         with self._mutex:
             cursor = self._cursor()
             found: list[tuple[Job, list[Transition]]] = []

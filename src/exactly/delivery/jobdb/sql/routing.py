@@ -42,6 +42,7 @@ class Routing(SQLSchema):
                 newest = self._datasets[-1] if self._datasets else self._load_datasets(cursor)[-1]
                 if self._legacy_dataset(cursor, newest.number) or self._full(newest, len(jobs)):
                     try:
+                        self._index_messages(cursor, newest.number)  # before it is closed
                         self._create_dataset(cursor, newest.number + 1)  # DDL before the txn
                     except Exception:  # tables dropped half made by drop_orphans: make them again
                         self._connection.rollback()
