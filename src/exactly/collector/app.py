@@ -78,6 +78,7 @@ EVENTS_PER_SLICE = 1000  # events normalised between two yields to the event loo
 
 _JSON = b"application/json"
 _OK = b'{"success":true}'
+_CLOSE = (b"connection", b"close")
 
 
 def _rejection(index: int, event: object, error: InvalidEvent) -> dict[str, Any]:
@@ -176,14 +177,16 @@ class CollectorApp:
         headers: tuple[tuple[bytes, bytes], ...] = ()
         origin = _header(scope, b"origin")
         request = TrackedBody(receive)
+        lingers = True  # after an answer that closes with the body unread (see linger)
         try:
             status, body, content_type, headers = await self._route(scope, request, path, origin)
             if not request.started and _has_body(scope) and not await drain(request):
-                headers = (*headers, (b"connection", b"close"))  # a GET that sent a body
+                headers = (*headers, _CLOSE)  # a GET that sent a body
         except HTTPError as error:
             status, body, headers = error.status, error.body(), error.headers
             if not request.started and (not error.drain or not await drain(request)):
-                headers = (*headers, (b"connection", b"close"))
+                headers = (*headers, _CLOSE)
+            lingers = error.drain  # not a 503 busy: reading costs what its budget bounds
         except ClientGone:
             # the client went away, or its chunked body was malformed (the server cannot tell
             # us which): answer anyway, nobody hears it in the first case
@@ -207,7 +210,7 @@ class CollectorApp:
         )
         await send({"type": "http.response.body", "body": body})
         self.metrics.request(_label(path), status, time.perf_counter() - started)
-        if (b"connection", b"close") in headers:
+        if lingers and _CLOSE in headers:
             await linger(receive)  # the body was left unread: let the answer reach the client
 
     async def _route(
@@ -442,7 +445,7 @@ class CollectorApp:
                 "Retry-After seconds",
                 headers=(
                     (b"retry-after", str(settings.retry_after_seconds).encode()),
-                    (b"connection", b"close"),
+                    _CLOSE,
                 ),
                 drain=False,
             ) from None
