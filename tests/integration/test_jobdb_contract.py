@@ -6,7 +6,7 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -771,26 +771,9 @@ def test_a_partition_has_one_holder_and_a_holders_death_frees_it(url: str) -> No
 def test_processes_opening_a_new_jobdb_together_all_go_on(url: str) -> None:
     """``exactly up`` starts the route query and its directors at once on a new JobDB: each
     creates the JobDB's tables if missing, and none of them fails for the others doing so."""
-    import threading
-
     opened = [open_jobdb(url) for _ in range(8)]
-    start = threading.Barrier(len(opened))
-    failures: list[BaseException] = []
-
-    def first_look(db: JobDB) -> None:
-        try:
-            start.wait()
-            db.datasets()
-        except BaseException as error:  # noqa: BLE001 - reported below
-            failures.append(error)
-
-    threads = [threading.Thread(target=first_look, args=(db,)) for db in opened]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
     try:
-        assert failures == []
+        assert _all_at_once(opened, lambda db, _: db.datasets()) == []
         assert [dataset.number for dataset in opened[0].datasets()] == [1]
     finally:
         for db in opened:
@@ -801,36 +784,44 @@ def test_directors_starting_together_make_their_tables_once(url: str) -> None:
     """The directors' and the destinations' tables are made at a director's first heartbeat
     and first look at its controls: several directors starting at once all go on (PostgreSQL
     fails one of two concurrent CREATE TABLE IF NOT EXISTS with a unique violation)."""
-    import threading
-
     count = 8
     opened = [open_jobdb(url) for _ in range(count)]
     for db in opened:
         db.datasets()  # connected, the JobDB's own tables made: only the lazy ones race
-    start = threading.Barrier(count)
-    failures: list[BaseException] = []
 
-    def first_steps(db: JobDB, name: str) -> None:
-        try:
-            start.wait()
-            db.heartbeat(name, [], time.time())
-            db.controls()
-        except BaseException as error:  # noqa: BLE001 - reported below
-            failures.append(error)
+    def first_steps(db: JobDB, i: int) -> None:
+        db.heartbeat(f"d{i}", [], time.time())
+        db.controls()
 
-    threads = [
-        threading.Thread(target=first_steps, args=(db, f"d{i}")) for i, db in enumerate(opened)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
     try:
-        assert failures == []
+        assert _all_at_once(opened, first_steps) == []
         assert len(opened[0].directors()) == count
     finally:
         for db in opened:
             db.close()
+
+
+def _all_at_once(opened: list[JobDB], step: Callable[[JobDB, int], object]) -> list[BaseException]:
+    """Run ``step(db, i)`` for each JobDB in a thread of its own, all released at one barrier;
+    what they raised."""
+    import threading
+
+    start = threading.Barrier(len(opened))
+    failures: list[BaseException] = []
+
+    def run(db: JobDB, i: int) -> None:
+        try:
+            start.wait()
+            step(db, i)
+        except BaseException as error:  # noqa: BLE001 - returned to the test
+            failures.append(error)
+
+    threads = [threading.Thread(target=run, args=(db, i)) for i, db in enumerate(opened)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return failures
 
 
 def test_a_lease_is_taken_again_on_a_new_connection_or_reported_lost(url: str) -> None:
