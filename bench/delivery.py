@@ -321,11 +321,6 @@ def counted_drain(url: str, count: int, concurrency: int) -> dict[str, float]:
             figures["steps"] += len(transitions)
             super().record(transitions)
 
-    class CountingDirector(Director):
-        async def _sender(self, bucket: Any) -> None:
-            figures["senders"] += 1
-            await super()._sender(bucket)
-
     target = DestinationSettings(
         name="bench",
         url=url,
@@ -335,7 +330,14 @@ def counted_drain(url: str, count: int, concurrency: int) -> dict[str, float]:
     with empty_jobdb("sqlite") as db_url:
         _fill(db_url, count)
         with Counting(db_url) as db:
-            director = CountingDirector(db, [target], poll_seconds=0.05, report=lambda _: None)
+            director = Director(db, [target], poll_seconds=0.05, report=lambda _: None)
+            sender = director.sending._sender
+
+            async def counted(destination: Any) -> None:
+                figures["senders"] += 1
+                await sender(destination)
+
+            director.sending._sender = counted
             figures["deliveries_per_s"] = count / timed(lambda: director.run(until_drained=True))
     return figures
 

@@ -12,9 +12,10 @@ import typer
 from rich.table import Column
 
 from exactly.cli.context import stop_if_never_ran, with_flags
-from exactly.cli.deliver import JOBDB, opened_jobdb
+from exactly.cli.deliver import JOBDB
 from exactly.cli.output import console, count, table, wrap
 from exactly.config import Settings
+from exactly.delivery.jobdb import opened_jobdb
 from exactly.errors import ConfigError
 from exactly.units import format_duration
 from exactly.urls import embedded_path

@@ -62,8 +62,8 @@ def replay(
     A replay that is interrupted (even by SIGKILL) is resumed by running the same command again;
     no message is enqueued twice. `exactly deliver` then sends them.
     """
-    from exactly.cli.deliver import opened_jobdb
     from exactly.delivery.archive import open_archive
+    from exactly.delivery.jobdb import opened_jobdb
     from exactly.delivery.replay import parse_states, parse_time
     from exactly.delivery.replay import replay as run_replay
 

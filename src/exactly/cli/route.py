@@ -30,7 +30,7 @@ def route(
     Each micro-batch's jobs commit with its batch marker in one JobDB transaction, so a replayed
     batch adds nothing; `exactly deliver` sends them. No HTTP request is made here.
     """
-    from exactly.cli.deliver import opened_jobdb
+    from exactly.delivery.jobdb import opened_jobdb
     from exactly.delivery.route import configured_plan, drive, say_line
     from exactly.spark.session import build_session
 

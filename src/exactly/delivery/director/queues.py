@@ -20,12 +20,15 @@ import heapq
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from exactly.delivery.batches import cut
-from exactly.delivery.jobdb.base import AWAITING_RETRY, Batch, Job
+from exactly.delivery.jobdb.base import AWAITING_RETRY, Job
 from exactly.delivery.pacing import Pace
 from exactly.delivery.settings import BatchSettings, DestinationSettings
+
+if TYPE_CHECKING:
+    from exactly.delivery.director.shipment import BatchShipment, Shipment
 
 
 @dataclass
@@ -43,7 +46,7 @@ class Bucket:
     users_out: set[str] = field(default_factory=set)  # ordered: users with a job taken
     # batching: batches to send again (retry time, seq, batch), the members of batches a
     # previous run left open (never paged in as new jobs), when the oldest ready job got ready
-    batches: list[tuple[float, int, HeldBatch]] = field(default_factory=list)
+    batches: list[tuple[float, int, BatchShipment]] = field(default_factory=list)
     in_batches: set[int] = field(default_factory=set)
     ready_since: float | None = None
     loaded: bool = False
@@ -183,30 +186,6 @@ class Bucket:
             self.ready.extendleft(reversed(jobs))
 
 
-@dataclass(eq=False)
-class HeldBatch:
-    """A batch in the director's memory from when it is formed (or loaded open after a start)
-    until it ends; its members each hold the attempts they had before it."""
-
-    batch: Batch
-    bucket: Bucket
-    jobs: list[Job]
-    attempt: int = 0  # the batch's tries so far
-    retry_at: float | None = None
-
-    @property
-    def id(self) -> str:
-        return self.batch.id
-
-    @property
-    def expire_at(self) -> float:
-        return min(job.expire_at for job in self.jobs)
-
-    @property
-    def created_at(self) -> float:
-        return min(job.created_at for job in self.jobs)
-
-
 @dataclass
 class Destination:
     """One receiver: its settings, HTTP session, pacing, buckets and the jobs on their way."""
@@ -219,7 +198,7 @@ class Destination:
     keys: tuple[bytes, ...] = field(default=(), repr=False)
     headers: dict[str, str] = field(default_factory=dict, repr=False)
     buckets: list[Bucket] = field(default_factory=list)
-    outbox: deque[tuple[Bucket, Job | HeldBatch]] = field(default_factory=deque)  # not yet sent
+    outbox: deque[Shipment] = field(default_factory=deque)  # recorded, not yet sent
     senders: int = 0
     batches_out: int = 0  # batching: batches taken for an attempt, not yet answered
     turn: int = 0  # the bucket served first at the next take
@@ -275,7 +254,9 @@ class Destination:
         self.turn = start + last + 1 if chosen else start
         return chosen, wait
 
-    def form(self, now: float) -> tuple[list[HeldBatch | tuple[Bucket, list[Job]]], float | None]:
+    def form(
+        self, now: float
+    ) -> tuple[list[BatchShipment | tuple[Bucket, list[Job]]], float | None]:
         """Batches to record and send, one bucket after another in turn, up to the reserve (in
         requests): batches due to be sent again, and new ones as ``(bucket, jobs)``; and the
         seconds until the next partial batch or retry is due."""
@@ -286,7 +267,7 @@ class Destination:
         count = len(self.buckets)
         start = self.turn % count
         order = self.buckets[start:] + self.buckets[:start]
-        chosen: list[HeldBatch | tuple[Bucket, list[Job]]] = []
+        chosen: list[BatchShipment | tuple[Bucket, list[Job]]] = []
         last = -1
         progress = True
         while progress and len(chosen) < room:
@@ -309,14 +290,14 @@ class Destination:
         self.turn = start + last + 1 if chosen else start
         return chosen, wait
 
-    def batch_done(self, held: HeldBatch, *, ended: bool) -> None:
+    def batch_done(self, held: BatchShipment, *, ended: bool) -> None:
         """A batch's attempt has ended; with ``ended``, the batch too (its outcome recorded)."""
         self.batches_out -= 1
         if ended:
             self.batch_ended(held)
         self.wake.set()
 
-    def batch_ended(self, held: HeldBatch) -> None:
+    def batch_ended(self, held: BatchShipment) -> None:
         bucket = held.bucket
         bucket.taken -= len(held.jobs)
         if bucket.ordered:
@@ -333,3 +314,29 @@ class Destination:
 
 def _id(job: Job) -> int:
     return job.id
+
+
+@dataclass
+class Queues:
+    """What a director holds in memory, by name: the destinations as configured, the queues of
+    those with buckets in its partitions, and those buckets; each part of the director reads
+    and changes these, never a copy."""
+
+    configured: dict[str, DestinationSettings]
+    destinations: dict[str, Destination] = field(default_factory=dict)
+    buckets: dict[str, Bucket] = field(default_factory=dict)
+    removed: set[str] = field(default_factory=set)  # buckets whose destination is not configured
+    listed: list[str] = field(default_factory=list)  # every bucket of the JobDB, as last listed
+
+    @property
+    def idle(self) -> bool:
+        """Whether no bucket held has a job in memory or more to page in."""
+        return all(b.idle for d in self.destinations.values() for b in d.buckets)
+
+    def keep(self, mine: Callable[[str], bool]) -> None:
+        """Forget the buckets a partition being given up holds for the removed destinations and
+        the destinations' turns (their jobs in flight end as they would)."""
+        self.removed = {name for name in self.removed if mine(name)}
+        for destination in self.destinations.values():
+            destination.buckets = [b for b in destination.buckets if mine(b.name)]
+            destination.wake.set()

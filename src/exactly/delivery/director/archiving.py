@@ -1,0 +1,110 @@
+"""Upkeep: archiving every dataset whose jobs are all finished, then dropping it.
+
+Only the holder of partition 0 archives (:mod:`.loop`), every ``archive_seconds``, in the
+background: no request waits while a file is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any, TypeVar
+
+from exactly.delivery.archive import Archive, archive_name
+from exactly.delivery.jobdb.base import JobDB
+
+T = TypeVar("T")
+
+
+class Archiver:
+    """Archive passes over ``jobdb`` into ``archive``; ``call`` is the director's JobDB thread
+    (:meth:`~.jobdb_thread.JobDBThread.call`), where the drop runs."""
+
+    def __init__(
+        self,
+        archive: Archive,
+        jobdb: JobDB,
+        call: Callable[..., Awaitable[Any]],
+        report: Callable[[str], None],
+    ) -> None:
+        self.archive = archive
+        self.jobdb = jobdb
+        self.archived = 0  # datasets archived and dropped during this run
+        self._call = call
+        self._report = report
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="archive")
+        self._aside: JobDB | None = None  # a second connection for steps 1 to 3
+        self._running: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start a pass in the background unless one runs (a failed one raises)."""
+        if self._running is not None and not self._running.done():
+            return
+        if self._running is not None and self._running.exception() is not None:
+            raise self._running.exception()  # type: ignore[misc]
+        self._running = asyncio.create_task(self.archive_ready())
+
+    async def finish(self) -> None:
+        """The pass under way, then one more (drained: whatever has finished since)."""
+        if self._running is not None:
+            await self._running
+        await self.archive_ready()
+
+    async def stopped(self) -> None:
+        """Wait for the pass under way to end, however it ends."""
+        if self._running is not None:
+            await asyncio.gather(self._running, return_exceptions=True)
+
+    async def archive_ready(self) -> None:
+        """Archive every dataset whose jobs are all finished (not the newest), then drop it.
+
+        ``JobDB.archive``'s steps 1 to 3 (mark, write the file, mark) run in a thread of their
+        own on a second connection, so no request waits while a file is written; step 4, the
+        drop, runs in line with the director's other JobDB calls, so none of them reads a
+        dataset while it is dropped. A failing archive or second connection is reported and
+        tried again at the next pass; delivery goes on.
+        """
+        archive = self.archive
+        loop = asyncio.get_running_loop()
+        if self._aside is None:
+            from exactly.delivery.jobdb import open_jobdb
+
+            self._aside = open_jobdb(self.jobdb.url)
+        aside = self._aside
+
+        async def call(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+            return await loop.run_in_executor(self._thread, partial(function, *args, **kwargs))
+
+        try:
+            datasets = {dataset.number: dataset for dataset in await call(aside.datasets)}
+            ready = await call(aside.archivable)
+        except Exception as error:  # noqa: BLE001 (each driver has its own error tree)
+            self._report(f"archiving waits: the JobDB failed ({error}); tried again in a while")
+            with contextlib.suppress(Exception):
+                await call(aside.close)
+            return
+        for number in ready:
+            name = archive_name(datasets[number])
+
+            def write(records: Iterator[dict[str, Any]], name: str = name) -> None:
+                archive.write(name, records)
+
+            try:
+                await call(aside.archive, number, write, drop=False)  # 1. to 3., aside
+            except Exception as error:  # noqa: BLE001 (the archive's or the driver's)
+                self._report(f"dataset {number} not archived, tried again in a while: {error}")
+                with contextlib.suppress(Exception):
+                    await call(aside.close)
+                return
+            await self._call(self.jobdb.archive, number, write)  # 4. the drop, in line
+            self.archived += 1
+            self._report(f"dataset {number} archived to {archive.location(name)} and dropped")
+
+    def close(self) -> None:
+        """Wait for the thread's call under way, then close the second connection."""
+        self._thread.shutdown(wait=True)
+        if self._aside is not None:
+            self._aside.close()
