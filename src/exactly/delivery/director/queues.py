@@ -334,8 +334,9 @@ class Queues:
         return all(b.idle for d in self.destinations.values() for b in d.buckets)
 
     def keep(self, mine: Callable[[str], bool]) -> None:
-        """Forget the buckets a partition being given up holds for the removed destinations and
-        the destinations' turns (their jobs in flight end as they would)."""
+        """Take nothing new from the buckets that are no longer ``mine`` (their partition is
+        being given up): out of their destinations' turns and of the removed ones to expire.
+        Their jobs out end as they would; the buckets are forgotten once the partition goes."""
         self.removed = {name for name in self.removed if mine(name)}
         for destination in self.destinations.values():
             destination.buckets = [b for b in destination.buckets if mine(b.name)]

@@ -112,6 +112,10 @@ class JobShipment(Shipment):
         return self.jobs[0]
 
     @property
+    def expire_at(self) -> float:
+        return self.jobs[0].expire_at
+
+    @property
     def key(self) -> str:
         return self.job.message_id
 

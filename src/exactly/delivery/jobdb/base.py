@@ -35,7 +35,7 @@ Guarantees, on every backend:
   it lives on the connection that writes, so a write that commits was made under the lease.
 
 Who calls what (:class:`JobDB` groups its methods so): the **router** (``route.py``, and replay
-enqueuing) adds jobs with their marker; the **director** (``director.py``) holds the lock, pages
+enqueuing) adds jobs with their marker; the **director** (``director/``) holds the lock, pages
 jobs in, records transitions and, as upkeep, archives and drops datasets; the **readers**
 (``exactly deliveries``, ``trace``, ``replay``, the console) count and look up jobs beside it. A
 backend must implement the router's and the director's methods (abstract); the readers' have a
