@@ -36,6 +36,18 @@ def test_a_late_look_runs_a_chore_once_and_counts_from_then() -> None:
     assert schedule.due(31.0) == ["metrics"]
 
 
+def test_a_missed_chore_is_due_again_at_the_next_look() -> None:
+    """A chore that could not run (an archive pass still under way) is not put off by a
+    whole interval."""
+    schedule = Schedule({"archive": 5.0, "lease": 1.0})
+    assert schedule.due(10.0) == ["archive", "lease"]
+    schedule.missed("archive")
+    assert schedule.due(10.5) == ["archive"]
+    assert schedule.due(11.0) == ["lease"]
+    assert schedule.due(15.4) == ["lease"]
+    assert schedule.due(15.5) == ["archive"]
+
+
 def test_no_chores_nothing_due() -> None:
     assert Schedule({}).due(5.0) == []
 

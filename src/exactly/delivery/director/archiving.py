@@ -39,13 +39,15 @@ class Archiver:
         self._aside: JobDB | None = None  # a second connection for steps 1 to 3
         self._running: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
-        """Start a pass in the background unless one runs (a failed one raises)."""
+    def start(self) -> bool:
+        """Start a pass in the background unless one runs (a failed one raises); whether it
+        started."""
         if self._running is not None and not self._running.done():
-            return
+            return False
         if self._running is not None and self._running.exception() is not None:
             raise self._running.exception()  # type: ignore[misc]
         self._running = asyncio.create_task(self.archive_ready())
+        return True
 
     async def finish(self) -> None:
         """The pass under way, then one more (drained: whatever has finished since)."""

@@ -201,8 +201,11 @@ class Director:
     async def _upkeep(self, due: list[str]) -> None:
         """The chores due besides the leases: archiving (partition 0's holder archives, in
         the background), operators' controls and the metrics."""
-        if ARCHIVE in due and self.archiver is not None and 0 in self.leases.held:
-            self.archiver.start()
+        archiver = self.archiver
+        if ARCHIVE in due and archiver is not None:
+            started = 0 in self.leases.held and archiver.start()
+            if not started:  # a pass under way, or not this director's: at the next turn
+                self.schedule.missed(ARCHIVE)
         if CONTROLS in due:
             await self.controls.apply(self.queues.destinations, self.leases.kept)
         if self.gauging is not None:

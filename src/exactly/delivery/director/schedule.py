@@ -27,3 +27,8 @@ class Schedule:
                 self._last[chore] = now
                 chores.append(chore)
         return chores
+
+    def missed(self, chore: str) -> None:
+        """``chore`` was due but could not run (its work still under way, or not this
+        director's to do): due again at the next :meth:`due`."""
+        self._last[chore] = None
