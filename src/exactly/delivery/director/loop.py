@@ -43,7 +43,12 @@ def say(message: str) -> None:
 
 
 class Director:
-    """Sends the jobs of ``jobdb`` to ``destinations``; see the package docstring."""
+    """Sends the jobs of ``jobdb`` to ``destinations``; see the package docstring.
+
+    Its attributes are its parts: ``queues`` (what it holds in memory, by name), ``calls`` (the
+    JobDB thread), ``leases``, ``writer`` (group commit), ``dispatch`` and ``sending``, and the
+    upkeep run on ``schedule``: ``controls``, ``expiry``, ``archiver`` and ``gauging``.
+    """
 
     def __init__(
         self,
