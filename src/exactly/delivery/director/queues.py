@@ -28,7 +28,7 @@ from exactly.delivery.pacing import Pace
 from exactly.delivery.settings import BatchSettings, DestinationSettings
 
 if TYPE_CHECKING:
-    from exactly.delivery.director.shipment import BatchShipment, Shipment
+    from exactly.delivery.director.shipment import BatchShipment, Origin, Shipment
 
 
 @dataclass
@@ -304,7 +304,7 @@ class Destination:
             bucket.users_out.difference_update(job.user_id or "" for job in held.jobs)
         self.wake.set()
 
-    def done(self, bucket: Bucket, job: Job) -> None:
+    def done(self, bucket: Origin, job: Job) -> None:
         """A taken job's attempt has ended (its outcome recorded, or the recording failed)."""
         bucket.taken -= 1
         if bucket.ordered:

@@ -16,7 +16,7 @@ import heapq
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from exactly.delivery.batches import CONTENT_TYPES, batch_id, body
 from exactly.delivery.jobdb.base import (
@@ -31,9 +31,29 @@ from exactly.delivery.jobdb.base import (
 )
 
 if TYPE_CHECKING:
-    from exactly.delivery.director.queues import Bucket, Destination
     from exactly.delivery.director.writer import Writes
     from exactly.delivery.settings import DestinationSettings
+
+
+class Origin(Protocol):
+    """A bucket as its shipments see it (:class:`.queues.Bucket`, which holds them in turn:
+    described here so that the two modules do not import each other)."""
+
+    name: str
+    ordered: bool
+    taken: int
+    users_out: set[str]
+    batches: list[tuple[float, int, BatchShipment]]
+
+    def again(self, job: Job) -> None: ...
+
+
+class Outlet(Protocol):
+    """Where a shipment hands back what it took (:class:`.queues.Destination`)."""
+
+    def done(self, bucket: Origin, job: Job) -> None: ...
+
+    def batch_done(self, held: BatchShipment, *, ended: bool) -> None: ...
 
 
 @dataclass(eq=False)
@@ -41,7 +61,7 @@ class Shipment(ABC):
     """Jobs of ``bucket`` sent in one request, from when they are taken until their attempt
     ends; ``attempt`` counts the tries so far, ``retry_at`` when the next is due."""
 
-    bucket: Bucket
+    bucket: Origin
     jobs: list[Job]
     attempt: int = 0
     retry_at: float | None = None
@@ -94,7 +114,7 @@ class Shipment(ABC):
         """Wait in its bucket for the retry ``step`` sets."""
 
     @abstractmethod
-    def release(self, destination: Destination, *, ended: bool) -> None:
+    def release(self, destination: Outlet, *, ended: bool) -> None:
         """Its attempt is over (recorded, or the recording failed); with ``ended``, the
         shipment too, and its jobs no longer count as taken."""
 
@@ -104,7 +124,7 @@ class JobShipment(Shipment):
     """One job, sent under its message id with its payload as the body."""
 
     @classmethod
-    def of(cls, bucket: Bucket, job: Job) -> JobShipment:
+    def of(cls, bucket: Origin, job: Job) -> JobShipment:
         return cls(bucket, [job], job.attempt, job.retry_at)
 
     @property
@@ -145,7 +165,7 @@ class JobShipment(Shipment):
             )
         )
 
-    def release(self, destination: Destination, *, ended: bool) -> None:
+    def release(self, destination: Outlet, *, ended: bool) -> None:
         # a job to retry waits in its bucket as a job again: its taking always ends here
         destination.done(self.bucket, self.job)
 
@@ -160,7 +180,7 @@ class BatchShipment(Shipment):
     formed: bool = field(default=False, kw_only=True)  # formed now: its row not yet written
 
     @classmethod
-    def form(cls, destination: str, bucket: Bucket, jobs: list[Job], now: float) -> BatchShipment:
+    def form(cls, destination: str, bucket: Origin, jobs: list[Job], now: float) -> BatchShipment:
         """A new batch of ``jobs``, its id derived from its destination and members."""
         members = tuple(job.id for job in jobs)
         key = batch_id(destination, [(job.id, job.message_id) for job in jobs])
@@ -226,7 +246,7 @@ class BatchShipment(Shipment):
         self.attempt, self.retry_at = step.attempt, step.retry_at
         heapq.heappush(self.bucket.batches, (step.retry_at or now, self.jobs[0].id, self))
 
-    def release(self, destination: Destination, *, ended: bool) -> None:
+    def release(self, destination: Outlet, *, ended: bool) -> None:
         destination.batch_done(self, ended=ended)
 
 
