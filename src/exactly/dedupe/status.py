@@ -104,7 +104,7 @@ def collect(
     passed = _ends(log, plan.output)
     rejected = _ends(log, plan.rejected)
     committed = checkpoint.committed_end(plan.checkpoint)
-    stats = {s.partition: s for s in plan.open_store().stats(len(raw))}
+    stats = {s.partition: s for s in plan.seen_ids().stats(len(raw))}
     now = int(time.time() * 1000)
     partitions = []
     for partition, end in sorted(raw.items()):
