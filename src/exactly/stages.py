@@ -5,7 +5,8 @@ pool under ``exactly up``), the topic it reads, whether the settings enable it, 
 settings (the one builder beside the stage's Spark code; a command's flags are in the settings
 already, ``cli/context.with_flags``, and its run options, topic, checkpoint, trigger ..., go as
 keywords), its checkpoint, its target (what it writes), what it checks and creates before Spark
-starts, how its target is opened and how it is driven in a session::
+starts, how its target is opened, how it is driven in a session, and what ``exactly status``
+shows of it::
 
     stage = AGGREGATE
     plan = stage.plan(settings, until_caught_up=True)
@@ -26,6 +27,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -60,6 +62,14 @@ class Plan(Protocol):
     def checkpoint(self) -> Path: ...
 
 
+@dataclass(frozen=True)
+class Shown:
+    """A stage as ``exactly status`` shows it: its figures as JSON, its sections of text."""
+
+    json: Any
+    sections: list[str]
+
+
 PlanT = TypeVar("PlanT", bound=Plan)
 TargetT = TypeVar("TargetT")
 DoneT = TypeVar("DoneT")
@@ -72,6 +82,10 @@ class Stage(ABC, Generic[PlanT, TargetT, DoneT]):
     reads: ClassVar[str]  # the topic
     # --max-records-per-trigger when not given (None: unbounded)
     max_records_per_trigger: ClassVar[int | None] = None
+    shown_as: ClassVar[str]  # its part of ``exactly status``: its key in --json, its error lines
+    # what that part calls the target in --json; None: the status names its own (each dedupe job
+    # its store), and a failure to read it stops the command
+    target_as: ClassVar[str | None] = "url"
 
     def enabled(self, settings: Settings) -> bool:
         """Whether ``exactly up`` runs the stage with ``settings``."""
@@ -111,6 +125,11 @@ class Stage(ABC, Generic[PlanT, TargetT, DoneT]):
         """Run the stage's query in ``spark`` until it is caught up (``until_caught_up``) or
         stopped; ``on_batch`` is told of each micro-batch (its arguments are the stage's)."""
 
+    @abstractmethod
+    def status(self, settings: Settings, log: Log | None) -> Shown | None:
+        """What the stage holds and has done, read from durable sources (``exactly status``);
+        None if it never ran: nothing is created by looking. ``log``: the log, if it exists."""
+
     def __repr__(self) -> str:
         return f"<stage {self.name}>"
 
@@ -121,6 +140,8 @@ class Dedupe(Stage["DedupePlan", "Output", "Summary"]):
 
     name = "dedupe"
     reads = RAW
+    shown_as = "dedupe"
+    target_as = None
 
     def plan(self, settings: Settings, **run: Any) -> DedupePlan:
         from exactly.dedupe.driver import configured_plan
@@ -153,12 +174,26 @@ class Dedupe(Stage["DedupePlan", "Output", "Summary"]):
 
         return drive(spark, plan, target, say=say, on_batch=on_batch)
 
+    def status(self, settings: Settings, log: Log | None) -> Shown | None:
+        from exactly.dedupe.status import read_jobs, render
+
+        if log is None:
+            return None
+        jobs = read_jobs(log, settings.log_url, settings.data_dir, settings.dedupe.store)
+        if not jobs:
+            return None
+        return Shown(
+            [{"job": "dedupe", **asdict(job)} for job in jobs],
+            [render(job, settings.data_dir) for job in jobs],
+        )
+
 
 class Aggregate(Stage["AggregatePlan", "AggregateDB", "Counted"]):
     """events -> SQL tables, each micro-batch with its marker (``exactly.aggregate``)."""
 
     name = "aggregate"
     reads = EVENTS
+    shown_as = "aggregate"
 
     def plan(self, settings: Settings, **run: Any) -> AggregatePlan:
         from exactly.aggregate.driver import configured_plan
@@ -186,6 +221,15 @@ class Aggregate(Stage["AggregatePlan", "AggregateDB", "Counted"]):
 
         return drive(spark, plan, target, say=say, on_batch=on_batch)
 
+    def status(self, settings: Settings, log: Log | None) -> Shown | None:
+        from exactly.aggregate.status import read, render
+
+        url = self.target(settings)
+        marker = read(url)
+        if marker is None:
+            return None
+        return Shown({"marker": asdict(marker)}, [render(marker, url, settings.data_dir)])
+
 
 class Route(Stage["RoutePlan", "JobDB", "Routed"]):
     """events -> JobDB, one job per (event, matching destination) (``exactly.delivery.route``);
@@ -194,6 +238,8 @@ class Route(Stage["RoutePlan", "JobDB", "Routed"]):
     name = "route"
     reads = EVENTS
     max_records_per_trigger = ROUTE_RECORDS_PER_TRIGGER
+    shown_as = "delivery"  # the JobDB's jobs, routed and delivered
+    target_as = "jobdb"
 
     def enabled(self, settings: Settings) -> bool:
         return bool(settings.destinations)
@@ -207,9 +253,9 @@ class Route(Stage["RoutePlan", "JobDB", "Routed"]):
         return settings.jobdb_url
 
     def open(self, plan: RoutePlan, say: Say) -> AbstractContextManager[JobDB]:
-        from exactly.delivery.jobdb.connect import connected
+        from exactly.delivery.jobdb import opened_jobdb
 
-        return connected(
+        return opened_jobdb(
             plan.jobdb_url, dataset_rows=plan.dataset_rows, dataset_minutes=plan.dataset_minutes
         )
 
@@ -226,6 +272,18 @@ class Route(Stage["RoutePlan", "JobDB", "Routed"]):
 
         return drive(spark, plan, target, say=say, on_batch=on_batch)
 
+    def status(self, settings: Settings, log: Log | None) -> Shown | None:
+        from exactly.delivery.status import read, render
+
+        url = self.target(settings)
+        found = read(url, settings.destinations)
+        if found is None:
+            return None
+        return Shown(
+            {"destinations": [{**asdict(entry), "queued": entry.queued} for entry in found]},
+            [render(found, url, settings.data_dir)],
+        )
+
 
 class Lake(Stage["LakePlan", "LakeTable", "Landed"]):
     """events -> a lake table, each micro-batch with its marker (``exactly.lake``); with a
@@ -234,6 +292,7 @@ class Lake(Stage["LakePlan", "LakeTable", "Landed"]):
     name = "lake"
     reads = EVENTS
     max_records_per_trigger = LAKE_RECORDS_PER_TRIGGER
+    shown_as = "lake"
 
     def enabled(self, settings: Settings) -> bool:
         return bool(settings.lake.url)
@@ -263,6 +322,14 @@ class Lake(Stage["LakePlan", "LakeTable", "Landed"]):
         from exactly.lake.query import drive
 
         return drive(spark, plan, target, say=say, on_batch=on_batch)
+
+    def status(self, settings: Settings, log: Log | None) -> Shown | None:
+        from exactly.lake.status import read, render
+
+        found = read(settings)  # with the table's own reading of the log
+        if found is None:
+            return None
+        return Shown(asdict(found), [render(found, settings.data_dir)])
 
 
 DEDUPE, AGGREGATE, ROUTE, LAKE = Dedupe(), Aggregate(), Route(), Lake()

@@ -4,18 +4,22 @@ The interface is in ``base.py`` with one module per backend beside it: ``sqlite.
 (``sqlite://DIR``, the embedded default), ``postgres.py`` (``postgresql://...``, the ``postgres``
 extra), ``mysql.py`` (``mysql://user:password@host:port/database``, the ``mysql`` extra). Their
 SQL is written once, in the ``sql`` package. :func:`open_jobdb` imports a backend only when asked
-for; :data:`BACKENDS` lists the schemes the contract suite runs on.
+for; :func:`opened_jobdb` also connects once, so a command stops with one line when it cannot;
+:data:`BACKENDS` lists the schemes the contract suite runs on.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 from exactly.delivery.jobdb.base import Job, JobDB, NewJob, Transition
-from exactly.errors import ConfigError, EnvironmentProblem
-from exactly.urls import redact
+from exactly.errors import ConfigError, EnvironmentProblem, ExactlyError, JobDBError
+from exactly.urls import redact, scrub
 
-__all__ = ["BACKENDS", "Job", "JobDB", "NewJob", "Transition", "open_jobdb"]
+__all__ = ["BACKENDS", "Job", "JobDB", "NewJob", "Transition", "open_jobdb", "opened_jobdb"]
 
 BACKENDS = ["sqlite", "postgresql", "mysql"]
 _EXTRA = {"postgresql": "postgres", "mysql": "mysql"}
@@ -48,3 +52,37 @@ def open_jobdb(url: str, **options: Any) -> JobDB:
             f"the {scheme} JobDB needs the {_EXTRA[scheme]} extra: "
             f"pip install 'exactly[{_EXTRA[scheme]}]' ({error})"
         ) from error
+
+
+@contextlib.contextmanager
+def opened_jobdb(url: str, **options: Any) -> Iterator[JobDB]:
+    """The JobDB at ``url``, connected once before any work: a database that does not exist, a
+    wrong password or a server that does not answer stops the command with one line naming the
+    JobDB (password masked) and the driver's reason, not the driver's traceback."""
+    database = open_jobdb(url, **options)
+    try:
+        database.datasets()  # the first use connects (and creates the tables)
+    except ExactlyError:
+        database.close()
+        raise
+    except Exception as error:  # noqa: BLE001 (each driver has its own error tree)
+        with contextlib.suppress(Exception):
+            database.close()
+        raise JobDBError(
+            f"cannot open the JobDB {database.describe()}: {_reason(error, url)}; check its URL "
+            "(--jobdb, EXACTLY_DELIVERY__JOBDB or [delivery] jobdb), that the server runs and "
+            "that the database exists"
+        ) from None
+    with database:
+        yield database
+
+
+def _reason(error: Exception, url: str) -> str:
+    """The driver's message on one line, without the password it might quote."""
+    args = error.args
+    text = args[1] if len(args) == 2 and isinstance(args[0], int) else str(error)  # PyMySQL's
+    try:
+        secrets = [urlsplit(url).password or ""]
+    except ValueError:
+        secrets = []
+    return " ".join(scrub(str(text) or type(error).__name__, secrets).split())[:300]
