@@ -18,8 +18,9 @@ Its command and ``exactly up`` (``up/pipeline.py``) run a stage so; up's view, i
 ``exactly status`` find the stages here; so do the tests (``test_stage_plans.py``). Adding a
 stage is one entry here and its package.
 
-Nothing here imports a stage's package until it is asked for (they import Spark), so a command
-that only reads starts fast; the plan builders import ``exactly.config``, never the other way.
+Nothing here imports a stage's Spark code until it is asked for (only the stages' settings
+modules, which ``exactly.config`` imports anyway), so a command that only reads starts fast; the
+plan builders import ``exactly.config``, never the other way (``tests/unit/test_import_graph.py``).
 """
 
 from __future__ import annotations
@@ -340,9 +341,3 @@ STAGES: tuple[Stage[Any, Any, Any], ...] = (DEDUPE, AGGREGATE, ROUTE, LAKE)
 def enabled(settings: Settings) -> list[Stage[Any, Any, Any]]:
     """The stages ``exactly up`` runs with ``settings``, in :data:`STAGES`'s order."""
     return [stage for stage in STAGES if stage.enabled(settings)]
-
-
-def stage(name: str) -> Stage[Any, Any, Any]:
-    """The stage called ``name``."""
-    found = {entry.name: entry for entry in STAGES}
-    return found[name]
