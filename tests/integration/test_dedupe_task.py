@@ -17,7 +17,6 @@ import pytest
 
 from exactly.dedupe.recovery import SOURCE_HEADER, source_offset
 from exactly.dedupe.rocksdb import RocksDBStore
-from exactly.dedupe.spark_state import SparkStateStore
 from exactly.dedupe.task import REJECTED_HEADER, TaskPlan, dedupe_partition
 from exactly.dedupe.window import Bounds
 from exactly.log import Log, Record, open_log
@@ -178,8 +177,8 @@ def test_bad_input_is_routed_to_rejected_once_and_keyless_events_are_keyed(
     assert dict(rejected[2].headers)["h"] == b"1"
 
 
-def test_without_a_store_only_routing_happens(log: Log, plan: TaskPlan, tmp_path: Path) -> None:
-    plan = replace(plan, store=SparkStateStore(tmp_path / "checkpoint"))  # claims nothing
+def test_without_a_store_only_routing_happens(log: Log, plan: TaskPlan) -> None:
+    plan = replace(plan, store=None)  # the spark-state mode: Spark's operator decides
     log.append(plan.source, 0, [event("a", 0), event("a", 1), Record(b"?")])
     run_batch(log, plan, 0, 3)
     assert [o for _, _, o in events(log, plan)] == [0, 1]

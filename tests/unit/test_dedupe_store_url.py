@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from exactly.dedupe import open_store
-from exactly.dedupe.job import store_kind, store_url
+from exactly.dedupe import BACKENDS, open_store
+from exactly.dedupe.job import STORES, DedupePlan, store_kind, store_url
+from exactly.dedupe.spark_state import SparkState
 from exactly.errors import ConfigError
 
 DATA, CHECKPOINT = Path("/d"), Path("/c/dedupe")
@@ -45,3 +46,22 @@ def test_a_bad_store_is_one_line(store: str, message: str) -> None:
         open_store(store_url(store, DATA, "raw", CHECKPOINT))
     assert message in str(refused.value)
     assert "\n" not in str(refused.value) and "secret" not in str(refused.value)
+
+
+@pytest.mark.parametrize("store", ["rocksdb", "redis://h1/0", "spark-state", "spark-state:///c"])
+def test_spark_state_is_a_mode_of_the_job_not_a_store(store: str) -> None:
+    """The store family holds real stores; ``[dedupe] store = "spark-state"`` picks the job's
+    other mode, whose plan keeps Spark's state (the window, the scope) and no claim store."""
+    assert "spark-state" not in BACKENDS and (*BACKENDS, "spark-state") == STORES
+    plan = DedupePlan("sqlite:///l", store, DATA, CHECKPOINT)
+    if store_kind(store) == "spark-state":
+        assert plan.mode == "spark-state"
+        seen = plan.seen_ids()
+        assert isinstance(seen, SparkState) and seen.window == plan.window
+        assert seen.checkpoint == (CHECKPOINT if store == "spark-state" else Path("/c"))
+        with pytest.raises(ConfigError, match="no claim store"):
+            plan.open_store()
+        with pytest.raises(ConfigError, match="no store to open"):
+            open_store(plan.store_url)
+    else:
+        assert plan.mode == "claim"

@@ -112,3 +112,45 @@ def test_circles_are_found() -> None:
 
 def test_no_module_imports_itself_back() -> None:
     assert circles(import_graph()) == []
+
+
+def reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module that importing ``start`` runs: what it imports, at module level or inside a
+    function, and the packages (``__init__``) Python runs on the way to each of them."""
+    found: set[str] = set()
+    todo = [start]
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        found.add(name)
+        parts = name.split(".")
+        packages = {".".join(parts[:n]) for n in range(1, len(parts))}
+        todo.extend((graph[name] | packages) & graph.keys())
+    return found
+
+
+def test_the_plan_builders_sit_above_the_settings() -> None:
+    """``exactly.config`` assembles the sections each stage package owns (its ``settings.py``),
+    so importing it runs those packages' ``__init__``: none of that may reach back up to the
+    registry of stages or a module that builds or drives a stage's plan, which import
+    ``exactly.config`` (issue 41)."""
+    graph = import_graph()
+    below = reached(graph, "exactly.config")
+    builders = {
+        "exactly.dedupe.driver",
+        "exactly.dedupe.job",
+        "exactly.aggregate.driver",
+        "exactly.aggregate.job",
+        "exactly.delivery.route",
+        "exactly.lake.query",
+    }
+    assert builders <= reached(graph, "exactly.stages")  # the registry's lazy imports count
+    assert not below & (builders | {"exactly.stages"}), sorted(below & builders)
+    above = {name for name, edges in graph.items() if "exactly.config" in edges}
+    assert not below & above, sorted(below & above)  # nothing config runs imports config
+
+
+def test_reached_follows_packages() -> None:
+    graph = {"a.b.c": {"a.d"}, "a.b": set(), "a": set(), "a.d": set(), "e": {"a.b.c"}}
+    assert reached(graph, "e") == {"e", "a.b.c", "a.b", "a", "a.d"}

@@ -1,15 +1,18 @@
 """``exactly up`` and each stage's own command run the same plan from the same settings (issue 32).
 
-Each stage's plan is built by one function beside the stage; the commands and
-:func:`exactly.up.pipeline.plans` both call it. Here each command runs as a user would start it,
-its ``drive`` replaced by one that keeps the plan and stops, so no Spark query starts; the plan
-must equal the one ``up`` builds. The config sets what defaults would hide: a JobDB patience of
-5 s (under ``up`` the route query once used 60 s whatever the config said), a dedupe window, a
-user table, another aggregate database and JobDB.
+Each stage is declared once, in :data:`exactly.stages.STAGES`, with the one function that builds
+its plan; its command and :func:`exactly.up.pipeline.queries` both go through it. Here each
+stage's command runs as a user would start it, the entry's ``open`` and ``drive`` replaced by
+ones that keep the plan and stop, so no Spark query starts; the plan must equal the one ``up``
+builds, for every stage of the registry. The config sets what defaults would hide: a JobDB
+patience of 5 s (under ``up`` the route query once used 60 s whatever the config said), a
+dedupe window, a user table, another aggregate database and JobDB, a lake table with a promoted
+column.
 """
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,8 @@ from typer.testing import CliRunner
 import exactly.spark.session
 from exactly.cli import app
 from exactly.config import load_settings
-from exactly.up.pipeline import plans
+from exactly.stages import DEDUPE, ROUTE, STAGES, Stage, enabled
+from exactly.up.pipeline import queries
 
 CONFIG = """
 [dedupe]
@@ -44,6 +48,11 @@ dataset_rows = 10
 [[destinations]]
 name = "hook"
 url = "http://127.0.0.1:9/hook"
+
+[lake]
+url = "delta://{tmp}/table"
+retention = "3d"
+columns = {{ plan = "properties.plan string" }}
 """
 
 
@@ -62,45 +71,63 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-def command_plan(monkeypatch: pytest.MonkeyPatch, module: str, config: Path, *args: str) -> Any:
-    """The plan ``exactly ARGS`` hands to ``module``'s ``drive``."""
+def command_plan(
+    monkeypatch: pytest.MonkeyPatch, stage: Stage[Any, Any, Any], config: Path, *flags: str
+) -> Any:
+    """The plan ``exactly STAGE FLAGS`` hands to its registry entry's ``drive``."""
     kept: list[Any] = []
 
-    def drive(*given: Any, **_: Any) -> None:
-        kept.append(next(a for a in given if type(a).__name__.endswith("Plan")))
+    def drive(_spark: object, plan: Any, _target: object, **_: Any) -> None:
+        kept.append(plan)
         raise Stop
 
-    monkeypatch.setattr(f"{module}.drive", drive)
-    result = CliRunner().invoke(app, ["--config", str(config), *args])
+    monkeypatch.setattr(stage, "open", lambda *_: contextlib.nullcontext())
+    monkeypatch.setattr(stage, "drive", drive)
+    result = CliRunner().invoke(app, ["--config", str(config), stage.name, *flags])
     assert isinstance(result.exception, Stop), result.output
     return kept[0]
 
 
-def test_up_and_each_command_build_equal_plans(
-    config: Path, monkeypatch: pytest.MonkeyPatch
+def test_up_runs_every_stage_of_the_registry_with_this_config(config: Path) -> None:
+    settings = load_settings(config)
+    assert enabled(settings) == list(STAGES)
+    assert [query.stage for query in queries(settings)] == list(STAGES)
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=lambda stage: stage.name)
+def test_up_and_the_stage_command_build_equal_plans(
+    config: Path, monkeypatch: pytest.MonkeyPatch, stage: Stage[Any, Any, Any]
 ) -> None:
-    up = plans(load_settings(config))
-    assert up.route is not None and up.route.jobdb_patience == 5.0
+    up = {query.name: query.plan for query in queries(load_settings(config))}
+    assert command_plan(monkeypatch, stage, config) == up[stage.name]
+    assert up[stage.name].checkpoint == stage.checkpoint(load_settings(config))
 
-    dedupe = command_plan(monkeypatch, "exactly.dedupe.driver", config, "dedupe")
-    aggregate = command_plan(monkeypatch, "exactly.aggregate.driver", config, "aggregate")
-    route = command_plan(monkeypatch, "exactly.delivery.route", config, "route")
 
-    assert dedupe == up.dedupe
-    assert aggregate == up.aggregate
-    assert route == up.route
+def test_the_plans_hold_what_the_config_says(config: Path) -> None:
+    up = {query.name: query.plan for query in queries(load_settings(config))}
+    dedupe, aggregate, route, lake = (up[stage.name] for stage in STAGES)
+    assert dedupe.bounds.window == 2 * 3_600_000 and dedupe.scope == "workspace"
     assert aggregate.db_url.endswith("counts.db") and aggregate.retry_seconds == 7
     assert [table.name for table in aggregate.tables] == ["event_counts", "by_source"]
+    assert route.jobdb_patience == 5.0
     assert route.jobdb_url.endswith("jobs") and route.dataset_rows == 10
+    assert lake.table_url.endswith("table") and lake.retention.days == 3
+    assert [column.name for column in lake.columns] == ["plan"]
+    for stage in STAGES:  # the trigger bound when none is given, declared once per stage
+        assert up[stage.name].max_records_per_trigger == stage.max_records_per_trigger
+
+
+def test_a_stage_the_settings_leave_out_is_not_run(config: Path, tmp_path: Path) -> None:
+    bare = tmp_path / "bare.toml"
+    bare.write_text('[dedupe]\nwindow = "2h"\n')
+    assert [stage.name for stage in enabled(load_settings(bare))] == ["dedupe", "aggregate"]
 
 
 def test_a_flag_changes_the_plan_as_its_setting_does(
     config: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """``--jobdb`` is ``[delivery] jobdb``; ``--window`` is ``[dedupe] window``."""
-    route = command_plan(
-        monkeypatch, "exactly.delivery.route", config, "route", "--jobdb", f"sqlite://{tmp_path}/j2"
-    )
+    route = command_plan(monkeypatch, ROUTE, config, "--jobdb", f"sqlite://{tmp_path}/j2")
     assert route.jobdb_url == f"sqlite://{tmp_path}/j2" and route.jobdb_patience == 5.0
-    dedupe = command_plan(monkeypatch, "exactly.dedupe.driver", config, "dedupe", "--window", "3h")
+    dedupe = command_plan(monkeypatch, DEDUPE, config, "--window", "3h")
     assert dedupe.bounds.window == 3 * 3_600_000 and dedupe.scope == "workspace"

@@ -11,9 +11,9 @@ from pathlib import Path
 from exactly.config import load_settings
 from exactly.console.page import show
 from exactly.console.state import Reader, percentiles, stage_entries, with_parts
-from exactly.dedupe.driver import configured_plan
 from exactly.dedupe.status import DedupeStatus, PartitionStatus, render, save, saved_window
 from exactly.dedupe.window import shortest_window, window_in_effect
+from exactly.stages import DEDUPE
 from exactly.up import watch
 from exactly.up.supervisor import Part, Supervisor
 from exactly.up.view import View
@@ -115,7 +115,7 @@ def test_up_and_the_console_say_starting_then_show_a_rate(tmp_path: Path) -> Non
 
 def test_status_the_console_and_up_show_the_same_window(tmp_path: Path) -> None:
     settings = load_settings(data_dir=tmp_path / "data")
-    plan = configured_plan(settings)
+    plan = DEDUPE.plan(settings)
     day = 24 * 3_600_000
     partitions = [
         PartitionStatus(0, 10, 10, 10, 0, keys=10, window=None),  # nothing aged out

@@ -47,12 +47,12 @@ def aggregate(
     [[aggregate.tables]] in the config. Each micro-batch's upserts commit with its batch marker
     in one transaction, so a replayed batch changes nothing.
     """
-    from exactly.aggregate.driver import configured_plan, drive, open_plan_db
     from exactly.aggregate.job import say
     from exactly.spark.session import build_session
+    from exactly.stages import AGGREGATE
 
     settings = with_flags(ctx, {"aggregate.url": db}, master=master).settings
-    plan = configured_plan(
+    plan = AGGREGATE.plan(
         settings,
         topic=topic,
         checkpoint=checkpoint,
@@ -66,9 +66,9 @@ def aggregate(
             how = "counted" if counted else "already counted (replay), skipped"
             say(f"batch {batch}: {events:,} events {how}")
 
-    with open_plan_db(plan, say) as database:
+    with AGGREGATE.open(plan, say) as database:
         spark = build_session(settings, app_name=f"exactly-aggregate-{topic}")
-        progress = drive(spark, plan, database, on_batch=report)
+        progress = AGGREGATE.drive(spark, plan, database, say=say, on_batch=report)
         spark.stop()
     done = "caught up" if until_caught_up else "stopped"
     print(

@@ -88,8 +88,10 @@ def dedupe(
     SOURCE.rejected with the reason. Killed at any point, it resumes without losing or
     repeating a record. Progress and the window per partition: `exactly status`.
     """
-    from exactly.dedupe.driver import configured_plan, drive
+    from exactly.dedupe.driver import say_line
     from exactly.events.ids import check_scope
+    from exactly.spark.session import build_session
+    from exactly.stages import DEDUPE
     from exactly.units import parse_duration, parse_size
 
     # named after the flag, before the settings check them (which would name the setting)
@@ -109,7 +111,7 @@ def dedupe(
         "dedupe.scope": scope,
     }
     settings = with_flags(ctx, flags, master=master).settings
-    plan = configured_plan(
+    plan = DEDUPE.plan(
         settings,
         source=source,
         output=output,
@@ -118,7 +120,15 @@ def dedupe(
         max_records_per_trigger=max_records_per_trigger,
         trigger_seconds=trigger_seconds,
     )
-    summary = drive(settings, plan)
+
+    def report(batch: int, records: int) -> None:
+        if records:
+            say_line(f"batch {batch}: {records} records")
+
+    with DEDUPE.open(plan, say_line) as target:
+        spark = build_session(settings, app_name=f"exactly-dedupe-{source}")
+        summary = DEDUPE.drive(spark, plan, target, say=say_line, on_batch=report)
+        spark.stop()
     done = "caught up" if until_caught_up else "stopped"
     print(f"{done}: {summary.records:,} records read in {summary.batches:,} micro-batches")
     from exactly.dedupe.status import render

@@ -11,6 +11,7 @@ import typer
 
 from exactly.cli.context import with_flags
 from exactly.cli.options import Master, MaxRecordsPerTrigger, TriggerSeconds, UntilCaughtUp
+from exactly.stages import LAKE
 
 TABLE = typer.Option(
     "--table",
@@ -37,7 +38,7 @@ def lake(
         typer.Option(help="Checkpoint directory (default: DATA_DIR/checkpoints/lake-TOPIC)."),
     ] = None,
     until_caught_up: UntilCaughtUp = False,
-    max_records_per_trigger: MaxRecordsPerTrigger = 50_000,
+    max_records_per_trigger: MaxRecordsPerTrigger = LAKE.max_records_per_trigger,
     trigger_seconds: TriggerSeconds = 1.0,
 ) -> None:
     """Append every event of TOPIC to the lake table, exactly once however often it is killed.
@@ -49,12 +50,11 @@ def lake(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from exactly.lake import open_table
-    from exactly.lake.query import configured_plan, drive, say_line
+    from exactly.lake.query import say_line
     from exactly.spark.session import build_session
 
     settings = with_flags(ctx, {"lake.url": table}, master=master).settings
-    plan = configured_plan(
+    plan = LAKE.plan(
         settings,
         topic=topic,
         checkpoint=checkpoint,
@@ -68,9 +68,9 @@ def lake(
             how = "appended" if appended else "already in the table (replay), skipped"
             say_line(f"batch {batch}: {events:,} events {how}")
 
-    with open_table(plan.table_url) as opened:
+    with LAKE.open(plan, say_line) as opened:
         spark = build_session(settings, app_name=f"exactly-lake-{topic}")
-        progress = drive(spark, plan, opened, on_batch=report)
+        progress = LAKE.drive(spark, plan, opened, say=say_line, on_batch=report)
         spark.stop()
     done = "caught up" if until_caught_up else "stopped"
     print(

@@ -10,6 +10,7 @@ import typer
 from exactly.cli.context import with_flags
 from exactly.cli.deliver import JOBDB
 from exactly.cli.options import Master, MaxRecordsPerTrigger, TriggerSeconds, UntilCaughtUp
+from exactly.stages import ROUTE
 
 
 def route(
@@ -22,7 +23,7 @@ def route(
         typer.Option(help="Checkpoint directory (default: DATA_DIR/checkpoints/route-TOPIC)."),
     ] = None,
     until_caught_up: UntilCaughtUp = False,
-    max_records_per_trigger: MaxRecordsPerTrigger = 50_000,
+    max_records_per_trigger: MaxRecordsPerTrigger = ROUTE.max_records_per_trigger,
     trigger_seconds: TriggerSeconds = 1.0,
 ) -> None:
     """Make one delivery job per (event of TOPIC, matching [[destinations]]) in the JobDB.
@@ -30,12 +31,11 @@ def route(
     Each micro-batch's jobs commit with its batch marker in one JobDB transaction, so a replayed
     batch adds nothing; `exactly deliver` sends them. No HTTP request is made here.
     """
-    from exactly.delivery.jobdb import opened_jobdb
-    from exactly.delivery.route import configured_plan, drive, say_line
+    from exactly.delivery.route import say_line
     from exactly.spark.session import build_session
 
     settings = with_flags(ctx, {"delivery.jobdb": jobdb}, master=master).settings
-    plan = configured_plan(
+    plan = ROUTE.plan(
         settings,
         topic=topic,
         checkpoint=checkpoint,
@@ -49,11 +49,9 @@ def route(
             how = "added" if added else "already added (replay), skipped"
             say_line(f"batch {batch}: {jobs:,} jobs for {events:,} events {how}")
 
-    with opened_jobdb(
-        plan.jobdb_url, dataset_rows=plan.dataset_rows, dataset_minutes=plan.dataset_minutes
-    ) as database:
+    with ROUTE.open(plan, say_line) as database:
         spark = build_session(settings, app_name=f"exactly-route-{topic}")
-        progress = drive(spark, plan, database, on_batch=report)
+        progress = ROUTE.drive(spark, plan, database, say=say_line, on_batch=report)
         spark.stop()
     done = "caught up" if until_caught_up else "stopped"
     print(

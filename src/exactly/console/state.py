@@ -236,10 +236,10 @@ class Reader:
         return found
 
     def _dedupe(self, now: watch.Snapshot, problems: list[str]) -> dict[str, Any]:
-        from exactly.dedupe.driver import configured_plan
         from exactly.dedupe.status import status_path
+        from exactly.stages import DEDUPE
 
-        plan = configured_plan(self.settings)
+        plan = DEDUPE.plan(self.settings)
         entry: dict[str, Any] = {
             "store": plan.store_kind,
             "scope": plan.scope,

@@ -1,8 +1,9 @@
 """Dedupe: the stores that remember which record owns each messageId, and the job raw -> events.
 
 A backend family: the store interface and its contract in ``base.py``; one module per store
-beside it (``rocksdb.py``, ``redis.py``, ``spark_state.py``), opened by URL with
-:func:`open_store`, which imports the store only when asked for; the Spark job in ``job.py``.
+beside it (``rocksdb.py``, ``redis/``), opened by URL with :func:`open_store`, which imports the
+store only when asked for; the Spark job in ``job.py``. Spark's own state (``spark_state.py``)
+is not a store but the job's other mode, which the job's plan picks (``job.DedupePlan.mode``).
 """
 
 from __future__ import annotations
@@ -35,10 +36,8 @@ __all__ = [
     "open_store",
 ]
 
-BACKENDS = ("rocksdb", "redis", "spark-state")  # URL schemes; the contract suite runs on each
-HELP = (
-    "use rocksdb://DIR, redis://HOST:PORT[,HOST:PORT...][/DB][?namespace=...] or spark-state://DIR"
-)
+BACKENDS = ("rocksdb", "redis")  # URL schemes; the contract suite runs on each
+HELP = "use rocksdb://DIR or redis://HOST:PORT[,HOST:PORT...][/DB][?namespace=...]"
 
 
 def open_store(url: str, bounds: Bounds | None = None, **options: Any) -> DedupeStore:
@@ -48,8 +47,9 @@ def open_store(url: str, bounds: Bounds | None = None, **options: Any) -> Dedupe
     * ``redis://HOST:PORT[,HOST:PORT...][/DB][?namespace=NS&buckets=N&slot=3h&previous=HOST:PORT
       &cutover=TIME...]`` (``rediss://`` for TLS): the sharded redis store
       (:func:`exactly.dedupe.redis.sharding.sharding_from_url`); the namespace defaults to
-      ``options["namespace"]``;
-    * ``spark-state://DIR``: Spark's own state, in the query's checkpoint DIR.
+      ``options["namespace"]``.
+
+    ``spark-state`` is no store (the dedupe job's other mode: ``job.DedupePlan.mode``).
     """
     scheme, _, rest = url.partition("://")
     if scheme == "rocksdb":
@@ -77,11 +77,8 @@ def open_store(url: str, bounds: Bounds | None = None, **options: Any) -> Dedupe
             )
         return RedisStore(sharding, namespace or default, bounds, **options)
     if scheme == "spark-state":
-        if not rest or rest == "/":
-            raise ConfigError(
-                f"dedupe store URL {url!r}: name the query's checkpoint, spark-state:///path/dir"
-            )
-        from exactly.dedupe.spark_state import SparkStateStore
-
-        return SparkStateStore(Path(rest), bounds, **options)
+        raise ConfigError(
+            f"dedupe store URL {url!r}: spark-state keeps Spark's own state, no store to open "
+            "(the dedupe job runs it as a mode of its own)"
+        )
     raise ConfigError(f"dedupe store URL {redact(url)!r} is not understood: {HELP}")

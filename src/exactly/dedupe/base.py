@@ -290,25 +290,19 @@ def write_once(path: Path, text: str) -> str:
     return path.read_text().strip()
 
 
-class DedupeStore(ABC):
-    """A store's configuration: picklable, shipped to Spark tasks, which open partitions.
+class SeenIds(ABC):
+    """Where the dedupe job keeps the messageIds it has seen: a claim store
+    (:class:`DedupeStore`) or Spark's own state (``spark_state.SparkState``, the spark-state
+    mode). Both record the scope their ids were packed for and refuse another at start.
 
-    ``name`` is what ``--store`` calls it; ``bounds`` are what it keeps at most, and bound how
-    far back a rebuild from the output reaches. A store needs no cleanup; partitions do.
+    ``name`` is what ``[dedupe] store`` calls it; ``bounds`` are what it keeps at most.
     """
 
     name: ClassVar[str]
-    claims: ClassVar[bool] = True  # False: Spark's own state decides (spark-state), no partitions
     # the scope ids are packed for, once adopted (or given by the job's plan): a store of
     # several servers records it on each in the transaction that first writes there
     scope: str | None = None
     bounds: Bounds = Bounds()
-
-    def open(self, partition: int) -> StorePartition:
-        """Open ``partition`` exclusively, waiting for a previous holder (contract 4)."""
-        if not isinstance(partition, int) or not 0 <= partition <= MAX_PARTITION:
-            raise InvalidId(f"a partition is 0 to {MAX_PARTITION}, not {partition!r}")
-        return self._open(partition)
 
     def adopt_scope(self, scope: str, partitions: int) -> None:
         """Record the dedupe scope with the store, or refuse at start one it was not built with.
@@ -344,9 +338,6 @@ class DedupeStore(ABC):
         )
 
     @abstractmethod
-    def _open(self, partition: int) -> StorePartition: ...
-
-    @abstractmethod
     def _recorded_scope(self, partitions: int) -> str | None:
         """The scope recorded with the store (several, comma-separated, if its servers differ;
         a server with none is one that lost its data); ``workspace`` if it has ids but none
@@ -367,6 +358,27 @@ class DedupeStore(ABC):
     @abstractmethod
     def describe(self) -> str:
         """One line for people: the store, where its data lives and its bounds."""
+
+    @abstractmethod
+    def stats(self, partitions: int) -> list[PartitionStats]:
+        """Stats of partitions ``0 .. partitions - 1``."""
+
+
+class DedupeStore(SeenIds):
+    """A claim store's configuration: picklable, shipped to Spark tasks, which open partitions.
+
+    ``bounds`` also bound how far back a rebuild from the output reaches. A store needs no
+    cleanup; partitions do.
+    """
+
+    def open(self, partition: int) -> StorePartition:
+        """Open ``partition`` exclusively, waiting for a previous holder (contract 4)."""
+        if not isinstance(partition, int) or not 0 <= partition <= MAX_PARTITION:
+            raise InvalidId(f"a partition is 0 to {MAX_PARTITION}, not {partition!r}")
+        return self._open(partition)
+
+    @abstractmethod
+    def _open(self, partition: int) -> StorePartition: ...
 
     def stats(self, partitions: int) -> list[PartitionStats]:
         """Stats of partitions ``0 .. partitions - 1`` (opens each in turn)."""

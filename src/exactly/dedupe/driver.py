@@ -1,8 +1,11 @@
-"""Running the dedupe job from the command line: topics, lock, Spark, status after each batch."""
+"""Running the dedupe job (``exactly dedupe``, ``exactly up``): plan, topics, lock, status after
+each batch."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -95,53 +98,64 @@ def previous_late(plan: DedupePlan) -> int:
     return saved.late if saved.checkpoint == str(plan.checkpoint) else 0
 
 
-def drive(
-    settings: Settings,
-    plan: DedupePlan,
-    *,
-    quiet: bool = False,
-    spark: SparkSession | None = None,
-) -> Summary:
-    """Run the job as ``exactly dedupe`` does; returns what it did and the final status.
+def say_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
-    ``spark``: a running session to use (``exactly up`` runs every query in one
-    application), left running; without one the job starts Spark and stops it at the end.
-    """
+
+@dataclass(frozen=True)
+class Output:
+    """The job's target, open: the log, its output topics made like the source."""
+
+    log: Log
+    partitions: int  # the source's, and so the output's
+
+
+@contextmanager
+def opened(plan: DedupePlan) -> Iterator[Output]:
+    """The log with the plan's topics checked and made (:func:`exactly.dedupe.job.prepare`) and
+    the checkpoint's lock held, before Spark starts: a missing source, a refused scope or a
+    second job on the checkpoint stops the job in one line."""
     with open_log(plan.log_url, max_record_bytes=plan.max_record_bytes) as log:
         partitions = prepare(log, plan)
         with checkpoint_lock(plan.checkpoint, "dedupe job"):
-            own = spark is None
-            if spark is None:
-                from exactly.spark.session import build_session
+            yield Output(log, partitions)
 
-                spark = build_session(settings, app_name=f"exactly-dedupe-{plan.source}")
-            # A new checkpoint's state store gets one partition per raw partition.
-            spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
-            say = (lambda _: None) if quiet else _say
-            say(describe(plan))
-            late = previous_late(plan)
-            warned: set[str] = set()
 
-            def on_batch(report: dict[str, Any]) -> None:
-                nonlocal late
-                late += late_rows(report)
-                rows = int(report.get("numInputRows", 0))
-                if rows:
-                    say(f"batch {report['batchId']}: {rows} records")
-                try:
-                    current = _save(log, plan, late, report)
-                except (ExactlyError, OSError) as error:  # a report: never a reason to stop
-                    print(f"warning: status not saved: {error}", file=sys.stderr, flush=True)
-                    return
-                for line in current.warnings():
-                    if line not in warned:
-                        warned.add(line)
-                        print(f"warning: {line}", file=sys.stderr, flush=True)
+def drive(
+    spark: SparkSession,
+    plan: DedupePlan,
+    output: Output,
+    *,
+    say: Callable[[str], None] = say_line,
+    on_batch: Callable[[int, int], None] | None = None,
+) -> Summary:
+    """Run the query in ``spark`` (its checkpoint's lock held by :func:`opened`), saving the
+    status after each batch; returns what it did and the final status. ``on_batch``: each
+    batch's id and records read."""
+    log, partitions = output.log, output.partitions
+    # A new checkpoint's state store gets one partition per raw partition.
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    say(describe(plan))
+    late = previous_late(plan)
+    warned: set[str] = set()
 
-            progress = run(spark, plan, partitions, on_batch)
-            if own:
-                spark.stop()
-        final = _save(log, plan, late, progress.batches.get(max(progress.batches, default=-1), {}))
+    def note(report: dict[str, Any]) -> None:
+        nonlocal late
+        late += late_rows(report)
+        if on_batch is not None:
+            on_batch(int(report["batchId"]), int(report.get("numInputRows", 0)))
+        try:
+            current = _save(log, plan, late, report)
+        except (ExactlyError, OSError) as error:  # a report: never a reason to stop
+            print(f"warning: status not saved: {error}", file=sys.stderr, flush=True)
+            return
+        for line in current.warnings():
+            if line not in warned:
+                warned.add(line)
+                print(f"warning: {line}", file=sys.stderr, flush=True)
+
+    progress = run(spark, plan, partitions, note)
+    final = _save(log, plan, late, progress.batches.get(max(progress.batches, default=-1), {}))
     batches = sum(1 for b in progress.batches.values() if int(b.get("numInputRows", 0)))
     return Summary(progress.records, batches, final)
 
@@ -157,7 +171,3 @@ def _save(
     current = status_file.collect(log, plan, late, last)
     status_file.save(plan, current)
     return current
-
-
-def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)

@@ -5,23 +5,23 @@ and 4), partition *p* of ``raw`` to partition *p* of ``events``, values untouche
 record carrying its source offset. A duplicate is a record whose messageId was seen before
 within the window, from the same source (scope ``source``, the default: one source cannot
 suppress another's events) or from any (scope ``workspace``); ``exactly.events.ids`` packs the
-key. Two ways to decide what is a duplicate:
+key. Two ways to decide what is a duplicate, the plan's :attr:`DedupePlan.mode`:
 
-* **A claim store** (``rocksdb``, ``redis``): ``task.py`` runs in the source's own tasks, no
+* **claim**, with a store (``rocksdb``, ``redis``): ``task.py`` runs in the source's own tasks, no
   shuffle, as the stage of the sink's writer (``datasource.register_staged``: one trip from the
   JVM to Python per task, not two). Per task: lock the partition, repair the store from the
   output, resume what an earlier attempt wrote, claim, yield; the sink then appends and Spark
   commits.
-* **spark-state**: Spark's ``dropDuplicatesWithinWatermark`` on the messageId (the record key;
-  with scope ``source`` the packed ``(source, messageId)`` the task adds as column ``id``)
-  with the watermark on the receive time the log recorded, in the RocksDB state store with
-  changelog checkpointing; the window is the watermark delay. The state store is versioned per
-  micro-batch, so a replayed batch yields the same rows, which are then grouped by output
-  partition and sorted by source offset in each task by the sink's stage (streaming queries
-  cannot sort), so the sink sees them in the same order on a replay. Records received more than
-  a window behind the newest one seen are *late* to Spark and dropped by its operator: the
-  store's one way to lose a record, counted as ``late`` (keep the window well above any
-  backlog).
+* **spark-state**, with no store: Spark's ``dropDuplicatesWithinWatermark`` on the messageId
+  (the record key; with scope ``source`` the packed ``(source, messageId)`` the task adds as
+  column ``id``) with the watermark on the receive time the log recorded, in the RocksDB
+  state store with changelog checkpointing; the window is the watermark delay. The state store
+  is versioned per micro-batch, so a replayed batch yields the same rows, which are then
+  grouped by output partition and sorted by source offset in each task by the sink's stage
+  (streaming queries cannot sort), so the sink sees them in the same order on a replay.
+  Records received more than a window behind the newest one seen are *late* to Spark and
+  dropped by its operator: the mode's one way to lose a record, counted as ``late`` (keep the
+  window well above any backlog).
 
 Both route records without a usable messageId to ``<raw>.rejected``. The scope is recorded with
 the store (or the spark-state checkpoint) and checked before Spark starts: ids packed for one
@@ -34,10 +34,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from exactly.dedupe import BACKENDS, open_store
-from exactly.dedupe.base import DedupeStore
+from exactly.dedupe.base import DedupeStore, SeenIds
+from exactly.dedupe.spark_state import NAME as SPARK_STATE
+from exactly.dedupe.spark_state import SparkState
 from exactly.dedupe.task import TaskPlan, dedupe_partition
 from exactly.dedupe.window import Bounds
 from exactly.errors import ConfigError, StreamError, TopicExists
@@ -52,7 +54,8 @@ if TYPE_CHECKING:
 
     from exactly.spark.datasource.sink import Stage
 
-STORES = BACKENDS
+Mode = Literal["claim", "spark-state"]
+STORES = (*BACKENDS, SPARK_STATE)  # what [dedupe] store may name: a store, or spark-state
 SCHEMA = (
     "partition int, offset bigint, key binary, value binary, timestamp timestamp, "
     "headers array<struct<key: string, value: binary>>"
@@ -65,7 +68,7 @@ class DedupePlan:
 
     ``store`` is a store URL (``exactly.dedupe.open_store``) or a name for the default place:
     ``rocksdb`` (under the data dir), ``spark-state`` (the query's checkpoint); see
-    :func:`store_url`.
+    :func:`store_url`. It says the job's :attr:`mode`.
     """
 
     log_url: str
@@ -89,12 +92,18 @@ class DedupePlan:
 
     @property
     def window(self) -> int:
-        """The spark-state store's watermark delay (ms); the others' time bound."""
+        """The spark-state mode's watermark delay (ms); a store's time bound."""
         return self.bounds.window or 24 * 3_600_000
 
     @property
+    def mode(self) -> Mode:
+        """``claim``: a store claims each id in the job's tasks; ``spark-state``: Spark's
+        ``dropDuplicatesWithinWatermark`` decides, its state in the checkpoint."""
+        return "spark-state" if self.store_kind == SPARK_STATE else "claim"
+
+    @property
     def store_kind(self) -> str:
-        """The store's backend: one of :data:`STORES`."""
+        """The store's backend, or ``spark-state``: one of :data:`STORES`."""
         return store_kind(self.store)
 
     @property
@@ -103,10 +112,20 @@ class DedupePlan:
         return store_url(self.store, self.data_dir, self.source, self.checkpoint)
 
     def open_store(self) -> DedupeStore:
-        """The plan's store, which writes ids packed for the plan's scope."""
+        """The plan's claim store, which writes ids packed for the plan's scope."""
+        if self.mode != "claim":
+            raise ConfigError("the spark-state mode has no claim store: Spark's state decides")
         store = open_store(self.store_url, self.bounds)
         store.scope = self.scope
         return store
+
+    def seen_ids(self) -> SeenIds:
+        """Where the job keeps the ids it has seen: its claim store, or Spark's state."""
+        if self.mode == "claim":
+            return self.open_store()
+        state = SparkState.at(self.store_url, self.bounds)
+        state.scope = self.scope
+        return state
 
 
 def store_kind(store: str) -> str:
@@ -167,7 +186,7 @@ def prepare(log: Log, plan: DedupePlan) -> int:
     from exactly.spark.datasource import lease
 
     check_scope(plan.scope)
-    store = plan.open_store()  # a bad store URL fails here, before any topic is touched
+    seen = plan.seen_ids()  # a bad store URL fails here, before any topic is touched
     partitions = log.topic_info(plan.source).partitions
     for topic in (plan.output, plan.rejected):
         try:
@@ -179,7 +198,7 @@ def prepare(log: Log, plan: DedupePlan) -> int:
                 f"has {partitions}; use another output topic"
             ) from None
     lease.check(log, plan.output, checkpoint.query_id(plan.checkpoint))
-    store.adopt_scope(plan.scope, partitions)
+    seen.adopt_scope(plan.scope, partitions)
     return partitions
 
 
@@ -212,13 +231,13 @@ def build(
         plan.source,
         plan.output,
         plan.rejected,
-        plan.open_store(),
+        plan.open_store() if plan.mode == "claim" else None,
         plan.max_record_bytes,
         plan.scope,
     )
     stage: Stage = partial(dedupe_partition, task)
     rows = raw
-    if not task.store.claims:
+    if plan.mode == "spark-state":
         routed = raw.mapInArrow(stage, SCHEMA + ", id binary" if task.adds_id else SCHEMA)
         key = "id" if task.adds_id else "key"  # workspace: the key, as checkpoints before scopes
         deduped = (
@@ -306,7 +325,7 @@ def late_rows(report: dict[str, Any]) -> int:
 
 
 def describe(plan: DedupePlan) -> str:
-    how = plan.open_store().describe()
+    how = plan.seen_ids().describe()
     scope = "per source" if plan.scope == "source" else "workspace-wide"
     return (
         f"dedupe {plan.source} -> {plan.output} ({scope}) with {how} (checkpoint {plan.checkpoint})"

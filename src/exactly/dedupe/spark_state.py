@@ -1,34 +1,36 @@
-"""The spark-state dedupe store: Spark's own ``dropDuplicatesWithinWatermark``, state in Spark.
+"""The spark-state mode of the dedupe job: Spark's own ``dropDuplicatesWithinWatermark``.
 
-It claims nothing itself (``claims`` is False): the dedupe job's tasks only route records without
-a messageId, and Spark's operator deduplicates afterwards, on the key (or with scope ``source``
-the packed ``(source, messageId)``), with the watermark on the receive time the log recorded, in
-the RocksDB state store with changelog checkpointing. The window is the watermark delay.
+Not a store: nothing claims ids in the tasks, which only route records without a messageId;
+Spark's operator deduplicates afterwards, on the key (or with scope ``source`` the packed
+``(source, messageId)``), with the watermark on the receive time the log recorded, in the
+RocksDB state store with changelog checkpointing (``job.build``). The window is the watermark
+delay. :class:`SparkState` is what the job keeps of it outside Spark: the window, and the scope
+its state was built with, recorded in the checkpoint.
 
 Guarantee: the state store is versioned per micro-batch in the query's checkpoint, so a replayed
 batch yields the same rows. Records received more than a window behind the newest one seen are
-*late* to Spark and dropped by its operator: the store's one way to lose a record (keep the window
-well above any backlog). The scope its state was built with is recorded in the checkpoint.
+*late* to Spark and dropped by its operator: the mode's one way to lose a record (keep the window
+well above any backlog).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from exactly.dedupe.base import DedupeStore, PartitionStats, StorePartition, write_once
+from exactly.dedupe.base import PartitionStats, SeenIds, write_once
 from exactly.dedupe.window import Bounds
 from exactly.errors import ConfigError
 from exactly.units import format_duration
 
+NAME = "spark-state"  # what [dedupe] store calls the mode
 SCOPE_FILE = "exactly-dedupe-scope"  # in the checkpoint: the scope of its state
 DEFAULT_WINDOW = 24 * 3_600_000
 
 
-class SparkStateStore(DedupeStore):
+class SparkState(SeenIds):
     """Spark's state in the query's ``checkpoint``; ``bounds.window`` is the watermark delay."""
 
-    name = "spark-state"
-    claims = False
+    name = NAME
 
     def __init__(self, checkpoint: Path | str, bounds: Bounds | None = None) -> None:
         bounds = bounds or Bounds()
@@ -39,6 +41,16 @@ class SparkStateStore(DedupeStore):
             )
         self.checkpoint = Path(checkpoint)
         self.bounds = Bounds(window=bounds.window or DEFAULT_WINDOW)
+
+    @classmethod
+    def at(cls, url: str, bounds: Bounds | None = None) -> SparkState:
+        """The state of ``spark-state://CHECKPOINT``."""
+        scheme, _, rest = url.partition("://")
+        if scheme != NAME or not rest or rest == "/":
+            raise ConfigError(
+                f"dedupe store URL {url!r}: name the query's checkpoint, spark-state:///path/dir"
+            )
+        return cls(Path(rest), bounds)
 
     @property
     def window(self) -> int:
@@ -53,9 +65,6 @@ class SparkStateStore(DedupeStore):
             f"not {scope!r}: set [dedupe] scope = {found!r} (EXACTLY_DEDUPE__SCOPE={found}); "
             "another scope needs a new checkpoint and output topic"
         )
-
-    def _open(self, partition: int) -> StorePartition:
-        raise ConfigError("the spark-state store keeps its state in Spark: it has no partitions")
 
     def _recorded_scope(self, partitions: int) -> str | None:
         """The scope file; ``workspace`` for a checkpoint with batches but none (before scopes)."""

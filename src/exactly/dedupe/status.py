@@ -104,7 +104,7 @@ def collect(
     passed = _ends(log, plan.output)
     rejected = _ends(log, plan.rejected)
     committed = checkpoint.committed_end(plan.checkpoint)
-    stats = {s.partition: s for s in plan.open_store().stats(len(raw))}
+    stats = {s.partition: s for s in plan.seen_ids().stats(len(raw))}
     now = int(time.time() * 1000)
     partitions = []
     for partition, end in sorted(raw.items()):
@@ -206,6 +206,21 @@ def load(
         scope=given.get("scope", DEFAULT_SCOPE),
     )
     return plan, read_saved(document)
+
+
+def status_files(data_dir: Path) -> list[Path]:
+    """The status file of each dedupe job that ran in ``data_dir``."""
+    return sorted((data_dir.resolve() / "status").glob("dedupe-*.json"))
+
+
+def read_jobs(log: Log, log_url: str, data_dir: Path, configured: str) -> list[DedupeStatus]:
+    """Each dedupe job's status now (``exactly status``), its store opened by the URL its
+    status file records (``configured``, ``[dedupe] store``, gives a masked password)."""
+    reports = []
+    for path in status_files(data_dir):
+        plan, saved = load(path, log_url, data_dir, configured)
+        reports.append(collect(log, plan, saved.late, saved.last_batch))
+    return reports
 
 
 def read_saved(document: dict[str, Any]) -> DedupeStatus:

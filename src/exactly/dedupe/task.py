@@ -22,7 +22,7 @@ partition *p* (DESIGN.md boundary 3). Steps per task (marked in the code):
    offset in header ``exactly.source.offset``. The sink appends them (durable), then Spark
    commits the batch: claim durable, output durable, Spark commit, in that order.
 
-With a store that claims nothing (spark-state) only step 4 runs and every other record is yielded:
+Without a store (the spark-state mode) only step 4 runs and every other record is yielded:
 Spark's own operator deduplicates afterwards, on the key, or with scope ``source`` on the packed
 ``(source, messageId)`` the task adds as column ``id``.
 """
@@ -61,14 +61,14 @@ class TaskPlan:
     source: str
     output: str
     rejected: str
-    store: DedupeStore
+    store: DedupeStore | None  # None: the spark-state mode, Spark's operator decides
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     scope: str = DEFAULT_SCOPE
 
     @property
     def adds_id(self) -> bool:
         """Whether the rows carry the packed id as column ``id`` (spark-state, scope source)."""
-        return not self.store.claims and self.scope == "source"
+        return self.store is None and self.scope == "source"
 
 
 def message_id(key: bytes | None, value: bytes) -> tuple[bytes | None, str | None]:
@@ -137,7 +137,7 @@ def _dedupe_run(
     """Steps 1-6 for one raw partition's records of the micro-batch."""
     first = next(batches)
     every = chain([first], batches)
-    if not plan.store.claims:
+    if plan.store is None:
         for batch in every:
             yield _process(plan, log, batch, None, None, set())
         return

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from exactly.delivery.jobdb.base import JobDB, NewJob
 from exactly.delivery.patience import Patience
-from exactly.delivery.settings import DestinationSettings
+from exactly.delivery.settings import ROUTE_RECORDS_PER_TRIGGER, DestinationSettings
 from exactly.errors import ConfigError, ExactlyError, StreamError
 from exactly.spark import checkpoint as spark_checkpoint
 from exactly.spark.batches import BatchFunction, run_batches
@@ -62,7 +62,7 @@ class RoutePlan:
     destinations: tuple[DestinationSettings, ...]
     topic: str = "events"
     until_caught_up: bool = False
-    max_records_per_trigger: int | None = 50_000  # a batch's jobs are held in the driver
+    max_records_per_trigger: int | None = ROUTE_RECORDS_PER_TRIGGER
     trigger_seconds: float = 1.0
     read_records: int = 10_000
     jobdb_patience: float = 60.0  # seconds a failing JobDB is tried again before stopping
@@ -189,7 +189,7 @@ def configured_plan(
     topic: str = "events",
     checkpoint: Path | None = None,
     until_caught_up: bool = False,
-    max_records_per_trigger: int | None = 50_000,
+    max_records_per_trigger: int | None = ROUTE_RECORDS_PER_TRIGGER,
     trigger_seconds: float = 1.0,
 ) -> RoutePlan:
     """The route query's plan from ``settings``: what ``exactly route`` and ``exactly up`` both

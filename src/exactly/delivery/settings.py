@@ -28,6 +28,9 @@ from exactly.urls import redact, scrub
 NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")  # fullmatch
 HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")  # an RFC 9110 token
 MAX_SECRETS = 10
+# The route query's micro-batch bound when none is given (--max-records-per-trigger): a batch's
+# jobs are held in the driver.
+ROUTE_RECORDS_PER_TRIGGER = 50_000
 _USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^/?#]*)@")
 RESERVED_HEADERS = frozenset(
     {

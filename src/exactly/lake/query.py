@@ -56,6 +56,7 @@ from exactly.lake.columns import (
     target_schema,
 )
 from exactly.lake.files import FileWriter
+from exactly.lake.settings import RECORDS_PER_TRIGGER
 from exactly.log import open_log
 from exactly.spark import checkpoint as spark_checkpoint
 from exactly.spark.batches import BatchFunction, run_batches
@@ -86,7 +87,7 @@ class LakePlan:
     columns: tuple[Promoted, ...] = ()
     topic: str = "events"
     until_caught_up: bool = False
-    max_records_per_trigger: int | None = 50_000
+    max_records_per_trigger: int | None = RECORDS_PER_TRIGGER
     trigger_seconds: float = 1.0
     read_records: int = 10_000
     compact_every: int = 100  # commits between two upkeeps (optimize, expire); 0: none
@@ -118,11 +119,11 @@ def configured_plan(
     topic: str = "events",
     checkpoint: Path | None = None,
     until_caught_up: bool = False,
-    max_records_per_trigger: int | None = 50_000,
+    max_records_per_trigger: int | None = RECORDS_PER_TRIGGER,
     trigger_seconds: float = 1.0,
 ) -> LakePlan:
-    """The lake query's plan from ``settings``: what ``exactly lake`` runs (and ``exactly up``
-    will; the flags that name a setting are in ``settings`` already)."""
+    """The lake query's plan from ``settings``: what ``exactly lake`` and ``exactly up`` both
+    run (the flags that name a setting are in ``settings`` already)."""
     return LakePlan(
         log_url=settings.log_url,
         table_url=settings.lake_url,
@@ -272,12 +273,16 @@ def run(
     return progress
 
 
+def say_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def drive(
     spark: SparkSession,
     plan: LakePlan,
     table: LakeTable,
     *,
-    say: Callable[[str], None] | None = None,
+    say: Callable[[str], None] = say_line,
     on_batch: Callable[[int, int, bool], None] | None = None,
 ) -> Progress:
     """Check the topic, hold the checkpoint's lock, run the query; returns its progress."""
@@ -288,11 +293,5 @@ def drive(
             log.topic_info(plan.topic)  # a missing topic fails here, in one line
         start = starting_offsets(table, plan)
         origin = "" if start == "earliest" else f", from the table's offsets {start}"
-        (say or say_line)(
-            f"lake {plan.topic} -> {table.url} (checkpoint {plan.checkpoint}{origin})"
-        )
+        say(f"lake {plan.topic} -> {table.url} (checkpoint {plan.checkpoint}{origin})")
         return run(spark, plan, table, on_batch, start)
-
-
-def say_line(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)

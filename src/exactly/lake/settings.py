@@ -7,6 +7,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from exactly.errors import ConfigError
 
+# The lake query's micro-batch bound when none is given (--max-records-per-trigger).
+RECORDS_PER_TRIGGER = 50_000
+
 
 class LakeSettings(BaseModel):
     """``[lake]``: where the events land; ``exactly lake``'s flags override it."""

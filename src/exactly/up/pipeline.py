@@ -1,5 +1,6 @@
-"""The Spark part of ``exactly up``: dedupe, aggregate, route and the lake as queries of one
-application (route with ``[[destinations]]``, the lake with ``[lake] url``).
+"""The Spark part of ``exactly up``: each stage of :data:`exactly.stages.STAGES` the settings
+enable (route with ``[[destinations]]``, the lake with ``[lake] url``) as a query of one
+application, planned, opened and driven as its own command does.
 
 One JVM and one SparkSession instead of one per stage: each query runs in a thread of its own
 with a FAIR scheduler pool named after it, so a long aggregate micro-batch does not hold the
@@ -14,7 +15,8 @@ Each second the process records, in ``DATA_DIR/up/queries.json``, which queries 
 first micro-batch of (:func:`exactly.up.watch.save_progress`): until then ``exactly up`` and the
 console show a query as *starting*, not as running with a rate of 0.
 
-The dedupe query runs first far enough to create ``events`` (the others read it). A query that
+Each stage prepares before Spark starts, in the registry's order: dedupe creates ``events``
+(the others read it). A query that
 fails stops the others and the process exits with its one-line error, for ``exactly up`` to
 restart the part; SIGTERM ends every query between two micro-batches
 (:data:`exactly.spark.streaming.STOPPING`) and the process exits 0.
@@ -29,88 +31,51 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from exactly.config import Settings
 from exactly.errors import ExactlyError, StreamError
 from exactly.spark.streaming import STOPPING
+from exactly.stages import RAW, Stage, enabled
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from pyspark.sql import SparkSession
 
-    from exactly.aggregate.job import AggregatePlan
-    from exactly.dedupe.job import DedupePlan
-    from exactly.delivery.route import RoutePlan
-    from exactly.lake.query import LakePlan
     from exactly.up.watch import Progress
 
-RAW, EVENTS = "raw", "events"
 APP_NAME = (
     "exactly-up"  # the Spark application: its driver logs to DATA_DIR/logs/spark-exactly-up.log
 )
 
 
-QUERY_NAMES = ("dedupe", "aggregate", "route", "lake")  # the first word of each Spark name
-
-
 @dataclass(frozen=True)
 class Query:
-    """One stage of the pipeline as a streaming query: its name and how it runs in a session."""
+    """One stage of the pipeline as a streaming query: the stage and the plan it runs."""
 
-    name: str
-    run: Callable[[SparkSession], object]
+    stage: Stage[Any, Any, Any]
+    plan: Any
 
+    @property
+    def name(self) -> str:
+        return self.stage.name
 
-@dataclass(frozen=True)
-class Plans:
-    """Each query's plan, built by the function its own command uses, so ``exactly up`` runs a
-    stage as ``exactly dedupe``, ``aggregate`` or ``route`` would with their defaults."""
-
-    dedupe: DedupePlan
-    aggregate: AggregatePlan
-    route: RoutePlan | None  # None: no [[destinations]], no route query
-    lake: LakePlan | None = None  # None: no [lake] url, no lake query
-
-
-def plans(settings: Settings, trigger_seconds: float = 1.0) -> Plans:
-    """The pipeline's plans for ``settings``: dedupe and aggregate; route with destinations;
-    the lake query with a ``[lake] url``."""
-    from exactly.aggregate import driver as aggregate
-    from exactly.dedupe import driver as dedupe
-    from exactly.delivery import route
-    from exactly.lake import query as lake
-
-    return Plans(
-        dedupe=dedupe.configured_plan(
-            settings, source=RAW, output=EVENTS, trigger_seconds=trigger_seconds
-        ),
-        aggregate=aggregate.configured_plan(
-            settings, topic=EVENTS, trigger_seconds=trigger_seconds
-        ),
-        route=route.configured_plan(settings, topic=EVENTS, trigger_seconds=trigger_seconds)
-        if settings.destinations
-        else None,
-        lake=lake.configured_plan(settings, topic=EVENTS, trigger_seconds=trigger_seconds)
-        if settings.lake.url
-        else None,
-    )
+    def run(self, spark: SparkSession) -> object:
+        """Open the stage's target and drive its query in ``spark``, as its command does."""
+        say = _say(self.name)
+        with self.stage.open(self.plan, say) as target:
+            return self.stage.drive(spark, self.plan, target, say=say)
 
 
-def queries(settings: Settings, plan: Plans) -> list[Query]:
-    """The pipeline's queries, one per plan."""
-    found = [
-        Query("dedupe", lambda spark: _dedupe(settings, spark, plan.dedupe)),
-        Query("aggregate", lambda spark: _aggregate(spark, plan.aggregate)),
+def queries(settings: Settings, trigger_seconds: float = 1.0) -> list[Query]:
+    """The pipeline's queries: each stage the settings enable, with the plan its own command
+    builds (with its defaults), so ``exactly up`` runs a stage as ``exactly dedupe``,
+    ``aggregate``, ``route`` or ``lake`` would."""
+    return [
+        Query(stage, stage.plan(settings, trigger_seconds=trigger_seconds))
+        for stage in enabled(settings)
     ]
-    if plan.route is not None:
-        route = plan.route
-        found.append(Query("route", lambda spark: _route(spark, route)))
-    if plan.lake is not None:
-        lake = plan.lake
-        found.append(Query("lake", lambda spark: _lake(spark, lake)))
-    return found
 
 
 def run(settings: Settings, trigger_seconds: float = 1.0) -> None:
@@ -121,14 +86,14 @@ def run(settings: Settings, trigger_seconds: float = 1.0) -> None:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: STOPPING.set())
-    plan = plans(settings, trigger_seconds)
+    planned = queries(settings, trigger_seconds)
     progress = Progress(os.getpid(), time.time(), {})
     where = progress_path(settings.data_dir)
     save_progress(where, progress)
     with open_log(settings.log_url, max_record_bytes=settings.log.max_record_bytes) as log:
-        from exactly.dedupe.job import prepare
-
-        partitions = prepare(log, plan.dedupe)  # creates events for the others
+        for query in planned:
+            query.stage.prepare(log, query.plan)  # dedupe: events, for the others
+        partitions = log.topic_info(RAW).partitions
     spark = build_session(
         settings,
         APP_NAME,
@@ -143,8 +108,9 @@ def run(settings: Settings, trigger_seconds: float = 1.0) -> None:
         threading.Thread(
             target=_in_pool, args=(spark, query, failures), name=query.name, daemon=True
         )
-        for query in queries(settings, plan)
+        for query in planned
     ]
+    names = {query.name for query in planned}
     for thread in threads:
         thread.start()
     try:
@@ -152,7 +118,7 @@ def run(settings: Settings, trigger_seconds: float = 1.0) -> None:
             for thread in threads:
                 thread.join(0.5)
             if len(progress.first_batch) < len(threads):
-                _note_first_batches(spark, progress, where)
+                _note_first_batches(spark, progress, where, names)
             if failures or (not STOPPING.is_set() and not all(t.is_alive() for t in threads)):
                 STOPPING.set()  # one query ended or failed: end the others too
     finally:
@@ -168,15 +134,18 @@ def run(settings: Settings, trigger_seconds: float = 1.0) -> None:
         ) from error
 
 
-def _note_first_batches(spark: SparkSession, progress: Progress, where: Path) -> None:
-    """Record the queries whose first micro-batch Spark reported (``lastProgress`` is set)."""
+def _note_first_batches(
+    spark: SparkSession, progress: Progress, where: Path, names: set[str]
+) -> None:
+    """Record the queries whose first micro-batch Spark reported (``lastProgress`` is set); a
+    query's Spark name begins with its stage's name."""
     from exactly.up.watch import save_progress
 
     try:
         fresh = {
             name: time.time()
             for query in spark.streams.active
-            if (name := (query.name or "").split(" ")[0]) in QUERY_NAMES
+            if (name := (query.name or "").split(" ")[0]) in names
             and name not in progress.first_batch
             and query.lastProgress is not None
         }
@@ -207,35 +176,3 @@ def _say(name: str) -> Callable[[str], None]:
         print(f"{name}: {line}", file=sys.stderr, flush=True)
 
     return say
-
-
-def _dedupe(settings: Settings, spark: SparkSession, plan: DedupePlan) -> None:
-    from exactly.dedupe.driver import drive
-
-    drive(settings, plan, quiet=True, spark=spark)
-
-
-def _aggregate(spark: SparkSession, plan: AggregatePlan) -> None:
-    from exactly.aggregate.driver import drive, open_plan_db
-
-    say = _say("aggregate")
-    with open_plan_db(plan, say) as database:
-        drive(spark, plan, database, say=say)
-
-
-def _route(spark: SparkSession, plan: RoutePlan) -> None:
-    from exactly.delivery.jobdb import open_jobdb
-    from exactly.delivery.route import drive
-
-    with open_jobdb(
-        plan.jobdb_url, dataset_rows=plan.dataset_rows, dataset_minutes=plan.dataset_minutes
-    ) as jobdb:
-        drive(spark, plan, jobdb, say=_say("route"))
-
-
-def _lake(spark: SparkSession, plan: LakePlan) -> None:
-    from exactly.lake import open_table
-    from exactly.lake.query import drive
-
-    with open_table(plan.table_url) as table:
-        drive(spark, plan, table, say=_say("lake"))

@@ -17,9 +17,9 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from exactly.config import Settings
-from exactly.dedupe.driver import configured_plan
 from exactly.dedupe.status import saved_window, show_window
 from exactly.log import Log
+from exactly.stages import DEDUPE
 from exactly.up import watch
 from exactly.up.supervisor import Supervisor
 
@@ -45,7 +45,7 @@ class View:
         self.say = say
         self.history = watch.History()
         self.jobdb = watch.JobDBReader(settings)
-        self.plan = configured_plan(settings)
+        self.plan = DEDUPE.plan(settings)
         self.window = self.plan.window
         self.due = 0.0
         self.live = Live(console=Console(), auto_refresh=False, transient=False) if live else None

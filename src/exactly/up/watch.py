@@ -29,8 +29,10 @@ from exactly.delivery.jobdb.base import JobDB, Summary
 from exactly.errors import ExactlyError
 from exactly.log import Log
 from exactly.spark.checkpoint import committed_end
+from exactly.stages import EVENTS as _EVENTS
+from exactly.stages import RAW as _RAW
 
-RAW, EVENTS = "raw", "events"
+RAW, EVENTS = _RAW, _EVENTS  # the topics the stages read
 RATE_WINDOW = 30.0  # seconds a rate is averaged over: longer than any micro-batch of a stream
 
 
@@ -60,21 +62,13 @@ class Snapshot:
 
 
 def stages(settings: Settings) -> list[Stage]:
-    """The queries ``exactly up`` runs, with their checkpoints (as the pipeline part makes them)."""
-    from exactly.aggregate.job import default_checkpoint as aggregate_checkpoint
-    from exactly.dedupe.driver import configured_plan
-    from exactly.delivery.route import default_checkpoint as route_checkpoint
-    from exactly.lake.query import default_checkpoint as lake_checkpoint
+    """The queries ``exactly up`` runs, with their checkpoints (as the pipeline part makes them:
+    :func:`exactly.stages.enabled`)."""
+    from exactly.stages import enabled
 
-    found = [
-        Stage("dedupe", RAW, configured_plan(settings).checkpoint),
-        Stage("aggregate", EVENTS, aggregate_checkpoint(settings.data_dir, EVENTS)),
+    return [
+        Stage(stage.name, stage.reads, stage.checkpoint(settings)) for stage in enabled(settings)
     ]
-    if settings.destinations:
-        found.append(Stage("route", EVENTS, route_checkpoint(settings.data_dir, EVENTS).resolve()))
-    if settings.lake.url:
-        found.append(Stage("lake", EVENTS, lake_checkpoint(settings.data_dir, EVENTS)))
-    return found
 
 
 def take(
