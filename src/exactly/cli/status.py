@@ -31,6 +31,7 @@ import typer
 
 from exactly.cli.context import context, never_ran
 from exactly.errors import ExactlyError
+from exactly.text import message
 from exactly.urls import redact, scrub
 
 if TYPE_CHECKING:  # the command imports them when it runs, so other commands start fast
@@ -107,7 +108,7 @@ def status(
     errors = (("aggregate", aggregate_error), ("delivery", jobdb_error), ("lake", lake_error))
     for where, error in errors:
         if error:
-            print(f"error: {where}: {error}", file=sys.stderr)
+            print(message(f"error: {where}: {error}"), file=sys.stderr)
     if any(error for _, error in errors):
         raise typer.Exit(1)
 
