@@ -184,7 +184,7 @@ def test_stats_before_any_aggregate_says_so_and_creates_nothing(tmp_path: Path) 
     assert done.stderr == message(f"nothing has run in {home} yet") + "\n"
     (tmp_path / ".exactly").mkdir()
     done = run("stats", cwd=tmp_path)
-    assert done.returncode == 1 and "no aggregates.db (exactly aggregate" in done.stderr
+    assert done.returncode == 1 and "no aggregates.db (exactly aggregate" in said(done.stderr)
     assert not (tmp_path / ".exactly" / "aggregates.db").exists()
 
 

@@ -14,10 +14,11 @@ import typer
 from rich.table import Column
 
 from exactly.cli.context import context
-from exactly.cli.output import console, fit, place, table
+from exactly.cli.output import console, fit, table
 from exactly.errors import ExactlyError, InvalidRecord
 from exactly.events import partition_for
 from exactly.log import Log, LogRecord, Record
+from exactly.urls import redact
 
 app = typer.Typer(help="Create, append to, read and inspect log topics.", no_args_is_help=True)
 CHUNK = 1000
@@ -31,11 +32,9 @@ def create(
     exist_ok: Annotated[bool, typer.Option(help="Succeed if it exists with that count.")] = False,
 ) -> None:
     """Create TOPIC with N partitions."""
-    found = context(ctx)
-    with found.open_log() as log:
+    with context(ctx).open_log() as log:
         info = log.create_topic(topic, partitions, exist_ok=exist_ok)
-    where = place(log.url, found.settings.data_dir)
-    print(fit(f"topic {info.name}: {info.partitions:,} partitions in", where))
+    print(fit(f"topic {info.name}: {info.partitions:,} partitions in", redact(log.url)))
 
 
 @app.command()
