@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from exactly.events import partition_for
+from exactly.text import message
+from tests.cli_text import said
 from tests.spark_helpers import jvm_lines
 
 EXACTLY = [sys.executable, "-m", "exactly"]
@@ -84,7 +86,7 @@ def test_global_options_anywhere(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("args", "stdin", "message"),
+    ("args", "stdin", "words"),
     [
         (["log", "read", "missing"], "", "exactly log create missing"),
         (["log", "read", "ev", "--partition", "7"], "", "no partition 7"),
@@ -97,12 +99,13 @@ def test_global_options_anywhere(tmp_path: Path) -> None:
         (["--config", "/absent.toml", "log", "stat"], "", "cannot read config"),
     ],
 )
-def test_errors_are_one_line(tmp_path: Path, args: list[str], stdin: str, message: str) -> None:
+def test_errors_are_one_message(tmp_path: Path, args: list[str], stdin: str, words: str) -> None:
+    """An error is one message, in lines of 80 columns (:func:`exactly.text.message`)."""
     run("log", "create", "ev", "--partitions", "2", cwd=tmp_path)
     result = run(*args, stdin=stdin, cwd=tmp_path)
     assert result.returncode == 1
-    assert result.stderr.startswith("error: ") and message in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
+    assert result.stderr.startswith("error: ") and words in said(result.stderr)
+    assert result.stderr == message(said(result.stderr)) + "\n"
     assert "Traceback" not in result.stderr
 
 
@@ -177,10 +180,11 @@ def test_doctor_starts_spark(tmp_path: Path, java: str) -> None:
 def test_stats_before_any_aggregate_says_so_and_creates_nothing(tmp_path: Path) -> None:
     done = run("stats", cwd=tmp_path)
     assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr == f"nothing has run in {tmp_path.resolve() / '.exactly'} yet\n"
+    home = tmp_path.resolve() / ".exactly"
+    assert done.stderr == message(f"nothing has run in {home} yet") + "\n"
     (tmp_path / ".exactly").mkdir()
     done = run("stats", cwd=tmp_path)
-    assert done.returncode == 1 and "no aggregates.db (exactly aggregate" in done.stderr
+    assert done.returncode == 1 and "no aggregates.db (exactly aggregate" in said(done.stderr)
     assert not (tmp_path / ".exactly" / "aggregates.db").exists()
 
 

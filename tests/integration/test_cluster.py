@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.aggregate_db import postgres_missing
+from tests.cli_text import messages
 from tests.conftest import require
 from tests.receiver import Receiver
 from tests.servers import RedisServer, TansuBroker, free_port, redis_available, tansu_available
@@ -254,4 +255,4 @@ def test_pipeline_on_a_cluster_survives_a_lost_worker_and_a_killed_driver(
             assert refused.stderr.startswith("error: the rocksdb dedupe store keeps its files"), (
                 refused.stderr
             )
-            assert refused.stderr.count("\n") == 1, refused.stderr
+            assert len(messages(refused.stderr)) == 1, refused.stderr

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.cli_text import said
 from tests.integration.collector_server import KEYS, Collector, basic
 
 WEB = basic(KEYS["web"])
@@ -265,4 +266,4 @@ def test_settings_that_name_no_source_stop_the_start(
         timeout=60,
     )
     assert done.returncode != 0
-    assert f"collector.{setting.lower()} names nope, which is not a source" in done.stderr
+    assert f"collector.{setting.lower()} names nope, which is not a source" in said(done.stderr)

@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from tests.browser.sdks import CHROMIUM, chromium_missing
+from tests.cli_text import messages
 from tests.conftest import require
 from tests.receiver import Receiver
 from tests.servers import free_port
@@ -239,7 +240,7 @@ def test_a_taken_console_port_stops_up_in_one_line(tmp_path: Path) -> None:
             timeout=120,
         )
     assert done.returncode == 1, done.stdout + done.stderr
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    errors = [line for line in messages(done.stderr) if line.startswith("error:")]
     assert len(errors) == 1 and f"127.0.0.1:{port}" in errors[0], done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "data" / "up" / "pipeline.log").exists(), "a part was started"

@@ -26,6 +26,7 @@ from exactly.dedupe.window import Bounds
 from exactly.errors import ConfigError
 from exactly.events.ids import pack_id, pack_owner
 from exactly.log import Record, open_log
+from tests.cli_text import messages
 from tests.conftest import redis_namespace
 from tests.dedupe_stores import redis_store_url
 
@@ -62,7 +63,7 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_bad_input_is_one_line(tmp_path: Path, args: list[str], message: str) -> None:
     done = run("dedupe", *args, cwd=tmp_path)
     assert done.returncode == 1
-    lines = done.stderr.strip().splitlines()
+    lines = messages(done.stderr)
     assert len(lines) == 1 and lines[0].startswith(message.split(":")[0]), done.stderr
     assert message.split("'")[0] in lines[0] or message in lines[0], lines[0]
     assert "hunter2" not in done.stderr
@@ -228,7 +229,7 @@ def test_status_covers_every_stage_from_the_config(tmp_path: Path) -> None:
 def test_status_of_a_fresh_data_dir_creates_nothing(tmp_path: Path) -> None:
     done = run("status", cwd=tmp_path)
     assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr == f"nothing has run in {tmp_path.resolve() / 'data'} yet\n"
+    assert messages(done.stderr) == [f"nothing has run in {tmp_path.resolve() / 'data'} yet"]
     done = run("status", "--json", cwd=tmp_path)  # no stage to report: the same line
     assert done.returncode == 1 and done.stdout == "" and "nothing has run" in done.stderr
     assert not (tmp_path / "data").exists()
@@ -247,7 +248,7 @@ def test_an_unreachable_database_is_one_line_and_hides_no_other_stage(tmp_path: 
     assert report["dedupe"][0]["partitions"][0]["keys"] == 3
     assert report["aggregate"]["url"] == "postgresql://u:***@127.0.0.1:1/x"
     assert report["aggregate"]["error"] and report["delivery"]["error"]
-    lines = done.stderr.strip().splitlines()
+    lines = messages(done.stderr)
     assert [line.split(":")[:2] for line in lines] == [
         ["error", " aggregate"],
         ["error", " delivery"],

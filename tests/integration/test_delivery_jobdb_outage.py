@@ -17,6 +17,7 @@ import pytest
 from exactly.delivery.jobdb import open_jobdb
 from exactly.delivery.jobdb.base import SUCCEEDED, NewJob
 from tests.aggregate_db import postgres_missing
+from tests.cli_text import messages
 from tests.conftest import require
 from tests.receiver import Receiver
 
@@ -152,8 +153,8 @@ def test_a_dropped_jobdb_stops_deliver_with_one_line(
     stderr = err.decode()
     assert process.returncode == 1, stderr[-3000:]
     assert "Traceback" not in stderr
-    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and stderr.strip().splitlines()[-1] == errors[0]
+    errors = [line for line in messages(stderr) if line.startswith("error:")]
+    assert len(errors) == 1 and messages(stderr)[-1] == errors[0]
     assert errors[0].startswith(f"error: the JobDB postgresql://postgres@127.0.0.1:5432/{name}")
     assert f'database "{name}" does not exist' in errors[0]
     assert "did not recover within 20 s" in errors[0]

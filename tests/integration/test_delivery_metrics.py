@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exactly.delivery.jobdb import open_jobdb
 from exactly.delivery.jobdb.base import DISCARDED, EXPIRED, SUCCEEDED, JobDB, NewJob
+from tests.cli_text import messages
 from tests.receiver import Receiver
 from tests.servers import free_port
 
@@ -168,5 +169,5 @@ def test_a_metrics_port_in_use_stops_deliver_with_one_line(
             env={**os.environ},
         )
     assert done.returncode != 0
-    lines = done.stderr.decode().strip().splitlines()
+    lines = messages(done.stderr.decode())
     assert lines == [f"error: cannot serve metrics on 127.0.0.1:{port}: the port is in use"]

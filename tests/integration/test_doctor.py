@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.aggregate_db import postgres_missing, postgres_schema
-from tests.conftest import LOCAL_REDIS, require
+from tests.conftest import require
 from tests.jobdb import mysql_database, mysql_missing
-from tests.servers import free_port, redis_answers
+from tests.servers import free_port
 from tests.spark_helpers import jvm_lines
 
 EXACTLY = [sys.executable, "-m", "exactly"]
@@ -54,17 +54,15 @@ def lines_of(result: subprocess.CompletedProcess[str]) -> dict[str, list[str]]:
     return found
 
 
-def test_every_backend_answers(tmp_path: Path) -> None:
+def test_every_backend_answers(tmp_path: Path, redis_servers: list[str]) -> None:
     require(postgres_missing())
     require(mysql_missing())
-    if not redis_answers(LOCAL_REDIS):
-        pytest.skip(f"no Redis at {LOCAL_REDIS}")
     with postgres_schema() as aggregate, mysql_database() as jobdb:
         config = f"""
 [aggregate]
 url = "{aggregate}"
 [dedupe]
-store = "{LOCAL_REDIS}"
+store = "{redis_servers[0]}"
 [delivery]
 jobdb = "{jobdb}"
 [[destinations]]

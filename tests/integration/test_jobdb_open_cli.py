@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.aggregate_db import postgres_missing
+from tests.cli_text import messages
 from tests.conftest import require
 from tests.jobdb import mysql_missing
 from tests.servers import free_port
@@ -36,7 +37,7 @@ def run(tmp_path: Path, jobdb: str, *command: str) -> subprocess.CompletedProces
 def assert_one_line(done: subprocess.CompletedProcess[str], shown: str, reason: str) -> None:
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
-    lines = done.stderr.strip().splitlines()
+    lines = messages(done.stderr)
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith(f"error: cannot open the JobDB {shown}: "), lines[0]
     assert reason in lines[0]

@@ -13,13 +13,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from exactly.errors import InvalidLogURL, InvalidRecord, LogUnavailable
 from exactly.log import Record, open_log
-from exactly.log.kafka import (
-    _READER,
-    HINT_GROUP_PREFIX,
-    PRODUCER_HEADER,
-    SEQUENCE_HEADER,
-    KafkaLog,
-)
+from exactly.log.kafka import HINT_GROUP_PREFIX, PRODUCER_HEADER, SEQUENCE_HEADER, KafkaLog
+from exactly.log.kafka.client import READER
 from tests.servers import free_port
 
 pytestmark = pytest.mark.kafka
@@ -80,11 +75,11 @@ def test_client_defaults_give_way_to_url_options() -> None:
     with open_log(url) as log:
         assert isinstance(log, KafkaLog)
         assert log._common["reconnect.backoff.ms"] == 10  # a coordinator in 15 ms, not 53
-        assert log._consumer_config(_READER)["fetch.wait.max.ms"] == 3
+        assert log._consumer_config(READER)["fetch.wait.max.ms"] == 3
     with open_log(f"{url}?reconnect.backoff.ms=100&fetch.wait.max.ms=10") as log:
         assert isinstance(log, KafkaLog)
         assert log._common["reconnect.backoff.ms"] == "100"
-        assert log._consumer_config(_READER)["fetch.wait.max.ms"] == "10"
+        assert log._consumer_config(READER)["fetch.wait.max.ms"] == "10"
 
 
 _QUIET = """

@@ -13,6 +13,8 @@ from exactly.cli import main
 from exactly.lake import Marker, open_table
 from exactly.lake.columns import event_rows
 from exactly.log import Record, open_log
+from exactly.text import message
+from tests.cli_text import said
 from tests.lake_tables import plant_uncommitted
 
 
@@ -77,8 +79,8 @@ def test_sql_prints_80_columns_csv_and_json(
     with pytest.raises(SystemExit) as exit_:
         main(["lake", "sql", "select nope from events"])
     assert exit_.value.code == 1
-    (err,) = capsys.readouterr().err.strip().splitlines()
-    assert 'column "nope" not found' in err
+    err = capsys.readouterr().err
+    assert 'column "nope" not found' in said(err) and err == message(said(err)) + "\n"
 
 
 def test_status_shows_the_lakes_version_and_lag(
@@ -104,5 +106,6 @@ def test_a_bad_table_url_is_one_line(capsys: pytest.CaptureFixture[str]) -> None
     with pytest.raises(SystemExit) as exit_:
         main(["lake", "optimize", "--table", "mysql://x/y"])
     assert exit_.value.code == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: lake URL") and "delta://PATH" in err[0]
+    err = capsys.readouterr().err
+    assert err.startswith("error: lake URL") and "delta://PATH" in said(err)
+    assert err == message(said(err)) + "\n"  # one message

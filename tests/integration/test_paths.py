@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from exactly.text import message
+from tests.cli_text import said
+
 EXACTLY = [sys.executable, "-m", "exactly"]
 # the five that only look: each reads a store that an earlier stage makes
 READ_ONLY = [("status",), ("stats",), ("trace", "m-1"), ("deliveries",), ("audit",)]
@@ -99,15 +102,15 @@ def test_a_read_only_command_creates_nothing_and_says_so(
     before = tree(home.parent)
     done = run("--config", str(home / "exactly.toml"), *command, cwd=elsewhere)
     assert (done.returncode, done.stdout) == (1, ""), done.stdout + done.stderr
-    assert done.stderr == f"nothing has run in {home / '.exactly'} yet\n"
+    assert done.stderr == message(f"nothing has run in {home / '.exactly'} yet") + "\n"
     assert tree(home.parent) == before
 
     (home / ".exactly").mkdir()  # a data dir where this stage never ran: still one line
     before = tree(home.parent)
     done = run("--config", str(home / "exactly.toml"), *command, cwd=elsewhere)
     assert (done.returncode, done.stdout) == (1, ""), done.stdout + done.stderr
-    assert done.stderr.startswith(f"nothing has run in {home / '.exactly'} yet")
-    assert done.stderr.count("\n") == 1
+    assert said(done.stderr).startswith(f"nothing has run in {home / '.exactly'} yet")
+    assert done.stderr == message(said(done.stderr)) + "\n"  # one message
     assert tree(home.parent) == before
 
 
@@ -118,7 +121,7 @@ def test_without_a_config_file_paths_follow_the_working_directory(
     here = tmp_path.resolve()
     done = run(*command, cwd=here)
     assert done.returncode == 1
-    assert done.stderr == f"nothing has run in {here / '.exactly'} yet\n"
+    assert done.stderr == message(f"nothing has run in {here / '.exactly'} yet") + "\n"
     assert tree(here) == []
 
 
@@ -126,11 +129,11 @@ def test_flags_and_variables_follow_the_working_directory(places: tuple[Path, Pa
     home, elsewhere = places
     config = str(home / "exactly.toml")
     done = run("--config", config, "--data-dir", "flag", "status", cwd=elsewhere)
-    assert done.stderr == f"nothing has run in {elsewhere / 'flag'} yet\n"
+    assert done.stderr == message(f"nothing has run in {elsewhere / 'flag'} yet") + "\n"
     done = run("--config", config, "status", cwd=elsewhere, EXACTLY_DATA_DIR="variable")
-    assert done.stderr == f"nothing has run in {elsewhere / 'variable'} yet\n"
+    assert done.stderr == message(f"nothing has run in {elsewhere / 'variable'} yet") + "\n"
     done = run(
         "--config", config, "stats", cwd=elsewhere, EXACTLY_AGGREGATE__URL="sqlite://counts.db"
     )
-    assert done.stderr.startswith(f"nothing has run in {elsewhere / 'counts.db'} yet")
+    assert said(done.stderr).startswith(f"nothing has run in {elsewhere / 'counts.db'} yet")
     assert tree(home.parent) == ["a", "a/exactly.toml", "b"]

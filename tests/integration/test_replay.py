@@ -32,6 +32,7 @@ from exactly.delivery.replay import parse_time, replay
 from exactly.delivery.settings import DestinationSettings
 from exactly.errors import ConfigError
 from tests.archives import archive_url
+from tests.cli_text import messages, said
 
 OUTCOME = {0: EXPIRED, 1: DISCARDED, 2: SUCCEEDED}
 
@@ -264,10 +265,10 @@ def test_replay_refuses_unknown_destinations_and_states_in_one_line(tmp_path: Pa
         result = subprocess.run(
             cli(tmp_path, "replay", *args), env=env, capture_output=True, text=True, timeout=60
         )
-        assert result.returncode == 1 and message in result.stderr
-        assert result.stderr.strip().count("\n") == 0, result.stderr
+        assert result.returncode == 1 and message in said(result.stderr)
+        assert len(messages(result.stderr)) == 1, result.stderr
     with open_jobdb(f"sqlite://{tmp_path / 'data' / 'jobdb'}") as db, db.replay_lock("hook"):
         command = cli(tmp_path, "replay", "-d", "hook")
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 1 and "another replay of 'hook' is running" in result.stderr
-    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert result.returncode == 1 and "another replay of 'hook' is running" in said(result.stderr)
+    assert len(messages(result.stderr)) == 1, result.stderr

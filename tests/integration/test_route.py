@@ -27,6 +27,7 @@ from exactly.delivery.settings import DestinationSettings
 from exactly.errors import JobDBError
 from exactly.log import open_log
 from tests.aggregate_stream import EventStream, append
+from tests.cli_text import messages, said
 from tests.jobdb import jobdb_url
 
 if TYPE_CHECKING:
@@ -188,8 +189,8 @@ def test_exactly_route_from_the_command_line(tmp_path: Path) -> None:
     config = tmp_path / "exactly.toml"
     config.write_text(f'data_dir = "{tmp_path / "data"}"\n')
     refused = run_cli(config, "route", "--until-caught-up")
-    assert refused.returncode == 1 and refused.stderr.strip().count("\n") == 0
-    assert "no [[destinations]]" in refused.stderr
+    assert refused.returncode == 1 and len(messages(refused.stderr)) == 1
+    assert "no [[destinations]]" in said(refused.stderr)
     config.write_text(
         f'data_dir = "{tmp_path / "data"}"\n'
         '[[destinations]]\nname = "orders"\nurl = "http://127.0.0.1:9/o"\n'

@@ -12,6 +12,7 @@ import pytest
 from exactly.log import open_log
 from exactly.spark.copy import default_checkpoint
 from exactly.spark.streaming import checkpoint_lock
+from tests.cli_text import messages
 from tests.spark_helpers import assert_copied, fill, jvm_lines
 
 EXACTLY = [sys.executable, "-m", "exactly"]
@@ -33,7 +34,7 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
     assert result.returncode == 1, result.stderr
-    lines = result.stderr.strip().splitlines()
+    lines = messages(result.stderr)
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     return lines[0]
 

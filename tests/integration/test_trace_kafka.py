@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from exactly.log import Record, open_log
+from tests.cli_text import messages, said
 
 
 def test_trace_on_kafka_says_it_is_unavailable_in_one_line(kafka_url: str, tmp_path: Path) -> None:
@@ -24,5 +25,5 @@ def test_trace_on_kafka_says_it_is_unavailable_in_one_line(kafka_url: str, tmp_p
         check=False,
     )
     assert shown.returncode == 1
-    assert shown.stderr.count("\n") == 1 and shown.stderr.startswith("error: "), shown.stderr
-    assert "unavailable for this log" in shown.stderr
+    assert len(messages(shown.stderr)) == 1 and shown.stderr.startswith("error: "), shown.stderr
+    assert "unavailable for this log" in said(shown.stderr)

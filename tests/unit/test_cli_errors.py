@@ -25,6 +25,7 @@ import exactly.cli
 from exactly.cli import main, one_line
 from exactly.errors import ConfigError
 from exactly.spark.streaming import JVM_EXITED, from_spark
+from exactly.text import message
 
 COMMAND = "c\nt\ngetX\ne\n"  # any call: the connection fails first
 
@@ -107,5 +108,5 @@ def test_main_prints_the_jvm_line_and_exits_1(
     with pytest.raises(SystemExit) as exited:
         main(["pipeline"])
     assert exited.value.code == 1
-    assert capsys.readouterr().err == f"error: {JVM_EXITED}\n"
+    assert capsys.readouterr().err == message(f"error: {JVM_EXITED}") + "\n"  # 80 columns
     assert "\n" not in JVM_EXITED and "writable" not in JVM_EXITED

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exactly.cli.output import WIDTH, count, fit, place, wrap
+from exactly.cli.output import WIDTH, count, fit, message, place, wrap
 
 
 def test_counts_have_thousands_separators() -> None:
@@ -23,6 +23,27 @@ def test_wrap_breaks_between_words_only() -> None:
     lines = text.splitlines()
     assert all(len(line) <= WIDTH for line in lines)
     assert any(path in line for line in lines)  # never cut, not even at its hyphens
+
+
+def test_a_message_is_broken_at_its_clauses_and_loses_nothing() -> None:
+    url = "sqlite:///srv/" + "analytics-pipeline/" * 3 + "data/log"
+    said = (
+        f"error: topic 'raw' does not exist in {url}; "
+        "create it with: exactly log create raw --partitions N"
+    )
+    lines = message(said).splitlines()
+    assert lines == [
+        "error: topic 'raw' does not exist in",
+        f"  {url};",
+        "  create it with: exactly log create raw --partitions N",
+    ]
+    assert " ".join(message(said).split()) == said
+    assert message("short; and whole") == "short; and whole"
+    path = "/" + "a" * 90
+    assert message(f"cannot read {path}: gone") == f"cannot read\n  {path}:\n  gone"  # whole
+    words = "  a line of its own indentation " * 4
+    assert all(line.startswith("  ") for line in message(words.rstrip()).splitlines())
+    assert message("first\nsecond") == "first\nsecond"
 
 
 def test_embedded_stores_are_shown_relative_to_the_data_dir(tmp_path: Path) -> None:

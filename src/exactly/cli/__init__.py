@@ -1,7 +1,9 @@
-"""The ``exactly`` command line: global options, sub-command groups, one-line errors."""
+"""The ``exactly`` command line: global options, sub-command groups, errors told in a few lines
+of 80 columns (never a traceback, unless it is a bug)."""
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from pathlib import Path
@@ -11,6 +13,7 @@ import typer
 
 from exactly.cli.context import Context
 from exactly.errors import ExactlyError
+from exactly.text import message
 
 app = typer.Typer(
     name="exactly",
@@ -90,19 +93,41 @@ def hoist_global_options(args: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the CLI; user errors print one line and exit 1."""
+    """Entry point: run the CLI; a user's error is told (within 80 columns) and exits 1.
+
+    click (typer's) runs outside its standalone mode so that its usage errors are told here too,
+    in the same lines of 80 columns; what standalone mode did with the rest is done here (a
+    command's ``typer.Exit(code)`` comes back as its return value).
+    """
     args = hoist_global_options(sys.argv[1:] if argv is None else argv)
     try:
-        app(args=args, prog_name="exactly")
+        code = app(args=args, prog_name="exactly", standalone_mode=False)
+    except typer.TyperException as error:  # a usage error: what click says, in 80 columns
+        print(message(usage_error(error)), file=sys.stderr)
+        sys.exit(error.exit_code)
+    except typer.Abort:  # end of input at a prompt
+        print("Aborted!", file=sys.stderr)
+        sys.exit(1)
     except Exception as error:
-        message = one_line(error)
-        if message is None:
+        told = one_line(error)
+        if told is None:
             raise
-        print(f"error: {message}", file=sys.stderr)
+        print(message(f"error: {told}"), file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+    sys.exit(code or 0)  # as standalone mode did: a SystemExit, 0 after success
+
+
+def usage_error(error: typer.TyperException) -> str:
+    """What click's standalone mode printed of ``error``: the usage, a hint, ``Error: ...``."""
+    shown = io.StringIO()
+    show = getattr(error, "show", None)  # every error of typer's click has it
+    if show is None:
+        return f"Error: {error.format_message()}"
+    show(file=shown)
+    return shown.getvalue().rstrip("\n")
 
 
 def one_line(error: Exception) -> str | None:

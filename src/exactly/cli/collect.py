@@ -15,6 +15,7 @@ import typer
 
 from exactly.cli.context import context, with_flags
 from exactly.errors import UnknownTopic
+from exactly.text import message
 
 
 def collect(
@@ -66,11 +67,11 @@ def collect(
     Every option also comes from [collector] in the config file or EXACTLY_COLLECTOR__<NAME>.
     """
     if source:
-        print(
+        warning = (
             "warning: write keys given with --source are visible to other users in ps; "
-            "put them in [collector.sources] or EXACTLY_COLLECTOR__SOURCES",
-            file=sys.stderr,
+            "put them in [collector.sources] or EXACTLY_COLLECTOR__SOURCES"
         )
+        print(message(warning), file=sys.stderr)
     flags = {
         "collector.host": host,
         "collector.port": port,

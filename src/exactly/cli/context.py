@@ -12,6 +12,7 @@ import typer
 
 from exactly.config import Settings, load_settings
 from exactly.log import Log, open_log
+from exactly.text import message
 
 
 @dataclass
@@ -73,9 +74,10 @@ def stop_if_never_ran(settings: Settings, *stores: tuple[Path | None, str]) -> N
     ``stores``: each store's file or directory (None: a server, which is asked instead) and the
     command that makes it (``"exactly aggregate"``). Opening an embedded store creates it, so a
     look at a data dir where nothing ran would leave empty databases behind, and from the wrong
-    directory would answer as if nothing was there. One line on stderr instead: "nothing has run
-    in DIR yet", DIR the data dir (or the store's own path outside it), naming the command that
-    makes the store when the data dir exists.
+    directory would answer as if nothing was there. One message on stderr instead: "nothing has
+    run in DIR yet", DIR the data dir (or the store's own path outside it), naming the command
+    that makes the store when the data dir exists; within 80 columns, a long DIR on a line of
+    its own.
     """
     for path, maker in stores:
         if path is not None and not path.exists():
@@ -92,5 +94,5 @@ def never_ran(settings: Settings, path: Path | None = None, maker: str = "") -> 
         line = f"nothing has run in {data_dir} yet: no {inside} ({maker} makes it)"
     else:
         line = f"nothing has run in {data_dir} yet"
-    print(line, file=sys.stderr)
+    print(message(line), file=sys.stderr)
     raise typer.Exit(1)

@@ -17,6 +17,7 @@ from exactly.cli.context import context
 from exactly.cli.probes import Finding, probes, run_probes
 from exactly.config import Settings
 from exactly.errors import ExactlyError
+from exactly.text import message
 
 Report = Callable[..., None]
 
@@ -51,7 +52,7 @@ def doctor(
         backends = probes(settings)
     except ExactlyError as error:
         report("config", False, "", str(error))
-        print(f"error: {error}", file=sys.stderr)  # whole, where the line above cuts it
+        print(message(f"error: {error}"), file=sys.stderr)  # whole, as every command tells it
         _finish(failed)
         return
     report("config", True, f"data dir {settings.data_dir.resolve()}")

@@ -15,6 +15,7 @@ from exactly.cli.context import context
 from exactly.collector.importer import import_file as run_import
 from exactly.collector.settings import check_source_name
 from exactly.errors import ConfigError, InvalidLines
+from exactly.text import message
 
 MAX_LISTED = 100
 
@@ -53,7 +54,8 @@ def import_file(
         nonlocal listed
         listed += 1
         if listed <= MAX_LISTED:
-            err.print(f"{file}:{number}: {reason}", markup=False, highlight=False, soft_wrap=True)
+            said = message(f"{file}:{number}: {reason}")
+            err.print(said, markup=False, highlight=False, soft_wrap=True)
 
     size = file.stat().st_size if file.exists() else 0
     with context(ctx).open_log() as log:
@@ -85,7 +87,7 @@ def import_file(
         err.print(
             f"... and {listed - MAX_LISTED:,} more invalid lines", markup=False, soft_wrap=True
         )
-    print(report.summary(topic), file=sys.stderr)
+    print(message(report.summary(topic)), file=sys.stderr)
     if report.invalid:
         raise InvalidLines(
             f"{report.invalid:,} invalid lines in {file} (listed above) were not imported; "

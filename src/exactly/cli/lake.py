@@ -11,6 +11,7 @@ import typer
 
 from exactly.cli.context import with_flags
 from exactly.cli.options import Master, MaxRecordsPerTrigger, TriggerSeconds, UntilCaughtUp
+from exactly.cli.output import fit, message, place
 from exactly.stages import LAKE
 
 TABLE = typer.Option(
@@ -87,7 +88,8 @@ def optimize(ctx: typer.Context, table: Annotated[str | None, TABLE] = None) -> 
     settings = with_flags(ctx, {"lake.url": table}).settings
     with open_table(settings.lake_url) as opened:
         done = opened.optimize()
-    print(f"{opened.url}: {done.files_removed:,} files compacted into {done.files_added:,}")
+    where = place(opened.url, settings.data_dir)
+    print(message(f"{where}: {done.files_removed:,} files compacted into {done.files_added:,}"))
 
 
 @app.command()
@@ -118,10 +120,12 @@ def vacuum(
         expired = opened.expire(retention) if expire else 0
         removed = opened.vacuum(age)
     for path in removed:
-        print(f"removed {path}")
+        print(fit("removed", str(path)))
     print(
-        f"{opened.url}: {len(removed):,} uncommitted files removed"
-        + (f", {expired:,} expired versions or files" if expire else "")
+        message(
+            f"{place(opened.url, settings.data_dir)}: {len(removed):,} uncommitted files removed"
+            + (f", {expired:,} expired versions or files" if expire else "")
+        )
     )
 
 

@@ -13,9 +13,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Column, Table
 
-from exactly.text import WIDTH, count, fit, place, wrap
+from exactly.text import WIDTH, count, fit, message, place, wrap
 
-__all__ = ["WIDTH", "console", "count", "fit", "place", "table", "wrap"]
+__all__ = ["WIDTH", "console", "count", "fit", "message", "place", "table", "wrap"]
 
 
 def console(*, stderr: bool = False) -> Console:

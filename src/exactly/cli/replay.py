@@ -12,6 +12,7 @@ import typer
 from exactly.cli.context import with_flags
 from exactly.cli.deliver import JOBDB
 from exactly.errors import ConfigError
+from exactly.text import message
 
 
 def replay(
@@ -85,8 +86,8 @@ def replay(
     archive = open_archive(settings.archive_url)
     archive.check()
 
-    def say(message: str) -> None:
-        print(f"replay: {message}", file=sys.stderr, flush=True)
+    def say(line: str) -> None:
+        print(message(f"replay: {line}"), file=sys.stderr, flush=True)
 
     with opened_jobdb(
         settings.jobdb_url,

@@ -32,6 +32,7 @@ import typer
 
 from exactly.cli.context import context, never_ran
 from exactly.errors import ExactlyError
+from exactly.text import message
 from exactly.urls import redact, scrub
 
 if TYPE_CHECKING:  # the command imports them when it runs, so other commands start fast
@@ -98,7 +99,7 @@ def status(
         _print(settings, topics, sections)
     for stage, error in errors.items():
         if error:
-            print(f"error: {stage.shown_as}: {error}", file=sys.stderr)
+            print(message(f"error: {stage.shown_as}: {error}"), file=sys.stderr)
     if any(errors.values()):
         raise typer.Exit(1)
 

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from exactly.cli.context import context, stop_if_never_ran
+from exactly.text import message
 
 
 def trace(
@@ -36,7 +37,9 @@ def trace(
     elif found.found:
         print(render(found))
     else:
-        print(f"unknown messageId {message_id!r}: no log record and no delivery job holds it")
+        print(
+            message(f"unknown messageId {message_id!r}: no log record and no delivery job holds it")
+        )
     if not found.found:
         raise typer.Exit(1)
 
