@@ -34,12 +34,13 @@ from exactly.delivery.jobdb.base import JobDB
 from exactly.delivery.metrics import DeliveryMetrics
 from exactly.delivery.settings import DestinationSettings
 from exactly.errors import DirectorLockHeld
+from exactly.text import message as wrapped
 
 LEASE, CONTROLS, ARCHIVE, UNPAGED, METRICS = "lease", "controls", "archive", "unpaged", "metrics"
 
 
 def say(message: str) -> None:
-    print(f"deliver: {message}", file=sys.stderr, flush=True)
+    print(wrapped(f"deliver: {message}"), file=sys.stderr, flush=True)
 
 
 class Director:
