@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from delivery import empty_jobdb  # type: ignore[import-not-found]
-from exactly.delivery.jobdb import open_jobdb
-from exactly.delivery.jobdb.base import SUCCEEDED, JobDB, Members, NewJob
+from exactly.delivery.jobdb import JobDB, open_jobdb
+from exactly.delivery.jobdb.base import SUCCEEDED, Members, NewJob
 
 PAYLOAD = b'{"messageId":"m","event":"Order Completed","properties":{"total":12.5}}'
 SOURCES = 16

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from exactly.config import Settings
     from exactly.dedupe.driver import Output, Summary
     from exactly.dedupe.job import DedupePlan
-    from exactly.delivery.jobdb.base import JobDB
+    from exactly.delivery.jobdb.faces import RouterJobs
     from exactly.delivery.route import Progress as Routed
     from exactly.delivery.route import RoutePlan
     from exactly.lake.base import LakeTable
@@ -232,7 +232,7 @@ class Aggregate(Stage["AggregatePlan", "AggregateDB", "Counted"]):
         return Shown({"marker": asdict(marker)}, [render(marker, url, settings.data_dir)])
 
 
-class Route(Stage["RoutePlan", "JobDB", "Routed"]):
+class Route(Stage["RoutePlan", "RouterJobs", "Routed"]):
     """events -> JobDB, one job per (event, matching destination) (``exactly.delivery.route``);
     with ``[[destinations]]``."""
 
@@ -253,7 +253,7 @@ class Route(Stage["RoutePlan", "JobDB", "Routed"]):
     def target(self, settings: Settings) -> str:
         return settings.jobdb_url
 
-    def open(self, plan: RoutePlan, say: Say) -> AbstractContextManager[JobDB]:
+    def open(self, plan: RoutePlan, say: Say) -> AbstractContextManager[RouterJobs]:
         from exactly.delivery.jobdb import opened_jobdb
 
         return opened_jobdb(
@@ -264,7 +264,7 @@ class Route(Stage["RoutePlan", "JobDB", "Routed"]):
         self,
         spark: SparkSession,
         plan: RoutePlan,
-        target: JobDB,
+        target: RouterJobs,
         *,
         say: Say,
         on_batch: Callable[..., None] | None = None,

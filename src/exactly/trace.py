@@ -310,9 +310,11 @@ def _landed(settings: Settings, kept: list[tuple[int, int | None]], result: Trac
 
 def _delivered(settings: Settings, message_id: str, result: Trace) -> None:
     from exactly.delivery.jobdb import open_jobdb
+    from exactly.delivery.jobdb.faces import JobReader
 
     if _missing(settings.jobdb_url):
         return
+    jobdb: JobReader
     with open_jobdb(settings.jobdb_url) as jobdb:
         live = jobdb.jobs_with(message_id)
         for job, transitions in live:

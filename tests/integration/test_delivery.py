@@ -12,7 +12,7 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 
 from exactly.delivery.director import Director
-from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb import JobDB, open_jobdb
 from exactly.delivery.jobdb.base import (
     AWAITING_RETRY,
     DISCARDED,
@@ -20,7 +20,6 @@ from exactly.delivery.jobdb.base import (
     EXPIRED,
     SUCCEEDED,
     Job,
-    JobDB,
     NewJob,
     Transition,
 )

@@ -15,8 +15,8 @@ from standardwebhooks.webhooks import Webhook
 
 from exactly.delivery.archive import BACKENDS, Archive, open_archive
 from exactly.delivery.director import Director
-from exactly.delivery.jobdb import open_jobdb
-from exactly.delivery.jobdb.base import EXPIRED, SUCCEEDED, JobDB, NewJob, Transition
+from exactly.delivery.jobdb import JobDB, open_jobdb
+from exactly.delivery.jobdb.base import EXPIRED, SUCCEEDED, NewJob, Transition
 from exactly.delivery.replay import replay
 from exactly.delivery.settings import DestinationSettings
 from tests.archives import MotoServer, archive_url

@@ -20,14 +20,13 @@ from standardwebhooks.webhooks import Webhook
 
 from exactly.config import Settings
 from exactly.delivery.director import Director
-from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb import JobDB, open_jobdb
 from exactly.delivery.jobdb.base import (
     AWAITING_RETRY,
     EXECUTING,
     SUCCEEDED,
     Batch,
     BatchStep,
-    JobDB,
     Members,
     NewJob,
 )

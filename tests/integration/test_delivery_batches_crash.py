@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from exactly.delivery.jobdb import open_jobdb
-from exactly.delivery.jobdb.base import EXECUTING, SUCCEEDED, JobDB, NewJob
+from exactly.delivery.jobdb import JobDB, open_jobdb
+from exactly.delivery.jobdb.base import EXECUTING, SUCCEEDED, NewJob
 from tests.integration.collector_server import KEYS, Collector
 from tests.receiver import Receiver
 from tests.seeds import crash_seed

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from exactly.delivery.jobdb import BACKENDS, open_jobdb
-from exactly.delivery.jobdb.base import EXECUTING, SUCCEEDED, JobDB, NewJob
+from exactly.delivery.jobdb import BACKENDS, JobDB, open_jobdb
+from exactly.delivery.jobdb.base import EXECUTING, SUCCEEDED, NewJob
 from tests.jobdb import jobdb_url
 from tests.receiver import Receiver
 from tests.seeds import crash_seed

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from exactly.delivery.jobdb import BACKENDS, open_jobdb
-from exactly.delivery.jobdb.base import EXECUTING, SUCCEEDED, JobDB, NewJob
+from exactly.delivery.jobdb import BACKENDS, JobDB, open_jobdb
+from exactly.delivery.jobdb.base import EXECUTING, SUCCEEDED, NewJob
 from exactly.delivery.partitions import partition_of
 from tests.integration.test_delivery_crash import SECRET, verify
 from tests.jobdb import jobdb_url

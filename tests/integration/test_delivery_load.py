@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from exactly.delivery.director import REMOVED, Director
-from exactly.delivery.jobdb import open_jobdb
-from exactly.delivery.jobdb.base import AWAITING_RETRY, EXPIRED, SUCCEEDED, JobDB, NewJob
+from exactly.delivery.jobdb import JobDB, open_jobdb
+from exactly.delivery.jobdb.base import AWAITING_RETRY, EXPIRED, SUCCEEDED, NewJob
 from exactly.delivery.settings import DestinationSettings
 from tests.receiver import Receiver
 from tests.servers import free_port

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exactly.delivery.jobdb import open_jobdb
-from exactly.delivery.jobdb.base import DISCARDED, EXPIRED, SUCCEEDED, JobDB, NewJob
+from exactly.delivery.jobdb import JobDB, open_jobdb
+from exactly.delivery.jobdb.base import DISCARDED, EXPIRED, SUCCEEDED, NewJob
 from tests.cli_text import messages
 from tests.receiver import Receiver
 from tests.servers import free_port

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from exactly.delivery.director import Director
-from exactly.delivery.jobdb import open_jobdb
-from exactly.delivery.jobdb.base import EXPIRED, SUCCEEDED, JobDB, NewJob
+from exactly.delivery.jobdb import JobDB, open_jobdb
+from exactly.delivery.jobdb.base import EXPIRED, SUCCEEDED, NewJob
 from exactly.delivery.operators import BY_OPERATOR, expire
 from exactly.delivery.settings import DestinationSettings
 from tests.jobdb import jobdb_url

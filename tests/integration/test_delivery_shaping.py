@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from exactly.delivery.director import Director
-from exactly.delivery.jobdb import open_jobdb
-from exactly.delivery.jobdb.base import SUCCEEDED, JobDB, NewJob
+from exactly.delivery.jobdb import JobDB, open_jobdb
+from exactly.delivery.jobdb.base import SUCCEEDED, NewJob
 from exactly.delivery.settings import DestinationSettings
 from tests.receiver import Received, Receiver
 

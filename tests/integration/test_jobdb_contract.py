@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from exactly.delivery.jobdb import BACKENDS, open_jobdb
+from exactly.delivery.jobdb import BACKENDS, JobDB, open_jobdb
 from exactly.delivery.jobdb.base import (
     ARCHIVED,
     AWAITING_RETRY,
@@ -23,7 +23,6 @@ from exactly.delivery.jobdb.base import (
     SUCCEEDED,
     Batch,
     BatchStep,
-    JobDB,
     Members,
     NewJob,
     Transition,

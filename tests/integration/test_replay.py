@@ -17,14 +17,13 @@ from pathlib import Path
 import pytest
 
 from exactly.delivery.archive import BACKENDS, Archive, archive_name, open_archive
-from exactly.delivery.jobdb import open_jobdb
+from exactly.delivery.jobdb import JobDB, open_jobdb
 from exactly.delivery.jobdb.base import (
     AWAITING_SCHEDULING,
     DISCARDED,
     EXECUTING,
     EXPIRED,
     SUCCEEDED,
-    JobDB,
     NewJob,
     Transition,
 )

@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from exactly.delivery.jobdb import BACKENDS, open_jobdb
-from exactly.delivery.jobdb.base import JobDB
+from exactly.delivery.jobdb import BACKENDS, JobDB, open_jobdb
 from exactly.delivery.route import Event, EventColumns, RoutePlan, drive, jobs_for
 from exactly.delivery.settings import DestinationSettings
 from exactly.errors import JobDBError

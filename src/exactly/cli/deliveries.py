@@ -22,6 +22,7 @@ from exactly.urls import embedded_path
 
 if TYPE_CHECKING:
     from exactly.delivery.jobdb.base import Summary
+    from exactly.delivery.jobdb.faces import JobReader
 
 app = typer.Typer(
     help="What is queued and delivered per destination; pause, resume or expire one.",
@@ -51,6 +52,7 @@ def deliveries(
     settings = with_flags(ctx, {"delivery.jobdb": jobdb}).settings
     url = settings.jobdb_url
     stop_if_never_ran(settings, (_jobdb_file(url), "exactly route"))
+    database: JobReader
     with opened_jobdb(url) as database:
         found = database.summary(time.time())
         directors = database.directors()
@@ -117,6 +119,7 @@ def directors(
     settings = with_flags(ctx, {"delivery.jobdb": jobdb}).settings
     url = settings.jobdb_url
     stop_if_never_ran(settings, (_jobdb_file(url), "exactly route"))
+    database: JobReader
     with opened_jobdb(url) as database:
         found = database.directors()
     if as_json:

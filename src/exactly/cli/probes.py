@@ -222,10 +222,8 @@ def jobdb_probe(settings: Settings) -> Probe:
             directory = Path(url.partition("://")[2] or ".")
             if not (directory / FILE).exists():
                 return not_made_yet(directory, "exactly route")
-        from exactly.delivery.jobdb.sql import SQLSchema
-
         jobdb = open_jobdb(url)
-        tables = jobdb.tables() if isinstance(jobdb, SQLSchema) else []
+        tables = jobdb.tables()
         if "jobdb_datasets" not in tables:
             return "reachable (no tables yet)"
         return f"reachable, {sum(t.startswith('jobs_') for t in tables)} dataset(s)"

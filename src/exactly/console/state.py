@@ -569,7 +569,9 @@ def delivered_latencies(settings: Settings, now: float) -> list[tuple[float, flo
     import orjson
 
     from exactly.delivery.jobdb import open_jobdb
+    from exactly.delivery.jobdb.faces import JobReader
 
+    jobdb: JobReader
     with open_jobdb(settings.jobdb_url) as jobdb:
         recent = jobdb.recent_successes(now - LATENCY_SPAN, LATENCY_DELIVERIES)
     found = []

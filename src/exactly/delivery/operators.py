@@ -17,14 +17,15 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
-from exactly.delivery.jobdb.base import EXPIRED, JobDB, Transition
+from exactly.delivery.jobdb.base import EXPIRED, Transition
+from exactly.delivery.jobdb.faces import OperatorJobs
 from exactly.errors import DirectorLockHeld
 
 BY_OPERATOR = "expired by an operator"
 ANSWER_WAIT = 10.0  # seconds an expiry waits for the running director to apply it
 
 
-def pause(jobdb: JobDB, destination: str) -> str:
+def pause(jobdb: OperatorJobs, destination: str) -> str:
     jobdb.set_control(destination, held=True)
     return (
         f"{destination}: paused; nothing is sent to it until "
@@ -32,13 +33,13 @@ def pause(jobdb: JobDB, destination: str) -> str:
     )
 
 
-def resume(jobdb: JobDB, destination: str) -> str:
+def resume(jobdb: OperatorJobs, destination: str) -> str:
     jobdb.set_control(destination, held=False)
     return f"{destination}: resumed"
 
 
 def expire(
-    jobdb: JobDB,
+    jobdb: OperatorJobs,
     destination: str,
     before: float,
     *,
@@ -75,7 +76,7 @@ def expire(
     return f"{destination}: {count:,} pending jobs created before {when} expired"
 
 
-def expire_now(jobdb: JobDB, destination: str, before: float) -> int:
+def expire_now(jobdb: OperatorJobs, destination: str, before: float) -> int:
     """Expire the pending jobs directly; only while holding every partition's lease."""
     count = 0
     for bucket in jobdb.buckets():

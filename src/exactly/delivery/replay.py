@@ -56,9 +56,9 @@ from exactly.delivery.jobdb.base import (
     DISCARDED,
     EXPIRED,
     SUCCEEDED,
-    JobDB,
     NewJob,
 )
+from exactly.delivery.jobdb.faces import ReplayJobs
 from exactly.delivery.settings import DestinationSettings
 from exactly.errors import ConfigError
 from exactly.units import parse_duration
@@ -239,7 +239,7 @@ class _Collected:
 
 
 def replay(
-    jobdb: JobDB,
+    jobdb: ReplayJobs,
     archive: Archive,
     destination: DestinationSettings,
     *,
@@ -263,7 +263,7 @@ def replay(
 
 
 def _replay(
-    jobdb: JobDB,
+    jobdb: ReplayJobs,
     archive: Archive,
     destination: DestinationSettings,
     states: Sequence[str],

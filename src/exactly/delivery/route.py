@@ -10,8 +10,8 @@ A Spark streaming query from the ``exactly`` source with ``foreachBatch``. Per m
    ``messageId``, the destination its name (never its URL or headers: the director resolves
    those when it sends), the expiry now + the destination's ``expire``;
 4. the jobs and the marker (query id, batch id, the stream, the end offsets of step 1) commit in
-   one JobDB transaction (:meth:`~exactly.delivery.jobdb.base.JobDB.add`); a marker at or past the
-   batch id means a replay: nothing is added;
+   one JobDB transaction (:meth:`~exactly.delivery.jobdb.faces.RouterJobs.add`); a marker at or
+   past the batch id means a replay: nothing is added;
 5. Spark commits the batch (``commits/<batch id>``).
 
 A crash anywhere repeats at most the last batch, whose marker stops it at 4. A JobDB that fails
@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from exactly.delivery.jobdb.base import JobDB, NewJob
+from exactly.delivery.jobdb.base import NewJob
+from exactly.delivery.jobdb.faces import RouterJobs
 from exactly.delivery.patience import Patience
 from exactly.delivery.settings import ROUTE_RECORDS_PER_TRIGGER, DestinationSettings
 from exactly.errors import ConfigError, ExactlyError, StreamError
@@ -216,7 +217,7 @@ def default_checkpoint(data_dir: Path, topic: str) -> Path:
     return data_dir.resolve() / "checkpoints" / f"route-{topic}"
 
 
-def starting_offsets(jobdb: JobDB, plan: RoutePlan) -> str:
+def starting_offsets(jobdb: RouterJobs, plan: RoutePlan) -> str:
     """``earliest``, or where the JobDB's routing stopped when the checkpoint is new."""
     if spark_checkpoint.planned(plan.checkpoint):
         return "earliest"  # Spark resumes from its checkpoint; this is ignored
@@ -227,7 +228,7 @@ def starting_offsets(jobdb: JobDB, plan: RoutePlan) -> str:
 class BatchRouter(BatchFunction):
     """The ``foreachBatch`` function: steps 2 to 4 of the module docstring."""
 
-    def __init__(self, jobdb: JobDB, plan: RoutePlan, on_batch: OnBatch | None = None) -> None:
+    def __init__(self, jobdb: RouterJobs, plan: RoutePlan, on_batch: OnBatch | None = None) -> None:
         super().__init__(plan.checkpoint)
         self.jobdb = jobdb
         self.plan = plan
@@ -303,7 +304,7 @@ class BatchRouter(BatchFunction):
 def run(
     spark: SparkSession,
     plan: RoutePlan,
-    jobdb: JobDB,
+    jobdb: RouterJobs,
     start: str = "earliest",
     on_batch: OnBatch | None = None,
 ) -> Progress:
@@ -331,7 +332,7 @@ def say_line(line: str) -> None:
 def drive(
     spark: SparkSession,
     plan: RoutePlan,
-    jobdb: JobDB,
+    jobdb: RouterJobs,
     *,
     say: Callable[[str], None] = say_line,
     on_batch: OnBatch | None = None,
@@ -350,7 +351,7 @@ def drive(
         return run(spark, plan, jobdb, start, on_batch)
 
 
-def describe(plan: RoutePlan, jobdb: JobDB, start: str) -> str:
+def describe(plan: RoutePlan, jobdb: RouterJobs, start: str) -> str:
     names = ", ".join(destination.name for destination in plan.destinations)
     origin = "" if start == "earliest" else f", from the JobDB's offsets {start}"
     return (

@@ -18,7 +18,9 @@ def read(url: str, destinations: Sequence[DestinationSettings]) -> list[Summary]
     if path is not None and not path.exists():
         return None
     from exactly.delivery.jobdb import open_jobdb
+    from exactly.delivery.jobdb.faces import JobReader
 
+    jobdb: JobReader
     with open_jobdb(url) as jobdb:
         found = jobdb.summary(time.time())
     for destination in destinations:

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from exactly.config import Settings
-from exactly.delivery.jobdb.base import JobDB, Summary
+from exactly.delivery.jobdb.base import Summary
+from exactly.delivery.jobdb.faces import JobReader
 from exactly.errors import ExactlyError
 from exactly.log import Log
 from exactly.spark.checkpoint import committed_end
@@ -108,7 +109,7 @@ class JobDBReader:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._jobdb: JobDB | None = None
+        self._jobdb: JobReader | None = None
 
     def summary(self) -> dict[str, Summary]:
         from exactly.delivery.jobdb import open_jobdb

@@ -14,7 +14,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from exactly.delivery.archive import Archive, archive_name
-from exactly.delivery.jobdb.base import JobDB
+from exactly.delivery.jobdb.faces import DirectorJobs
 
 T = TypeVar("T")
 
@@ -26,7 +26,7 @@ class Archiver:
     def __init__(
         self,
         archive: Archive,
-        jobdb: JobDB,
+        jobdb: DirectorJobs,
         call: Callable[..., Awaitable[Any]],
         report: Callable[[str], None],
     ) -> None:
@@ -36,7 +36,7 @@ class Archiver:
         self._call = call
         self._report = report
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="archive")
-        self._aside: JobDB | None = None  # a second connection for steps 1 to 3
+        self._aside: DirectorJobs | None = None  # a second connection for steps 1 to 3
         self._running: asyncio.Task[None] | None = None
 
     def start(self) -> bool:

@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
-from exactly.delivery.jobdb.base import Job, JobDB
+from exactly.delivery.jobdb.base import Job
+from exactly.delivery.jobdb.faces import DirectorJobs
 from exactly.delivery.patience import Patience
 from exactly.errors import ExactlyError, JobDBError
 
@@ -26,13 +27,13 @@ T = TypeVar("T")
 class JobDBThread:
     """Calls to ``jobdb`` from its thread, and pages of jobs read on a second connection."""
 
-    def __init__(self, jobdb: JobDB, patience: float, report: Callable[[str], None]) -> None:
+    def __init__(self, jobdb: DirectorJobs, patience: float, report: Callable[[str], None]) -> None:
         self.jobdb = jobdb
         self.patience = patience
         self.report = report
         self._writing = ThreadPoolExecutor(1, thread_name_prefix="jobdb")
         self._paging = ThreadPoolExecutor(1, thread_name_prefix="jobdb-paging")
-        self._reader: JobDB | None = None
+        self._reader: DirectorJobs | None = None
         self._failed = False
 
     async def call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:

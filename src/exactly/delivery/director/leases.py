@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from exactly.delivery.director.queues import Queues
-from exactly.delivery.jobdb.base import JobDB
+from exactly.delivery.jobdb.faces import DirectorJobs
 from exactly.delivery.partitions import (
     fair_share,
     partition_of,
@@ -39,7 +39,7 @@ class Leases:
     given up: nothing new is sent for their buckets)."""
 
     def __init__(
-        self, jobdb: JobDB, partitions: int, seconds: float, report: Callable[[str], None]
+        self, jobdb: DirectorJobs, partitions: int, seconds: float, report: Callable[[str], None]
     ) -> None:
         self.jobdb = jobdb
         self.partitions = partitions

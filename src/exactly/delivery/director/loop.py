@@ -30,7 +30,7 @@ from exactly.delivery.director.queues import Bucket, Destination, Queues
 from exactly.delivery.director.schedule import Schedule
 from exactly.delivery.director.sending import Sending, Tally
 from exactly.delivery.director.writer import Writer
-from exactly.delivery.jobdb.base import JobDB
+from exactly.delivery.jobdb.faces import DirectorJobs
 from exactly.delivery.metrics import DeliveryMetrics
 from exactly.delivery.settings import DestinationSettings
 from exactly.errors import DirectorLockHeld
@@ -53,7 +53,7 @@ class Director:
 
     def __init__(
         self,
-        jobdb: JobDB,
+        jobdb: DirectorJobs,
         destinations: Iterable[DestinationSettings],
         *,
         page_size: int = 10_000,

@@ -12,7 +12,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from exactly.delivery.jobdb.base import Batch, BatchStep, JobDB, Members, Transition
+from exactly.delivery.jobdb.base import Batch, BatchStep, Members, Transition
+from exactly.delivery.jobdb.faces import DirectorJobs
 from exactly.errors import JobDBError
 
 
@@ -38,7 +39,7 @@ class Writer:
     a failed commit is every waiter's JobDBError (the director stops, and a restart resumes
     from what the JobDB holds)."""
 
-    def __init__(self, call: Callable[..., Awaitable[Any]], jobdb: JobDB) -> None:
+    def __init__(self, call: Callable[..., Awaitable[Any]], jobdb: DirectorJobs) -> None:
         self._call = call
         self._jobdb = jobdb
         self._waiting: list[tuple[Writes, asyncio.Future[None]]] = []

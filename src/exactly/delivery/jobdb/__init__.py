@@ -1,11 +1,14 @@
 """The JobDB family: the jobs waiting to be delivered and every attempt at delivering them.
 
-The interface is in ``base.py`` with one module per backend beside it: ``sqlite.py``
+There is one JobDB, :data:`JobDB`: its SQL is written once, in the ``sql`` package, and a
+module per backend beside it fills in a connection, a dialect and its locks: ``sqlite.py``
 (``sqlite://DIR``, the embedded default), ``postgres.py`` (``postgresql://...``, the ``postgres``
-extra), ``mysql.py`` (``mysql://user:password@host:port/database``, the ``mysql`` extra). Their
-SQL is written once, in the ``sql`` package. :func:`open_jobdb` imports a backend only when asked
-for; :func:`opened_jobdb` also connects once, so a command stops with one line when it cannot;
-:data:`BACKENDS` lists the schemes the contract suite runs on.
+extra), ``mysql.py`` (``mysql://user:password@host:port/database``, the ``mysql`` extra). Its
+users take it through the narrow face of their role (``faces.py``: the router, replay, the
+director, the operators' commands, the readers); ``base.py`` has the states and data types they
+share. :func:`open_jobdb` imports a backend only when asked for; :func:`opened_jobdb` also
+connects once, so a command stops with one line when it cannot; :data:`BACKENDS` lists the
+schemes the contract suite runs on.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
-from exactly.delivery.jobdb.base import Job, JobDB, NewJob, Transition
+from exactly.delivery.jobdb.base import Job, NewJob, Transition
+from exactly.delivery.jobdb.sql import SQLJobDB
 from exactly.errors import ConfigError, EnvironmentProblem, ExactlyError, JobDBError
 from exactly.urls import redact, scrub
 
@@ -23,6 +27,8 @@ __all__ = ["BACKENDS", "Job", "JobDB", "NewJob", "Transition", "open_jobdb", "op
 
 BACKENDS = ["sqlite", "postgresql", "mysql"]
 _EXTRA = {"postgresql": "postgres", "mysql": "mysql"}
+
+JobDB = SQLJobDB  # the whole JobDB, every face of it: what open_jobdb returns
 
 
 def open_jobdb(url: str, **options: Any) -> JobDB:

@@ -15,7 +15,9 @@
 * ``rows.py``: a job's columns and how a row becomes a job or a transition.
 
 A backend (``sqlite.py``, ``postgres.py``, ``mysql.py`` beside this package) subclasses
-:class:`SQLJobDB`.
+:class:`SQLJobDB` and writes the abstract methods of :class:`SQLSchema` (its connection, dialect
+and locks), and ``sqlite.py`` its own leases; it is the one implementation of every face in
+``faces.py``.
 """
 
 from __future__ import annotations
@@ -32,4 +34,6 @@ __all__ = ["MARKER_COLUMNS", "SQLJobDB", "SQLSchema"]
 
 
 class SQLJobDB(Routing, Directing, Archiving, Reading, Controls, Leasing):
-    """The JobDB in SQL, for every backend: they give a connection, a dialect and a lock."""
+    """The JobDB in SQL, for every backend: they give a connection, a dialect and their locks.
+    :func:`~exactly.delivery.jobdb.open_jobdb` returns one (as ``JobDB``); each user takes it
+    through the face of its role (:mod:`exactly.delivery.jobdb.faces`)."""

@@ -132,6 +132,7 @@ class Batching(SQLSchema):
             return found
 
     def batch_history(self, batch_id: str) -> tuple[Batch, list[BatchStep]] | None:
+        """A batch with every step of it, oldest first; None once its datasets are dropped."""
         with self._mutex:
             cursor = self._cursor()
             self._execute(
@@ -154,6 +155,8 @@ class Batching(SQLSchema):
             return _batch_of(row), steps
 
     def batch_of(self, destination: str, job_id: int) -> str | None:
+        """The id of the batch ``job_id`` was sent in to ``destination``; None for a job sent
+        on its own (or not sent yet)."""
         with self._mutex:
             cursor = self._cursor()
             self._execute(

@@ -47,6 +47,7 @@ class Controls(SQLSchema):
         self._controls_created = True
 
     def controls(self) -> dict[str, Control]:
+        """Every destination's :class:`Control` that was ever set, by name."""
         with self._mutex:
             cursor = self._cursor()
             self._create_controls(cursor)
@@ -70,6 +71,7 @@ class Controls(SQLSchema):
         }
 
     def set_control(self, destination: str, **fields: Any) -> None:
+        """Set some of ``destination``'s control fields (:data:`CONTROL_FIELDS`), durably."""
         unknown = set(fields) - set(CONTROL_FIELDS)
         if unknown:
             raise JobDBError(
@@ -100,6 +102,9 @@ class Controls(SQLSchema):
     def answer_expiry(
         self, destination: str, asked: float, partitions: Sequence[int], count: int
     ) -> None:
+        """A director has expired ``count`` jobs of ``destination`` in ``partitions`` for the
+        ask made at ``asked``: add both to the row, in one transaction (several directors answer
+        the same ask, each for its partitions); nothing if a newer ask replaced it."""
         with self._mutex:
             cursor = self._cursor()
             self._create_controls(cursor)

@@ -172,5 +172,6 @@ class Directing(Batching):
         return list(found.items())
 
     def datasets(self) -> list[Dataset]:
+        """The live datasets, oldest first."""
         with self._mutex:
             return list(self._load_datasets(self._cursor()))

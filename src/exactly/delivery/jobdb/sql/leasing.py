@@ -17,14 +17,15 @@ written every second: how a director counts the live ones to keep its fair share
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from exactly.delivery.jobdb.base import STALE
+from exactly.delivery.jobdb.base import HELD, STALE
 from exactly.delivery.jobdb.sql.schema import SQLSchema
-from exactly.errors import PartitionLost
+from exactly.errors import DirectorLockHeld, PartitionLost
 
 RETAKE_SECONDS = 2.0  # how long a new connection tries again for a lease its old one held
 
@@ -55,6 +56,8 @@ class Leasing(SQLSchema):
         return self._leases
 
     def take_partition(self, partition: int) -> bool:
+        """Take the lease of ``partition`` without waiting; whether it is now held here. A
+        lease is released by the database or the kernel when its holder dies."""
         with self._mutex:
             if partition in self._held():
                 return True
@@ -70,6 +73,7 @@ class Leasing(SQLSchema):
             return taken
 
     def release_partition(self, partition: int) -> None:
+        """Release the lease of ``partition`` (only once nothing of it is being sent)."""
         with self._mutex:
             if partition not in self._held():
                 return
@@ -85,6 +89,7 @@ class Leasing(SQLSchema):
                 raise
 
     def held_partitions(self) -> set[int]:
+        """The partitions whose lease this JobDB object holds."""
         return set(self._held())
 
     def keep_partitions(self) -> None:
@@ -97,6 +102,26 @@ class Leasing(SQLSchema):
             self._execute(cursor, "SELECT 1")
             cursor.fetchall()
             self._connection.commit()
+
+    @contextlib.contextmanager
+    def all_partitions(self, partitions: int, *, wait: bool = False) -> Iterator[None]:
+        """Hold every partition's lease while inside (no director delivers meanwhile); wait for
+        them, or raise DirectorLockHeld at once when one is held elsewhere."""
+        taken: list[int] = []
+        try:
+            for partition in range(partitions):
+                while not self.take_partition(partition):
+                    if not wait:
+                        raise DirectorLockHeld(
+                            f"a director holds partition {partition} of {self.describe()}; {HELD}"
+                        )
+                    time.sleep(0.2)
+                taken.append(partition)
+            yield
+        finally:
+            for partition in taken:
+                with contextlib.suppress(Exception):
+                    self.release_partition(partition)
 
     def _connected(self) -> None:
         """Take the leases this object held again, on its new connection.
@@ -140,6 +165,8 @@ class Leasing(SQLSchema):
         self._directors_created = True
 
     def heartbeat(self, director: str, partitions: Sequence[int], now: float) -> int:
+        """Record that ``director`` is alive holding ``partitions``; how many directors are
+        live (a heartbeat within :data:`STALE` seconds, this one included)."""
         held = json.dumps(sorted(partitions))
         with self._mutex:
             cursor = self._cursor()
@@ -179,6 +206,7 @@ class Leasing(SQLSchema):
             return live
 
     def leave(self, director: str) -> None:
+        """Forget ``director``'s heartbeat (it stops)."""
         with self._mutex:
             cursor = self._cursor()
             self._create_directors(cursor)
@@ -187,6 +215,7 @@ class Leasing(SQLSchema):
             self._connection.commit()
 
     def directors(self) -> list[tuple[str, list[int], float]]:
+        """Every director's heartbeat: its name, partitions and when it was last seen."""
         with self._mutex:
             cursor = self._cursor()
             self._create_directors(cursor)

@@ -23,8 +23,8 @@ from exactly.delivery.jobdb.base import (
     Transition,
     sending,
 )
+from exactly.delivery.jobdb.sql.controls import Controls
 from exactly.delivery.jobdb.sql.rows import JOB_COLUMNS, TRANSITION_COLUMNS, job_of, transition_of
-from exactly.delivery.jobdb.sql.schema import SQLSchema
 
 _T = TypeVar("_T")
 #: seconds: a dataset whose newest transition is older has had no success in the last minute
@@ -50,8 +50,9 @@ class _Part:
     errors: dict[str, int] = field(default_factory=dict)  # destination -> newest error's id
 
 
-class Reading(SQLSchema):
-    """Reads beside the director, each over the live datasets (archived ones are dropped)."""
+class Reading(Controls):
+    """Reads beside the director, each over the live datasets (archived ones are dropped); a
+    summary shows each destination's control (whether it is sending)."""
 
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url, **options)

@@ -14,11 +14,12 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from abc import abstractmethod
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from typing import Any, ClassVar
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar, Self
 
-from exactly.delivery.jobdb.base import Dataset, Job, JobDB
+from exactly.delivery.jobdb.base import Dataset, Job
 from exactly.delivery.jobdb.sql.rows import JOB_COLUMNS, job_of
 from exactly.errors import JobDBError
 
@@ -26,8 +27,9 @@ MARKER_COLUMNS = "query_id, batch_id, stream, end_offsets, committed_at"
 JOINED_COLUMNS = ", ".join(f"j.{column}" for column in JOB_COLUMNS.split(", "))
 
 
-class SQLSchema(JobDB):
-    """The JobDB in SQL, for every backend: they give a connection, a dialect and a lock."""
+class SQLSchema(ABC):
+    """The JobDB in SQL, for every backend: they give a connection, a dialect and their locks
+    (the abstract methods below are all a backend must write)."""
 
     scheme: ClassVar[str]
     #: SQL types: ``id`` (64-bit int), ``serial`` (auto-increment primary key), ``text`` (short,
@@ -80,9 +82,37 @@ class SQLSchema(JobDB):
     def _unlock_datasets(self, cursor: Any) -> None:
         self._connection.commit()
 
+    @abstractmethod
+    def director_lock(self, *, wait: bool = True) -> AbstractContextManager[None]:
+        """Hold the director's lock while inside; wait for it, or raise DirectorLockHeld."""
+
+    def keep_lock(self) -> None:  # noqa: B027 (a lock that cannot be lost needs nothing)
+        """Check the director lock is still held, taking it again if the connection that held
+        it was lost (a restarted server, a terminated backend); raise DirectorLockHeld if another
+        director took it meanwhile. A lock that cannot be lost (SQLite's flock) has nothing to
+        check."""
+
+    @abstractmethod
+    def replay_lock(self, destination: str) -> AbstractContextManager[None]:
+        """Hold ``destination``'s replay lock while inside, or raise ReplayRunning at once; the
+        database or the kernel releases it when its holder dies, however it dies."""
+
     # -- connection ----------------------------------------------------------------------------
 
+    def describe(self) -> str:
+        """The URL with its secrets masked, for messages."""
+        from exactly.urls import redact
+
+        return redact(self.url)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
+        """Close the connection (the next call opens another)."""
         with self._mutex:
             if self._connection is not None:
                 try:
@@ -97,7 +127,7 @@ class SQLSchema(JobDB):
             self._connected()
         return self._connection.cursor()
 
-    def _connected(self) -> None:
+    def _connected(self) -> None:  # noqa: B027 (nothing to do unless leases are held)
         """After a new connection is made (leases are taken again on it: ``leasing.py``)."""
 
     def _execute(self, cursor: Any, sql: str, params: Sequence[Any] = ()) -> Any:
