@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 
@@ -159,22 +162,27 @@ url = "http://127.0.0.1:9/a-rather-long-path-of-a-receiver/that-takes-orders"
 
 
 @pytest.fixture
-def fresh(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def fresh() -> Iterator[Path]:
     """A project where nothing has run: a config naming a destination, its data dir
     (``./.exactly``) at an absolute path of :data:`DATA_COLUMNS` characters.
 
     Long enough that no line naming it with anything else fits, short enough that the longest
     URL built on it, the log's ``sqlite://DATA_DIR/log;`` in an error, fits on a line of its own
-    (a longer path fits no line unless it is cut, and cutting it would make it useless).
+    (a longer path fits no line unless it is cut, and cutting it would make it useless). It is
+    made under ``/tmp`` itself, not pytest's temporary directory, whose length depends on the
+    run (``popen-gw1/`` under pytest-xdist).
     """
-    base = tmp_path_factory.mktemp("f")
-    room = DATA_COLUMNS - len(str(base)) - len("/.exactly") - 1
-    assert room > 20, f"the temporary directory {base} is too long for this test"
-    here = base / LONG[:room].rstrip("-")
-    here.mkdir()
-    (here / "exactly.toml").write_text(DESTINATIONS_TOML)
-    assert len(str((here / ".exactly").resolve())) <= DATA_COLUMNS
-    return here
+    base = Path(tempfile.mkdtemp(prefix="w", dir="/tmp" if Path("/tmp").is_dir() else None))
+    try:
+        room = DATA_COLUMNS - len(str(base)) - len("/.exactly") - 1
+        assert room > 20, f"the temporary directory {base} is too long for this test"
+        here = base / LONG[:room].rstrip("-")
+        here.mkdir()
+        (here / "exactly.toml").write_text(DESTINATIONS_TOML)
+        assert len(str((here / ".exactly").resolve())) <= DATA_COLUMNS
+        yield here
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def exactly(here: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
