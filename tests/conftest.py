@@ -20,6 +20,7 @@ from exactly.log import BACKENDS, Log, open_log
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from exactly.delivery.jobdb import JobDB
     from tests.archives import MotoServer
     from tests.servers import RedisServer
     from tests.up_service import Stack
@@ -138,6 +139,24 @@ def log_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 @pytest.fixture
 def log(log_url: str) -> Iterator[Log]:
     with open_log(log_url) as opened:
+        yield opened
+
+
+def _jobdb_backends() -> list[str]:
+    from exactly.delivery.jobdb import BACKENDS as JOBDB_BACKENDS
+
+    return list(JOBDB_BACKENDS)
+
+
+@pytest.fixture(params=_jobdb_backends())
+def jobdb(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobDB]:
+    """An empty JobDB of each backend (sqlite, postgresql, mysql: ``tests/jobdb.py``), for the
+    delivery tests whose behaviour rests on what the JobDB records (retries, 429s, the breaker,
+    isolation)."""
+    from exactly.delivery.jobdb import open_jobdb
+    from tests.jobdb import jobdb_url
+
+    with jobdb_url(request.param, tmp_path) as url, open_jobdb(url) as opened:
         yield opened
 
 

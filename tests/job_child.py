@@ -1,8 +1,9 @@
 """The crash tests' harness: job processes started warm, told to go, watched, SIGKILLed.
 
-The child modules (``tests.pipeline_job_child``, ``tests.route_job_child``) start Spark, print
-``warm``, wait for ``go`` on stdin, print ``running``, ``batch ...`` per micro-batch and ``done``.
-:func:`kill_at_random_points` is the one kill loop their crash tests run.
+The child modules (``tests.pipeline_job_child``, ``tests.route_job_child``,
+``tests.lake_job_child``) start Spark, print ``warm``, wait for ``go`` on stdin, print
+``running``, ``batch ...`` per micro-batch and ``done``. :func:`kill_at_random_points` is the one
+kill loop their crash tests run; it records where each kill landed (``tests.batches_in_flight``).
 """
 
 from __future__ import annotations
@@ -17,12 +18,25 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from exactly.log import Log, open_log
+from tests.batches_in_flight import Checkpoints, Landings
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m"
+AT_START = 3  # of a test's kills, how many come while the queries start (no batch of their own)
+AFTER_START = 0.5  # the most seconds a kill waits once a micro-batch of its run is in flight
+
+
+@dataclass
+class Kills:
+    """What :func:`kill_at_random_points` did: the runs that killed themselves, and where every
+    kill (theirs included) landed."""
+
+    self_kills: int
+    landings: Landings
 
 
 class Child:
@@ -85,6 +99,9 @@ class Child:
         tail = "".join(self.stderr.readlines()[-lines:])
         return f"{self.lines}\n--- stderr (last {lines} lines) ---\n{tail}"
 
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -99,21 +116,24 @@ def kill_at_random_points(
     grow: Callable[[Log], object],
     rng: random.Random,
     kills: int,
+    checkpoints: Checkpoints,
     self_kill: Callable[[random.Random], dict[str, str]] | None = None,
     env: dict[str, str] | None = None,
-) -> int:
+) -> Kills:
     """SIGKILL ``kills`` runs of a job at random points while its input grows; the last runs free.
 
     Runs are ``python -m module *args MODE`` in their own process groups; the next one warms up
     (Spark's start) while the current one works. A run is killed at a random moment: while the
-    query starts (0-4 s after ``running``) or inside a later micro-batch (0-2 s after a
-    ``batch`` line). ``grow(log)`` appends to the input every 0.25 s until the last run takes
+    queries start (0-4 s after ``running``, :data:`AT_START` kills chosen at random) or inside a
+    micro-batch (0 to :data:`AFTER_START` s after one of its own is in flight in
+    ``checkpoints``). Where each kill landed is read from ``checkpoints`` once the run is dead
+    and printed with it. ``grow(log)`` appends to the input every 0.25 s until the last run takes
     its turn; the last run catches up undisturbed and must print ``done``. ``self_kill``, when
     given, is asked for the extra environment of a run (empty: an ordinary run) and such a run
     must end by itself before ``done`` (it kills itself at a point of its own). ``env`` adds to
     every run's environment (a ``PYTHONPATH`` in it comes first, then this tree's ``src`` and the
     tree itself, so a run imports the package of the tree its test came from, whatever is
-    installed). Returns how many runs killed themselves.
+    installed). Returns how many runs killed themselves, and the landings.
     """
     extra = dict(env or {})
     path = os.pathsep.join(
@@ -138,9 +158,12 @@ def kill_at_random_points(
     appender = threading.Thread(target=appending, daemon=True)
     appender.start()
     current, suicidal = start(False)
+    checkpoints.run_starts()
     current.go()
     children = [current]
     killed = self_kills = 0
+    at_start = set(rng.sample(range(kills - 1), AT_START))  # (a self-killing run goes its way)
+    landings = Landings(module.rsplit(".", 1)[-1])
     began = time.monotonic()
     try:
         while killed < kills:
@@ -152,20 +175,26 @@ def kill_at_random_points(
                 assert current.wait_for("<exit>", timeout=240), current.report()
                 assert not current.saw("done"), current.report()
                 self_kills += 1
-            elif rng.random() < 0.4:
+            elif killed in at_start:
                 time.sleep(rng.uniform(0.0, 4.0))  # query start, planning, the first tasks
             else:
-                assert current.wait_for("batch", timeout=120), f"no batch: {current.report()}"
-                time.sleep(rng.uniform(0.0, 2.0))  # inside later micro-batches
+                in_flight = checkpoints.wait_for_batch(120, current.alive)
+                assert in_flight, f"no batch: {current.report()}"
+                time.sleep(rng.uniform(0.0, AFTER_START))  # inside a micro-batch of its own
             if not suicidal:
                 assert not current.saw("<exit>"), f"run {killed} died: {current.report()}"
+            current.kill()
+            killed += 1
+            landing = landings.add(checkpoints.landing(by_itself=suicidal))  # all dead
             if last:  # the input stops growing before the final run can take its turn
                 growing.clear()
                 appender.join()
-            current.kill()
-            killed += 1
-            print(f"kill {killed} at {time.monotonic() - began:.0f} s: {current.lines[-2:]}")
+            print(
+                f"kill {killed} at {time.monotonic() - began:.0f} s"
+                f"{' (by itself)' if suicidal else ''}: {landing}; {current.lines[-2:]}"
+            )
             current, suicidal = following, following_suicidal
+            checkpoints.run_starts()
             current.go()
         growing.clear()
         appender.join()
@@ -176,4 +205,4 @@ def kill_at_random_points(
         for child in children:
             child.kill()
             child.stderr.close()
-    return self_kills
+    return Kills(self_kills, landings)

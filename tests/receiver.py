@@ -15,9 +15,10 @@ Paths choose the behaviour (``N`` counts the requests for one ``webhook-id``):
 
 :attr:`Receiver.peak` is the most requests it held at once.
 
-Every request is kept (path, headers, body, time) in :attr:`Receiver.requests`. The time is
-``time.monotonic()``: tests measure intervals between arrivals, which a step of the wall clock
-would bend (sorted by a stepped clock, arrivals a rate kept apart look bunched).
+Every request is kept (path, headers, body, time) in :attr:`Receiver.requests`, with the time
+it was answered once it is. The times are ``time.monotonic()``: tests measure intervals between
+arrivals, which a step of the wall clock would bend (sorted by a stepped clock, arrivals a rate
+kept apart look bunched), and crash tests compare them with the moment of a kill.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class Received:
     body: bytes
     at: float
     status: int = 0
+    answered: float = 0.0  # when its answer was ready (0: not yet)
 
 
 class Receiver:
@@ -82,7 +84,9 @@ class Receiver:
             answer = await self._answer(request)
         finally:
             self.held -= 1
-        self.requests[at] = dataclasses.replace(kept, status=answer.status)
+        self.requests[at] = dataclasses.replace(
+            kept, status=answer.status, answered=time.monotonic()
+        )
         return answer
 
     def successes(self, path: str | None = None) -> Counter[str]:

@@ -21,10 +21,12 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.batches_in_flight import Checkpoints, Landing, Landings, find
+from tests.receiver import Receiver
 from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,6 +166,9 @@ class UpService:
         code = self.process.wait(timeout)
         return code, time.monotonic() - began
 
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
     def part_pid(self, name: str) -> int | None:
         """The pid of a part (a child of ``up`` running ``exactly NAME``), if running."""
         assert self.process is not None
@@ -177,6 +182,49 @@ class UpService:
         self.kill()
 
 
+class WorkInFlight:
+    """What one run of ``up`` has in flight: micro-batches it planned and has not committed (the
+    checkpoints in ``DATA_DIR/checkpoints``), and requests a receiver got from it whose outcome
+    the JobDB does not hold (``tests/requests_in_flight.py``). ``paths``: each destination's
+    path on ``receiver``."""
+
+    def __init__(
+        self, data_dir: Path, jobdb: str, receiver: Receiver, paths: Mapping[str, str]
+    ) -> None:
+        self.checkpoints = Checkpoints(lambda: find(data_dir / "checkpoints"))
+        self.jobdb = jobdb
+        self.receiver = receiver
+        self.paths = paths
+        self.began = time.monotonic()
+
+    def run_starts(self) -> None:
+        self.began = time.monotonic()
+        self.checkpoints.run_starts()
+
+    def wait_for_batch(self, timeout: float, alive: Callable[[], bool]) -> bool:
+        return self.checkpoints.wait_for_batch(timeout, alive)
+
+    def landing(self, killed_at: float) -> Landing:
+        """Where the kill at ``killed_at`` (``time.monotonic()``) landed, read once the whole
+        process group is gone."""
+        from exactly.delivery.jobdb import open_jobdb
+        from tests.requests_in_flight import executing
+
+        with open_jobdb(self.jobdb) as db:
+            out = executing(db)
+        got = {
+            (destination, request.headers.get("webhook-id", ""))
+            for destination, path in self.paths.items()
+            for request in list(self.receiver.requests)
+            if request.path == path and self.began <= request.at <= killed_at
+        }
+        requests = len(out & got)
+        return Landing(
+            self.checkpoints.own_in_flight()
+            + ((f"{requests} requests of its own",) if requests else ())
+        )
+
+
 def kill_on_progress(
     service: UpService,
     rng: random.Random,
@@ -184,38 +232,48 @@ def kill_on_progress(
     kills: int,
     at_start: int,
     progress: Callable[[], tuple[int, ...]],
+    work: WorkInFlight,
     on_work: Callable[[int], None] | None = None,
-) -> int:
+) -> Landings:
     """SIGKILL the running service's whole group ``kills`` times, starting it again after each.
 
     ``at_start`` kills, chosen at random, come at a random moment 1 to 12 s after a start
     (Spark starting, the queries planning); the others once ``progress()`` (events counted,
-    delivered...) has grown since that start, after ``on_work(kill)`` and 0 to 2 s more, so
-    that they interrupt work. Returns how many kills came after work was seen.
+    delivered...) has grown since that start and a micro-batch of the run's own is in flight
+    (``work``), after ``on_work(kill)`` and 0 to 0.5 s more, so that they interrupt work.
+    Returns where those kills after work landed (``work``: a batch or a request in flight).
     """
-    after_work = 0
+    landings = Landings("up, kills after start-up", inside_what="with work in flight")
     early = set(rng.sample(range(kills), at_start))
     for kill in range(kills):
         began = time.monotonic()
+        work.run_starts()
         before = progress()
+        alive = service.alive
         if kill in early:
             time.sleep(rng.uniform(1.0, 12.0))
         else:
             while progress() <= before:
                 assert time.monotonic() - began < 180, "no progress\n" + service.stderr()
-                assert service.process is not None and service.process.poll() is None, (
-                    service.stderr()
-                )
+                assert alive(), service.stderr()
                 time.sleep(0.2)
-            after_work += 1
             if on_work is not None:
                 on_work(kill)
-            time.sleep(rng.uniform(0.0, 2.0))
-        assert service.process is not None and service.process.poll() is None, service.stderr()
+            assert work.wait_for_batch(120, alive), "no micro-batch\n" + service.stderr()
+            time.sleep(rng.uniform(0.0, 0.5))
+        assert alive(), service.stderr()
+        killed_at = time.monotonic()
         service.kill()
-        print(f"kill {kill + 1} after {time.monotonic() - began:.1f} s: progress {progress()}")
+        if kill in early:  # (its JobDB may not even exist yet)
+            landing = Landing(work.checkpoints.own_in_flight())
+        else:
+            landing = landings.add(work.landing(killed_at))
+        print(
+            f"kill {kill + 1} after {time.monotonic() - began:.1f} s"
+            f"{' (start-up)' if kill in early else ''}: {landing}; progress {progress()}"
+        )
         service.start()
-    return after_work
+    return landings
 
 
 def _children(pid: int) -> list[int]:

@@ -109,13 +109,13 @@ def test_success_carries_every_header_and_a_valid_signature(db: JobDB, receiver:
     ]
 
 
-def test_server_errors_are_retried_until_they_pass(db: JobDB, receiver: Receiver) -> None:
+def test_server_errors_are_retried_until_they_pass(jobdb: JobDB, receiver: Receiver) -> None:
     target = destination("flaky", f"{receiver.url}/flaky/2")
-    enqueue(db, target, 3)
-    run(db, target)
-    assert final_states(db, "flaky") == {SUCCEEDED: 3}
+    enqueue(jobdb, target, 3)
+    run(jobdb, target)
+    assert final_states(jobdb, "flaky") == {SUCCEEDED: 3}
     assert sorted(receiver.ids().values()) == [3, 3, 3]
-    assert attempts(db, 1) == [
+    assert attempts(jobdb, 1) == [
         (EXECUTING, 1, None),
         (AWAITING_RETRY, 1, 500),
         (EXECUTING, 2, None),
@@ -125,15 +125,15 @@ def test_server_errors_are_retried_until_they_pass(db: JobDB, receiver: Receiver
     ]
 
 
-def test_429_waits_for_retry_after(db: JobDB, receiver: Receiver) -> None:
+def test_429_waits_for_retry_after(jobdb: JobDB, receiver: Receiver) -> None:
     target = destination("throttled", f"{receiver.url}/throttle/1")
-    enqueue(db, target, 2)
-    run(db, target)
-    assert final_states(db, "throttled") == {SUCCEEDED: 2}
+    enqueue(jobdb, target, 2)
+    run(jobdb, target)
+    assert final_states(jobdb, "throttled") == {SUCCEEDED: 2}
     for message_id in receiver.ids():
         times = [r.at for r in receiver.requests if r.headers["webhook-id"] == message_id]
         assert len(times) == 2 and times[1] - times[0] >= 0.95  # Retry-After: 1, not 0.05 s
-    history = db.history(1)
+    history = jobdb.history(1)
     assert history[1].state == AWAITING_RETRY and history[1].status_code == 429
     assert history[1].retry_at is not None and history[1].retry_at - history[1].time >= 1
 
@@ -168,12 +168,12 @@ def test_retried_answers_expire(db: JobDB, receiver: Receiver, path: str) -> Non
     assert len(receiver.ids()) == 2
 
 
-def test_refused_connections_are_retried(db: JobDB) -> None:
+def test_refused_connections_are_retried(jobdb: JobDB) -> None:
     target = destination("nobody", f"http://127.0.0.1:{free_port()}/in")
-    enqueue(db, target, 1, expire=0.8)
-    run(db, target)
-    assert final_states(db, "nobody") == {EXPIRED: 1}
-    retried = [step for step in db.history(1) if step.state == AWAITING_RETRY]
+    enqueue(jobdb, target, 1, expire=0.8)
+    run(jobdb, target)
+    assert final_states(jobdb, "nobody") == {EXPIRED: 1}
+    retried = [step for step in jobdb.history(1) if step.state == AWAITING_RETRY]
     assert retried and all(step.error_type == "refused" for step in retried)
 
 
@@ -187,29 +187,29 @@ def test_a_crash_left_executing_is_sent_again(db: JobDB, receiver: Receiver) -> 
     assert attempts(db, job.id) == [(EXECUTING, 1, None), (EXECUTING, 2, None), (SUCCEEDED, 2, 200)]
 
 
-def test_one_destination_down_does_not_slow_another(db: JobDB) -> None:
+def test_one_destination_down_does_not_slow_another(jobdb: JobDB) -> None:
     with Receiver() as fast, Receiver(delay=0.0) as down:
         down.down = True
         good = destination("good", f"{fast.url}/ok", max_in_flight=4)
         bad = destination("bad", f"{down.url}/flap", max_in_flight=4, timeout=0.5)
-        enqueue(db, bad, 2000, expire=600)
-        enqueue(db, good, 300)
-        director = Director(db, [good, bad], poll_seconds=0.05, report=lambda _: None)
+        enqueue(jobdb, bad, 2000, expire=600)
+        enqueue(jobdb, good, 300)
+        director = Director(jobdb, [good, bad], poll_seconds=0.05, report=lambda _: None)
         import threading
 
         runner = threading.Thread(target=director.run, kwargs={"until_drained": True})
         started = time.time()
         runner.start()
         deadline = started + 60
-        while final_states(db, "good").get(SUCCEEDED, 0) < 300 and time.time() < deadline:
+        while final_states(jobdb, "good").get(SUCCEEDED, 0) < 300 and time.time() < deadline:
             time.sleep(0.05)
         good_done = time.time() - started
-        assert final_states(db, "good") == {SUCCEEDED: 300}
+        assert final_states(jobdb, "good") == {SUCCEEDED: 300}
         assert good_done < 15
         down.down = False  # the bad one recovers and its backlog drains
         runner.join(120)
         assert not runner.is_alive()
-        assert final_states(db, "bad") == {SUCCEEDED: 2000}
+        assert final_states(jobdb, "bad") == {SUCCEEDED: 2000}
         assert set(down.ids("/flap")) == {f"bad-{i}" for i in range(2000)}
 
 

@@ -105,20 +105,20 @@ def test_many_sources_on_one_destination_get_every_job_once(db: JobDB, receiver:
     assert len(set(first)) >= 10, first  # in turn, not one source's queue after another's
 
 
-def test_a_429_pauses_the_whole_destination(db: JobDB, receiver: Receiver) -> None:
+def test_a_429_pauses_the_whole_destination(jobdb: JobDB, receiver: Receiver) -> None:
     """A receiver answering 429 (Retry-After: 1) for 3 s to 200 queued jobs of 2 sources: the
     destination pauses, so the receiver sees a few requests per pause, not 200 per second."""
     target = destination("busy", f"{receiver.url}/busy", timeout=2.0)
-    enqueue(db, "busy", 100, sources=2)
+    enqueue(jobdb, "busy", 100, sources=2)
     receiver.busy_until = time.monotonic() + 3.0
-    run(db, target)
-    assert db.states()["busy"] == {SUCCEEDED: 200}
+    run(jobdb, target)
+    assert jobdb.states()["busy"] == {SUCCEEDED: 200}
     throttled = sum(1 for request in receiver.requests if request.status == 429)
     assert throttled <= 40, throttled
     assert sorted(set(receiver.successes().values())) == [1]
 
 
-def test_a_failing_destination_is_paused_and_probed(db: JobDB, receiver: Receiver) -> None:
+def test_a_failing_destination_is_paused_and_probed(jobdb: JobDB, receiver: Receiver) -> None:
     """503 to every request: after 5 failures over half a second the breaker opens and one
     probe at a time goes out at growing intervals until the jobs expire: after the first two
     seconds, a handful of requests, not hundreds."""
@@ -128,10 +128,10 @@ def test_a_failing_destination_is_paused_and_probed(db: JobDB, receiver: Receive
         breaker={"open_after": 5, "failing_for": "0.5s"},
         backoff={"min": 0.5, "max": 2.0},
     )
-    enqueue(db, "down", 50, window=5.0)
+    enqueue(jobdb, "down", 50, window=5.0)
     started = time.monotonic()
-    run(db, target)
-    assert db.states()["down"] == {EXPIRED: 50}
+    run(jobdb, target)
+    assert jobdb.states()["down"] == {EXPIRED: 50}
     first = receiver.requests[0].at
     late = [request for request in receiver.requests if request.at > first + 2.0]
     assert len(late) <= 10, (len(late), len(receiver.requests))

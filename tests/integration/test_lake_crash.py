@@ -2,10 +2,12 @@
 
 Runs are killed while the query starts, inside micro-batches, right after a table commit and
 before Spark's, and after a batch's file is written but before its commit; the events topic
-grows all the while. After the catch-up, read back with ``deltalake`` and ``polars`` (not our
-code): every messageId of ``events`` is in the table exactly once, no file written before a
-killed commit is visible, and vacuum removes those files (and those of batches a random kill
-stopped between their files and their commit) and nothing else.
+grows all the while. Each kill is recorded as inside a micro-batch or between two (read from the
+checkpoint, ``tests/batches_in_flight.py``), and at least three quarters land inside one. After
+the catch-up, read back with ``deltalake`` and ``polars`` (not our code): every messageId of
+``events`` is in the table exactly once, no file written before a killed commit is visible, and
+vacuum removes those files (and those of batches a random kill stopped between their files and
+their commit) and nothing else.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from exactly.lake import open_table
 from exactly.lake.files import FILE_NAME
 from exactly.log import Log, open_log
 from tests.aggregate_stream import EventStream, append
+from tests.batches_in_flight import Checkpoints
 from tests.job_child import kill_at_random_points
 from tests.lake_job_child import KILL_AFTER_COMMIT, KILL_BEFORE_COMMIT, KILLED
 from tests.seeds import crash_seed
@@ -67,16 +70,19 @@ def test_the_lake_query_killed_at_random_points_lands_every_event_once(
     with open_log(log_url) as log:
         log.create_topic("events", PARTITIONS)
         grow(log)
-    self_kills = kill_at_random_points(
+    checkpoint = tmp_path / "checkpoint"
+    kills = kill_at_random_points(
         "tests.lake_job_child",
-        [str(config), f"delta://{path}", str(tmp_path / "checkpoint")],
+        [str(config), f"delta://{path}", str(checkpoint)],
         log_url=log_url,
         grow=grow,
         rng=rng,
         kills=KILLS + SELF_KILLS,
+        checkpoints=Checkpoints({"lake": checkpoint}),
         self_kill=self_kill,
     )
-    assert self_kills == SELF_KILLS
+    assert kills.self_kills == SELF_KILLS
+    kills.landings.check()
 
     # read back by the format's own library and by polars
     table = DeltaTable(str(path))

@@ -15,14 +15,16 @@ backend of the three stages:
 (The lake on Delta is killed by ``test_lake_crash.py``, with a kill between a batch's files and
 its commit.)
 
-Runs are SIGKILLed 20 times at random moments (the harness of ``tests/job_child.py``: while Spark
-or the queries start, inside micro-batches); four more kill themselves right after a database
-commit and before Spark's (two after the aggregate's SQL commit, two after the route's JobDB
-commit, and on the stacks with a lake two after the lake's table commit), so the next run
-replays a batch the database already holds. ``raw`` grows meanwhile,
-with duplicates and records without a usable messageId; raw has more partitions than the
-application has cores, and the claim stores get Arrow batches far smaller than a task's rows, so
-that batches span partitions as they do in production. At the end:
+Runs are SIGKILLed 20 times at random moments (the harness of ``tests/job_child.py``: three while
+the queries start, the others 0 to 0.5 s after a micro-batch of the run's own is in flight); each
+kill is recorded as inside a micro-batch or between two, read from the four checkpoints once the
+run is dead, and at least three quarters must land inside one; four more kill themselves right
+after a database commit and before Spark's (two after the aggregate's SQL commit, two after the
+route's JobDB commit, and on the stacks with a lake two after the lake's table commit), so the
+next run replays a batch the database already holds. ``raw`` grows meanwhile, with duplicates
+and records without a usable messageId; raw has more partitions than the application has cores,
+and the claim stores get Arrow batches far smaller than a task's rows, so that batches span
+partitions as they do in production. At the end:
 
 * ``events`` is exactly the first record of each messageId in ``raw``, in order, per partition,
   and every bad record is in ``raw.rejected`` once;
@@ -54,6 +56,7 @@ from exactly.log import Log, Record, open_log
 from tests import short_reads
 from tests.aggregate_db import postgres_missing, postgres_schema
 from tests.aggregate_stream import EventStream, append
+from tests.batches_in_flight import Checkpoints
 from tests.conftest import require
 from tests.dedupe_stream import RAW, assert_deduplicated
 from tests.integration.test_aggregate import assert_exact
@@ -181,17 +184,21 @@ def test_pipeline_killed_at_random_points_stays_exact(
         with open_log(used.log) as log:
             log.create_topic(RAW, PARTITIONS)
             append(log, RAW, PARTITIONS, stream.chunk(1000))
-            killed_themselves = kill_at_random_points(
+            data = tmp_path / "data"  # the child's checkpoints: data / QUERY
+            queries = ["dedupe", "aggregate", "route"] + (["lake"] if lake else [])
+            kills = kill_at_random_points(
                 "tests.pipeline_job_child",
                 [str(config)],
                 log_url=used.log,
                 grow=grow,
                 rng=rng,
                 kills=KILLS + len(self_kills),
+                checkpoints=Checkpoints({query: data / query for query in queries}),
                 self_kill=self_kill,
                 env=faults,
             )
-            assert killed_themselves == len(self_kills)
+            assert kills.self_kills == len(self_kills)
+            kills.landings.check()
             if shard is not None:
                 assert shard.restarts == len(SHARD_RESTARTS), "the run ended before a restart"
             assert rejects >= 5

@@ -10,9 +10,11 @@ Afterwards one route run catches up and one director drains:
 
 * the JobDB holds exactly one job per (event, matching destination), all succeeded;
 * every receiver got 2xx for exactly the events its destination's filters match;
-* a duplicate 2xx exists only for a request out when a director died: their number is at most
-  the jobs left ``executing`` at the director's kills, and at most kills x requests it may have
-  out;
+* a message succeeds twice at a destination only if it was ``executing`` there at a director's
+  kill, once more per such kill (``tests/requests_in_flight.py``), and at most kills x requests
+  it may have out in all;
+* each route kill is recorded as inside a micro-batch or between two, each director kill with
+  the requests in flight at it, and at least three quarters of each land inside;
 * every copy of a message carries the same Idempotency-Key, webhook-id and body, and every
   signature verifies with the ``standardwebhooks`` package.
 """
@@ -27,18 +29,19 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from standardwebhooks.webhooks import Webhook
 
 from exactly.delivery.jobdb import open_jobdb
-from exactly.delivery.jobdb.base import EXECUTING, SUCCEEDED
+from exactly.delivery.jobdb.base import SUCCEEDED
 from exactly.log import Log, open_log
 from tests.aggregate_stream import EventStream, append
+from tests.batches_in_flight import Checkpoints
 from tests.job_child import kill_at_random_points
 from tests.receiver import Receiver
+from tests.requests_in_flight import RequestKills, executing, received
 from tests.route_job_child import KILL_AFTER_COMMIT
 from tests.seeds import crash_seed
 
@@ -117,10 +120,10 @@ class Verifier:
 class Directors:
     """``exactly deliver`` started and SIGKILLed ``KILLS`` times in a thread, each run once the
     receivers got a request of its own and a moment later (0 to 0.3 s): most kills find
-    requests out, which :attr:`in_flight_at_kill` counts."""
+    requests in flight, which :attr:`requests` records per kill."""
 
     def __init__(
-        self, config_path: Path, jobdb: str, rng: random.Random, requests: Callable[[], int]
+        self, config_path: Path, jobdb: str, rng: random.Random, receivers: dict[str, Receiver]
     ) -> None:
         self.command = [
             sys.executable, "-m", "exactly", "--config", str(config_path), "deliver",
@@ -128,21 +131,27 @@ class Directors:
         ]  # fmt: skip
         self.jobdb = jobdb
         self.rng = rng
-        self.requests = requests  # how many requests the receivers got so far
-        self.kills = 0
-        self.executing_at_kills = 0
-        self.in_flight_at_kill = 0
+        self.receivers = receivers
+        self.requests = RequestKills("deliver beside route")
         self.failure: str | None = None
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
+    @property
+    def kills(self) -> int:
+        return self.requests.kills
+
+    def _received(self) -> int:
+        return sum(len(receiver.requests) for receiver in self.receivers.values())
+
     def _loop(self) -> None:
         while self.kills < KILLS:
-            seen = self.requests()
+            seen = self._received()
+            began = time.monotonic()
             process = subprocess.Popen(
                 self.command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
             )
             deadline = time.monotonic() + 120  # the route may not have written jobs yet
-            while self.requests() == seen and process.poll() is None:
+            while self._received() == seen and process.poll() is None:
                 if time.monotonic() > deadline:
                     self.failure = "no request from a director in 120 s"
                     return
@@ -151,13 +160,13 @@ class Directors:
             if process.poll() is not None:
                 self.failure = f"deliver exited early: {process.stderr.read().decode()[-2000:]}"  # type: ignore[union-attr]
                 return
+            killed_at = time.monotonic()
             process.send_signal(signal.SIGKILL)
             process.wait(30)
-            self.kills += 1
             with open_jobdb(self.jobdb) as db:
-                out = sum(states.get(EXECUTING, 0) for states in db.states().values())
-            self.executing_at_kills += out
-            self.in_flight_at_kill += out > 0
+                out = executing(db)
+            found = self.requests.add(received(self.receivers, began, killed_at), out)
+            print(f"deliver kill {self.kills}: {len(found)} requests in flight", flush=True)
 
 
 @pytest.mark.timeout(1200)
@@ -195,12 +204,7 @@ def test_route_and_deliver_killed_20_times_each_deliver_every_event(
         with open_log(log_url) as log:
             log.create_topic("events", PARTITIONS)
             grow(log)
-        directors = Directors(
-            config_path,
-            jobdb,
-            director_rng,
-            lambda: sum(len(receiver.requests) for receiver in receivers.values()),
-        )
+        directors = Directors(config_path, jobdb, director_rng, receivers)
         flapping = threading.Event()
         flapping.set()
 
@@ -225,15 +229,17 @@ def test_route_and_deliver_killed_20_times_each_deliver_every_event(
         directors.thread.start()
         began = time.monotonic()
         try:
-            self_kills = kill_at_random_points(
+            kills = kill_at_random_points(
                 "tests.route_job_child",
                 [str(config_path), jobdb, str(tmp_path / "checkpoint")],
                 log_url=log_url,
                 grow=grow,
                 rng=rng,
                 kills=KILLS + SELF_KILLS,
+                checkpoints=Checkpoints({"route": tmp_path / "checkpoint"}),
                 self_kill=self_kill,
             )
+            self_kills = kills.self_kills
             directors.thread.join(300)
         finally:
             flapping.clear()
@@ -254,17 +260,19 @@ def test_route_and_deliver_killed_20_times_each_deliver_every_event(
         with open_jobdb(jobdb) as db:
             assert db.states() == {name: {SUCCEEDED: len(ids)} for name, ids in truth.items()}
         duplicates = {name: verifiers[name].duplicates(truth[name]) for name in FILTERS}
+        # per message: a copy only for each kill that found it executing
+        directors.requests.check_duplicates({n: r.successes() for n, r in receivers.items()})
     total = sum(duplicates.values())
     print(
         f"{len(values)} events, jobs { ({n: len(i) for n, i in truth.items()}) }; route SIGKILLed "
         f"{KILLS + SELF_KILLS - self_kills} times + {self_kills} self-kills after a JobDB commit, "
         f"deliver {directors.kills} times, in {took:.0f} s; executing at the director's kills "
-        f"{directors.executing_at_kills}, duplicates {duplicates}"
+        f"{sum(directors.requests.left_executing.values())}, duplicates {duplicates}"
     )
     assert self_kills == SELF_KILLS and directors.kills == KILLS
-    assert directors.in_flight_at_kill >= KILLS // 2, "most director kills must find work"
-    # a duplicate is a request out when a director died: a job left executing (counted again at
-    # each kill until a run resends it), at most max_in_flight per destination per kill
-    assert total <= directors.executing_at_kills
+    kills.landings.check()  # the route's kills inside micro-batches
+    directors.requests.check()  # the director's kills with requests in flight
+    # a duplicate is a request out when a director died: at most max_in_flight per destination
+    # per kill in all (per message: check_duplicates above)
     assert total <= KILLS * len(FILTERS) * MAX_IN_FLIGHT
     assert Counter(json.loads(v)["messageId"] for v in values).most_common(1)[0][1] == 1

@@ -1,9 +1,12 @@
 """``exactly copy`` killed with SIGKILL at random points while its source grows, then resumed.
 
 Each run is a real ``exactly copy`` process (driver, JVM, Python workers) in its own process
-group, killed as a whole, as a machine crash would. Most kills come at a random moment after the
-run copied something, so they land in every phase of a micro-batch (reading, appending, the
-sink's commit, Spark's checkpoint writes); a quarter come during start-up. Three runs in four
+group, killed as a whole, as a machine crash would. Most kills come at a random moment (0 to
+0.5 s) after a micro-batch of the run's own is in flight (its ``offsets`` file written, no
+``commits`` file yet), so they land in every phase of a micro-batch (reading, appending, the
+sink's commit, Spark's checkpoint writes); two, chosen at random, come during start-up. Where each
+kill landed is read from the checkpoint once the run is dead (``tests/batches_in_flight.py``):
+at least three quarters of each backend's kills must land inside a micro-batch. Three runs in four
 write appends of 7 records (``--append-records``), so that a kill can land between two appends of
 one task, leaving part of its output stored for the next run to find. After the last kill, a
 run with ``--until-caught-up`` finishes the copy, and the destination must equal the source: per
@@ -35,13 +38,15 @@ from pathlib import Path
 
 import pytest
 
-from exactly.errors import UnknownTopic
 from exactly.log import Log, Record, open_log
 from tests import short_reads
+from tests.batches_in_flight import Checkpoints, Landings
+from tests.job_child import AFTER_START
 from tests.seeds import crash_seed
 from tests.spark_helpers import assert_copied
 
 KILLS = 20  # per backend, never fewer (issue 4)
+AT_START = 2  # of them, killed during start-up (0.5-6 s after it), the others inside a batch
 PARTITIONS = 3
 FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
@@ -80,20 +85,24 @@ class Growing:
             self.count[partition] += len(records)
 
 
+@dataclass(frozen=True)
+class Running:
+    """Whether a run is still alive, for :meth:`Checkpoints.wait_for_batch`."""
+
+    process: subprocess.Popen[bytes]
+
+    def __call__(self) -> bool:
+        return self.process.poll() is None
+
+
 @dataclass
 class Report:
     backend: str
     kills: int = 0
     after_progress: int = 0
     seconds_to_progress: list[float] = field(default_factory=list)
+    landings: Landings = field(default_factory=lambda: Landings("copy"), repr=False)
     final: str = ""
-
-
-def copied(log: Log, destination: str) -> int:
-    try:
-        return sum(log.end_offsets(destination).values())
-    except UnknownTopic:  # the first run creates it
-        return 0
 
 
 def crash_and_resume(
@@ -111,14 +120,16 @@ def crash_and_resume(
     ]
     streaming = [*command, "--trigger-seconds", "0.1", "--max-records-per-trigger", "300"]
     env = {**os.environ, "JDK_JAVA_OPTIONS": jvm, "EXACTLY_SPARK__MASTER": "local[2]", **faults}
-    report = Report(backend)
+    report = Report(backend, landings=Landings(f"copy on {backend}"))
+    checkpoints = Checkpoints({"copy": work / "checkpoint"})
     work.mkdir(parents=True, exist_ok=True)
     stderr = work / "stderr.txt"
     with open_log(log_url) as log:
         log.create_topic(source, PARTITIONS)
         with Growing(log, source, seed):
-            for _ in range(KILLS):
-                before = copied(log, destination)
+            at_start = set(rng.sample(range(KILLS), AT_START))
+            for kill in range(KILLS):
+                checkpoints.run_starts()
                 began = time.monotonic()
                 appends = ["--append-records", str(rng.choice([7, 7, 7, 5000]))]
                 with stderr.open("w") as errors:
@@ -131,22 +142,23 @@ def crash_and_resume(
                         start_new_session=True,  # the kill takes the JVM and its workers too
                     )
                 try:
-                    if rng.random() < 0.25:
+                    if kill in at_start:
                         time.sleep(rng.uniform(0.5, 6.0))  # start-up, planning or a first batch
                     else:
-                        deadline = began + 180
-                        while copied(log, destination) <= before and process.poll() is None:
-                            assert time.monotonic() < deadline, f"{backend}: no progress"
-                            time.sleep(0.05)
+                        running = Running(process)
+                        working = checkpoints.wait_for_batch(180, running)
+                        assert working or process.poll() is not None, f"{backend}: no batch"
                         report.after_progress += 1
                         report.seconds_to_progress.append(round(time.monotonic() - began, 1))
-                        time.sleep(rng.uniform(0.0, 1.0))
+                        time.sleep(rng.uniform(0.0, AFTER_START))
                     assert process.poll() is None, f"{backend}: the copy died: {stderr.read_text()}"
                 finally:
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(process.pid, signal.SIGKILL)
                     process.wait()
                 report.kills += 1
+                landing = report.landings.add(checkpoints.landing())  # the run is dead
+                print(f"{backend}: kill {report.kills}: {landing}", flush=True)
         finished = subprocess.run(
             [*command, "--until-caught-up"],
             stdin=subprocess.DEVNULL,
@@ -194,3 +206,5 @@ def test_copy_killed_at_random_points_copies_exactly_once(kafka_url: str, tmp_pa
         print(report)
         assert report.kills >= KILLS
         assert report.after_progress >= KILLS // 2  # most kills hit a copy at work
+    for report in reports:
+        report.landings.check()

@@ -2,7 +2,8 @@
 
 Real parts throughout: ``exactly up`` as a process group (collector, one Spark application with
 the dedupe, aggregate and route queries, the director), clients that retry as SDKs do, a real
-HTTP receiver for two destinations, and ``exactly audit`` (a batch recount) at the end.
+HTTP receiver for two destinations, and ``exactly audit`` (a batch recount) at the end; with a
+lake on moto's S3 (Delta, Iceberg), ``up`` killed inside a micro-batch of the lake query.
 """
 
 from __future__ import annotations
@@ -16,12 +17,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.archives import MotoServer
+from tests.batches_in_flight import Checkpoints, find
+from tests.lake_tables import S3_CASES, lake_url
 from tests.receiver import Receiver
 from tests.seeds import crash_rng
 from tests.up_service import (
     ROOT,
     Clients,
     UpService,
+    WorkInFlight,
     counted,
     kill_on_progress,
     spark_failures,
@@ -144,23 +149,71 @@ STARTUP_KILLS = 3  # at a random moment of the start; the others once this run h
 def test_up_killed_at_random_points_stays_exact(service: UpService, receiver: Receiver) -> None:
     """SIGKILL up's whole process group 10 times while clients send; nothing lost or doubled.
 
-    Seven kills come once this run was seen to count or deliver events (0 to 2 s after), three
-    at a random moment of its start."""
+    Seven kills come once this run was seen to count or deliver events and a micro-batch of its
+    own is in flight (0 to 0.5 s after), three at a random moment of its start. Each of the
+    seven must find work in flight when it lands: a micro-batch of the run's own not committed,
+    or a request the receiver got from it whose outcome the JobDB does not hold."""
     rng = crash_rng("up-crash", "14")
     clients = Clients(service.port, batches=160, size=20, pause=1.0)  # sending past the kills
     service.start()
     clients.start()
     data = service.directory / "data"
-    after_work = kill_on_progress(
+    work = WorkInFlight(
+        data, f"sqlite://{data / 'jobdb'}", receiver, {"all": "/ok", "orders": "/flaky/1"}
+    )
+    landings = kill_on_progress(
         service,
         rng,
         kills=KILLS,
         at_start=STARTUP_KILLS,
         progress=lambda: (counted(data), len(receiver.successes("/ok"))),
+        work=work,
     )
-    assert after_work == KILLS - STARTUP_KILLS
+    assert len(landings.kills) == KILLS - STARTUP_KILLS
+    landings.check(least=1.0)  # each kill after start-up found work in flight
     assert clients.wait(600), "the clients could not send everything"
     wait_for_everything(service, receiver, clients, timeout=300)
     # a request in flight at each kill may be sent again: at most max_in_flight (8) per kill
     check_exact(service, receiver, clients, in_flight=KILLS * 8)
     assert not spark_failures(data), spark_failures(data)[:3]
+
+
+@pytest.mark.parametrize("case", S3_CASES)
+def test_up_killed_inside_a_lake_batch_on_s3_lands_each_event_once(
+    tmp_path: Path, receiver: Receiver, moto_s3: MotoServer, case: str
+) -> None:
+    """SIGKILL up's whole process group once the lake query (Delta or Iceberg on moto's S3) has
+    a micro-batch of its own in flight, start it again: the table holds each event once."""
+    from exactly.lake import open_table
+
+    with lake_url(case, tmp_path, moto_s3) as lake:
+        config = write_config(tmp_path, receiver.url)
+        config.write_text(config.read_text() + f'\n[lake]\nurl = "{lake}"\n')
+        service = UpService(config, tmp_path)
+        checkpoints = tmp_path / "data" / "checkpoints"
+        lake_batches = Checkpoints(
+            lambda: {name: path for name, path in find(checkpoints).items() if "lake" in name}
+        )
+        try:
+            clients = Clients(service.port, batches=40, size=20, pause=0.5)
+            lake_batches.run_starts()
+            service.start()
+            clients.start()
+            assert lake_batches.wait_for_batch(300, service.alive), service.stderr()
+            service.kill()  # at once: a lake batch takes far longer than one poll (10 ms)
+            landing = lake_batches.landing()
+            print(f"{case}: up killed {landing}")
+            assert landing.inside, "the kill did not land inside a lake micro-batch"
+            service.start()
+            assert clients.wait(300), "the clients could not send everything"
+            deadline = time.monotonic() + 300
+            with open_table(lake) as table:
+                landed = table.read().column("messageId").to_pylist()
+                while len(landed) < len(clients.ids):
+                    assert time.monotonic() < deadline, f"{len(landed)} of {len(clients.ids)}"
+                    assert service.alive(), service.stderr()
+                    time.sleep(1)
+                    landed = table.read().column("messageId").to_pylist()
+        finally:
+            service.close()
+    assert sorted(landed) == sorted(clients.ids), "an event is in the lake twice or not at all"
