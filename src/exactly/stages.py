@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
+from exactly.aggregate.settings import RECORDS_PER_TRIGGER as AGGREGATE_RECORDS_PER_TRIGGER
+from exactly.dedupe.settings import RECORDS_PER_TRIGGER as DEDUPE_RECORDS_PER_TRIGGER
 from exactly.delivery.settings import ROUTE_RECORDS_PER_TRIGGER
 from exactly.lake.settings import RECORDS_PER_TRIGGER as LAKE_RECORDS_PER_TRIGGER
 
@@ -87,6 +89,7 @@ class Stage(ABC, Generic[PlanT, TargetT, DoneT]):
     # what that part calls the target in --json; None: the status names its own (each dedupe job
     # its store), and a failure to read it stops the command
     target_as: ClassVar[str | None] = "url"
+    target_is: ClassVar[str]  # what the target is, in words (``exactly up``: "the JobDB to open")
 
     def enabled(self, settings: Settings) -> bool:
         """Whether ``exactly up`` runs the stage with ``settings``."""
@@ -141,8 +144,10 @@ class Dedupe(Stage["DedupePlan", "Output", "Summary"]):
 
     name = "dedupe"
     reads = RAW
+    max_records_per_trigger = DEDUPE_RECORDS_PER_TRIGGER
     shown_as = "dedupe"
     target_as = None
+    target_is = "the dedupe store"
 
     def plan(self, settings: Settings, **run: Any) -> DedupePlan:
         from exactly.dedupe.driver import configured_plan
@@ -194,7 +199,9 @@ class Aggregate(Stage["AggregatePlan", "AggregateDB", "Counted"]):
 
     name = "aggregate"
     reads = EVENTS
+    max_records_per_trigger = AGGREGATE_RECORDS_PER_TRIGGER
     shown_as = "aggregate"
+    target_is = "the aggregate database"
 
     def plan(self, settings: Settings, **run: Any) -> AggregatePlan:
         from exactly.aggregate.driver import configured_plan
@@ -241,6 +248,7 @@ class Route(Stage["RoutePlan", "RouterJobs", "Routed"]):
     max_records_per_trigger = ROUTE_RECORDS_PER_TRIGGER
     shown_as = "delivery"  # the JobDB's jobs, routed and delivered
     target_as = "jobdb"
+    target_is = "the JobDB"
 
     def enabled(self, settings: Settings) -> bool:
         return bool(settings.destinations)
@@ -294,6 +302,7 @@ class Lake(Stage["LakePlan", "LakeTable", "Landed"]):
     reads = EVENTS
     max_records_per_trigger = LAKE_RECORDS_PER_TRIGGER
     shown_as = "lake"
+    target_is = "the lake table"
 
     def enabled(self, settings: Settings) -> bool:
         return bool(settings.lake.url)

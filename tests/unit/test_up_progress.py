@@ -157,3 +157,41 @@ def test_several_directors_are_one_entry_of_the_parts_line(tmp_path: Path) -> No
     for running in supervisor.parts[2:]:
         running.starts = 3  # each director restarted twice
     assert view.parts().endswith("directors 0/8 up (16 restarts)")
+
+
+def test_up_the_console_and_status_say_what_a_starting_query_waits_on(tmp_path: Path) -> None:
+    settings = load_settings(data_dir=tmp_path / "data")
+    supervisor = supervised(tmp_path, time.monotonic() - 13)
+    process = supervisor.parts[0].process
+    assert process is not None
+    try:
+        path = watch.progress_path(settings.data_dir)
+        waiting = {"dedupe": "batch 48, run again", "aggregate": "Spark to start"}
+        at = time.time()
+        watch.save_progress(path, Progress(process.pid, at - 12, {"aggregate": at - 1}, waiting))
+        view = View(settings, None, supervisor, live=False)  # type: ignore[arg-type]
+        reader = Reader(settings, supervisor)
+        for snapshot in steady(3):
+            snapshot.at = at - 3 + snapshot.at
+            snapshot.progress = watch.read_progress(path)
+            view.history.add(snapshot)
+            reader.history.add(snapshot)
+        shown = view.lines()
+        assert all(len(line) <= 80 for line in shown), shown
+        dedupe = next(line for line in shown if " dedupe " in line)
+        assert dedupe.endswith("starting (12 s)  window 1d  on batch 48, run again"), dedupe
+        aggregate = next(line for line in shown if " aggregate " in line)
+        assert "starting" not in aggregate and " on " not in aggregate, aggregate
+        entries = stage_entries(
+            watch.stages(settings), reader.history, [], reader.starting, reader.waiting_on
+        )
+        entry = next(s for s in with_parts(entries, reader.parts()) if s["name"] == "dedupe")
+        assert entry["waiting_on"] == "batch 48, run again"
+        assert entry["state"] == "starting (12 s), on batch 48, run again"
+        # exactly status: the running part's starting queries; none once the part is gone
+        starting_now = watch.starting_now(settings.data_dir, now=at)
+        assert starting_now == {"dedupe": (12.0, "batch 48, run again")}
+    finally:
+        process.kill()
+        process.wait()
+    assert watch.starting_now(settings.data_dir) == {}

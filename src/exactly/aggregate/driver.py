@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from exactly.aggregate import frame, job
 from exactly.aggregate.base import AggregateDB
+from exactly.aggregate.settings import RECORDS_PER_TRIGGER
 from exactly.aggregate.spec import TableSpec, table_specs
 from exactly.config import Settings
 from exactly.log import open_log
@@ -28,7 +29,7 @@ def configured_plan(
     topic: str = "events",
     checkpoint: Path | None = None,
     until_caught_up: bool = False,
-    max_records_per_trigger: int | None = None,
+    max_records_per_trigger: int | None = RECORDS_PER_TRIGGER,
     trigger_seconds: float = 1.0,
 ) -> job.AggregatePlan:
     """The aggregate query's plan from ``settings``: what ``exactly aggregate`` and ``exactly

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from exactly.aggregate.base import AggregateDB, Batch
 from exactly.aggregate.frame import aggregate, events_frame, source_fields
+from exactly.aggregate.settings import RECORDS_PER_TRIGGER
 from exactly.aggregate.spec import EVENT_COUNTS, TableSpec
 from exactly.errors import AggregateError
 from exactly.log import Log
@@ -45,7 +46,7 @@ class AggregatePlan:
     tables: tuple[TableSpec, ...] = (EVENT_COUNTS,)
     topic: str = "events"
     until_caught_up: bool = False
-    max_records_per_trigger: int | None = None
+    max_records_per_trigger: int | None = RECORDS_PER_TRIGGER
     trigger_seconds: float = 1.0
     read_records: int = 10_000
     db_url: str = field(default="", repr=False)  # the aggregate database; may hold secrets

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# The aggregate query's micro-batch bound when none is given (--max-records-per-trigger), for the
+# same reason as the dedupe query's (exactly.dedupe.settings.RECORDS_PER_TRIGGER).
+RECORDS_PER_TRIGGER = 200_000
+
 
 class AggregateTableSettings(BaseModel):
     """A user-defined aggregate table: ``[[aggregate.tables]]`` (see docs/aggregate.md)."""

@@ -12,6 +12,7 @@ from rich.table import Column
 
 from exactly.cli.context import stop_if_never_ran, with_flags
 from exactly.cli.options import Master, MaxRecordsPerTrigger, TriggerSeconds, UntilCaughtUp
+from exactly.stages import AGGREGATE
 from exactly.urls import embedded_path
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ def aggregate(
         typer.Option(help="Checkpoint directory (default: DATA_DIR/checkpoints/aggregate-TOPIC)."),
     ] = None,
     until_caught_up: UntilCaughtUp = False,
-    max_records_per_trigger: MaxRecordsPerTrigger = None,
+    max_records_per_trigger: MaxRecordsPerTrigger = AGGREGATE.max_records_per_trigger,
     trigger_seconds: TriggerSeconds = 1.0,
 ) -> None:
     """Count TOPIC into SQL tables, each event exactly once however often the job is killed.
@@ -49,7 +50,6 @@ def aggregate(
     """
     from exactly.aggregate.job import say
     from exactly.spark.session import build_session
-    from exactly.stages import AGGREGATE
 
     settings = with_flags(ctx, {"aggregate.url": db}, master=master).settings
     plan = AGGREGATE.plan(

@@ -9,6 +9,7 @@ import typer
 
 from exactly.cli.context import with_flags
 from exactly.cli.options import Master, MaxRecordsPerTrigger, TriggerSeconds, UntilCaughtUp
+from exactly.stages import DEDUPE
 
 STORE_HELP = (
     "Where seen messageIds are kept, as a URL: rocksdb (local disk under the data dir) or "
@@ -74,7 +75,7 @@ def dedupe(
         typer.Option(help="Checkpoint directory (default: DATA_DIR/checkpoints/dedupe-*)."),
     ] = None,
     until_caught_up: UntilCaughtUp = False,
-    max_records_per_trigger: MaxRecordsPerTrigger = None,
+    max_records_per_trigger: MaxRecordsPerTrigger = DEDUPE.max_records_per_trigger,
     trigger_seconds: TriggerSeconds = 1.0,
 ) -> None:
     """Copy SOURCE to OUTPUT keeping the first record of each messageId within the window.
@@ -91,7 +92,6 @@ def dedupe(
     from exactly.dedupe.driver import say_line
     from exactly.events.ids import check_scope
     from exactly.spark.session import build_session
-    from exactly.stages import DEDUPE
     from exactly.units import parse_duration, parse_size
 
     # named after the flag, before the settings check them (which would name the setting)

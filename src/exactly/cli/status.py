@@ -63,6 +63,7 @@ def status(
     """
     from exactly.dedupe.status import status_files
     from exactly.stages import STAGES
+    from exactly.up.watch import starting_now
 
     found = context(ctx)
     settings = found.settings
@@ -81,7 +82,8 @@ def status(
                 shown[stage], errors[stage] = _read(
                     stage.target(settings), partial(stage.status, settings, log)
                 )
-    if not (topics or any(shown.values()) or any(errors.values())):
+    starting = starting_now(settings.data_dir)
+    if not (topics or any(shown.values()) or any(errors.values()) or starting):
         never_ran(settings)
     if as_json:
         listed = None if topics is None else {"topics": topics}
@@ -93,9 +95,15 @@ def status(
             else:
                 where = {stage.target_as: stage.target(settings)}
                 report[stage.shown_as] = _stage(where, errors[stage], figures)
+        report["starting"] = {
+            query: {"seconds": round(seconds), "waiting_on": waiting}
+            for query, (seconds, waiting) in starting.items()
+        }
         print(json.dumps(report, indent=1))
     else:
         sections = [section for entry in shown.values() if entry for section in entry.sections]
+        if starting:
+            sections.append(_render_starting(starting))
         _print(settings, topics, sections)
     for stage, error in errors.items():
         if error:
@@ -116,6 +124,14 @@ def _print(settings: Settings, topics: list[TopicStatus] | None, stages: list[st
     sections += stages
     if sections:
         print("\n\n".join([fit("data dir", str(home.resolve())), *sections]))
+
+
+def _render_starting(starting: dict[str, tuple[float, str]]) -> str:
+    """The queries ``exactly up``'s pipeline is starting, each with what it waits on."""
+    lines = ["starting (exactly up's pipeline, no micro-batch yet)"]
+    for query, (seconds, waiting) in starting.items():
+        lines.append(f"  {query:<10} {seconds:4.0f} s  on {waiting}"[:80])
+    return "\n".join(lines)
 
 
 def internal(topic: str) -> bool:

@@ -165,7 +165,9 @@ class Reader:
             for name, entry in sorted(now.deliveries.items())
         ]
         parts = self.parts()
-        stages = stage_entries(self.stages, self.history, destinations, self.starting)
+        stages = stage_entries(
+            self.stages, self.history, destinations, self.starting, self.waiting_on
+        )
         return {
             "at": now.at,
             "totals": totals(now, counted, archived),
@@ -192,6 +194,17 @@ class Reader:
             if pipeline is not None and process is not None:
                 since, pid = time.time() - (time.monotonic() - pipeline.started), process.pid
         return watch.starting(now.progress, query, now.at, since, pid)
+
+    def waiting_on(self, query: str) -> str | None:
+        """What ``query`` waits on while it starts (:func:`exactly.up.watch.waiting_on`)."""
+        now = self.history.newest
+        if now is None or self.starting(query) is None:
+            return None
+        pipeline = None
+        if self.supervisor is not None:
+            pipeline = next((r for r in self.supervisor.parts if r.part.name == "pipeline"), None)
+        process = None if pipeline is None else pipeline.process
+        return watch.waiting_on(now.progress, query, None if process is None else process.pid)
 
     def _latency(self, now: float, problems: list[str]) -> dict[str, Any]:
         """accepted → counted and → delivered over the last minute (:class:`Latencies`)."""
@@ -349,10 +362,11 @@ def stage_entries(
     history: watch.History,
     destinations: list[dict[str, Any]],
     starting: Callable[[str], float | None] = lambda _: None,
+    waiting_on: Callable[[str], str | None] = lambda _: None,
 ) -> list[dict[str, Any]]:
     """The collector, each query and the director: records done, per second (over
     :data:`~exactly.up.watch.RATE_WINDOW`), lag (records); a query whose first micro-batch has
-    not run yet has ``starting_seconds`` and no rate."""
+    not run yet has ``starting_seconds``, what it waits on (``waiting_on``) and no rate."""
     now = history.newest
     if now is None:
         return []
@@ -379,6 +393,7 @@ def stage_entries(
                 "per_second": None if waited is not None else round(rate, 1),
                 "lag": now.lag(stage),
                 "starting_seconds": None if waited is None else round(waited),
+                "waiting_on": None if waited is None else waiting_on(stage.name),
             }
         )
     if now.deliveries or destinations:
@@ -404,6 +419,8 @@ def with_parts(stages: list[dict[str, Any]], parts: list[dict[str, Any]]) -> lis
         stage["state"] = part.get("state")
         if stage.get("starting_seconds") is not None and part.get("state") == "running":
             stage["state"] = f"starting ({stage['starting_seconds']} s)"
+            if stage.get("waiting_on"):
+                stage["state"] += f", on {stage['waiting_on']}"
         stage["restarts"] = part.get("restarts")
         stage["last_words"] = part.get("last_words") or None
     return stages

@@ -21,6 +21,7 @@ from exactly.dedupe.job import (
     run,
     store_kind,
 )
+from exactly.dedupe.settings import RECORDS_PER_TRIGGER
 from exactly.dedupe.window import Bounds
 from exactly.errors import ConfigError, ExactlyError
 from exactly.log import Log, open_log
@@ -44,7 +45,7 @@ def configured_plan(
     output: str = "events",
     checkpoint: Path | None = None,
     until_caught_up: bool = False,
-    max_records_per_trigger: int | None = None,
+    max_records_per_trigger: int | None = RECORDS_PER_TRIGGER,
     trigger_seconds: float = 1.0,
 ) -> DedupePlan:
     """The job's plan from ``settings``: what ``exactly dedupe`` and ``exactly up`` both run (the

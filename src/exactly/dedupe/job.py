@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from exactly.dedupe import BACKENDS, open_store
 from exactly.dedupe.base import DedupeStore, SeenIds
+from exactly.dedupe.settings import RECORDS_PER_TRIGGER
 from exactly.dedupe.spark_state import NAME as SPARK_STATE
 from exactly.dedupe.spark_state import SparkState
 from exactly.dedupe.task import TaskPlan, dedupe_partition
@@ -80,7 +81,7 @@ class DedupePlan:
     bounds: Bounds = field(default_factory=Bounds)
     min_window: int | None = 24 * 3_600_000
     until_caught_up: bool = False
-    max_records_per_trigger: int | None = None
+    max_records_per_trigger: int | None = RECORDS_PER_TRIGGER
     trigger_seconds: float = 1.0
     read_records: int = 10_000
     max_record_bytes: int = 1024 * 1024

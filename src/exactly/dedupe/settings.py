@@ -9,6 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from exactly.errors import ConfigError
 
+# The dedupe query's micro-batch bound when none is given (--max-records-per-trigger): a backlog
+# is worked off in batches of at most this many records, so a run restarted after a kill replays
+# a batch of seconds, not the whole backlog it planned at once (docs/up.md, "Recovery").
+RECORDS_PER_TRIGGER = 100_000
+
 
 class DedupeSettings(BaseModel):
     """``[dedupe]``: where seen messageIds are kept, for how long, and what makes two records

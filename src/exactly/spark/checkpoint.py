@@ -64,6 +64,16 @@ def last_committed(checkpoint: Path) -> int | None:
     return max(found) if found else None
 
 
+def uncommitted(checkpoint: Path) -> int | None:
+    """The micro-batch Spark planned in this checkpoint and has not committed (a stop or a kill
+    came inside it; the query's next run starts by running it again), if any."""
+    found = [int(p.name) for p in (checkpoint / "offsets").glob("[0-9]*") if p.name.isdigit()]
+    newest = max(found, default=None)
+    if newest is None or newest == last_committed(checkpoint):
+        return None
+    return newest
+
+
 def committed_end(checkpoint: Path) -> dict[int, int] | None:
     """The source position of the checkpoint's last committed micro-batch; None if none yet."""
     batch = last_committed(checkpoint)

@@ -11,9 +11,11 @@ would keep them apart, but Spark 4 finds a Python data source only in the sessio
 registered in.) Every query keeps its guarantee as when it runs alone:
 its own checkpoint, lock and marker (the stages' modules say how).
 
-Each second the process records, in ``DATA_DIR/up/queries.json``, which queries Spark has run a
-first micro-batch of (:func:`exactly.up.watch.save_progress`): until then ``exactly up`` and the
-console show a query as *starting*, not as running with a rate of 0.
+Each half second the process records, in ``DATA_DIR/up/queries.json``, which queries Spark has
+run a first micro-batch of (:func:`exactly.up.watch.save_progress`): until then ``exactly up``,
+``exactly status`` and the console show a query as *starting*, not as running with a rate of 0,
+with what it waits on: the log, Spark to start, its target to open, the micro-batch a kill left
+unfinished (``batch 48, run again``: a query starts with it), or the step Spark reports.
 
 Each stage prepares before Spark starts, in the registry's order: dedupe creates ``events``
 (the others read it). A query that
@@ -24,6 +26,7 @@ restart the part; SIGTERM ends every query between two micro-batches
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -35,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from exactly.config import Settings
 from exactly.errors import ExactlyError, StreamError
+from exactly.spark.checkpoint import uncommitted
 from exactly.spark.streaming import STOPPING
 from exactly.stages import RAW, Stage, enabled
 
@@ -61,10 +65,14 @@ class Query:
     def name(self) -> str:
         return self.stage.name
 
-    def run(self, spark: SparkSession) -> object:
-        """Open the stage's target and drive its query in ``spark``, as its command does."""
+    def run(self, spark: SparkSession, note: Callable[[str], None] = lambda _: None) -> object:
+        """Open the stage's target and drive its query in ``spark``, as its command does;
+        ``note`` is told what the query waits on until it runs."""
         say = _say(self.name)
+        note(f"{self.stage.target_is} to open")
         with self.stage.open(self.plan, say) as target:
+            again = uncommitted(self.plan.checkpoint)
+            note("Spark to plan the query" if again is None else f"batch {again}, run again")
             return self.stage.drive(spark, self.plan, target, say=say)
 
 
@@ -87,13 +95,15 @@ def run(settings: Settings, trigger_seconds: float = 1.0) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: STOPPING.set())
     planned = queries(settings, trigger_seconds)
-    progress = Progress(os.getpid(), time.time(), {})
+    progress = Progress(os.getpid(), time.time(), {}, {query.name: "the log" for query in planned})
     where = progress_path(settings.data_dir)
     save_progress(where, progress)
     with open_log(settings.log_url, max_record_bytes=settings.log.max_record_bytes) as log:
         for query in planned:
             query.stage.prepare(log, query.plan)  # dedupe: events, for the others
         partitions = log.topic_info(RAW).partitions
+    progress.waiting.update(dict.fromkeys(progress.waiting, "Spark to start"))
+    save_progress(where, progress)
     spark = build_session(
         settings,
         APP_NAME,
@@ -106,19 +116,26 @@ def run(settings: Settings, trigger_seconds: float = 1.0) -> None:
     failures: list[tuple[str, BaseException]] = []
     threads = [
         threading.Thread(
-            target=_in_pool, args=(spark, query, failures), name=query.name, daemon=True
+            target=_in_pool,
+            args=(
+                spark,
+                query,
+                failures,
+                functools.partial(progress.waiting.__setitem__, query.name),
+            ),
+            name=query.name,
+            daemon=True,
         )
         for query in planned
     ]
-    names = {query.name for query in planned}
     for thread in threads:
         thread.start()
     try:
         while any(thread.is_alive() for thread in threads):
             for thread in threads:
-                thread.join(0.5)
+                thread.join(0.5 / len(threads))
             if len(progress.first_batch) < len(threads):
-                _note_first_batches(spark, progress, where, names)
+                _note_starts(spark, progress, where, planned)
             if failures or (not STOPPING.is_set() and not all(t.is_alive() for t in threads)):
                 STOPPING.set()  # one query ended or failed: end the others too
     finally:
@@ -134,36 +151,46 @@ def run(settings: Settings, trigger_seconds: float = 1.0) -> None:
         ) from error
 
 
-def _note_first_batches(
-    spark: SparkSession, progress: Progress, where: Path, names: set[str]
+def _note_starts(
+    spark: SparkSession, progress: Progress, where: Path, planned: list[Query]
 ) -> None:
-    """Record the queries whose first micro-batch Spark reported (``lastProgress`` is set); a
-    query's Spark name begins with its stage's name."""
+    """Record the queries whose first micro-batch Spark reported (``lastProgress`` is set), and
+    what each other query waits on: the micro-batch it runs again, else the step Spark reports
+    (its status message). A query's Spark name begins with its stage's name."""
     from exactly.up.watch import save_progress
 
+    before = (dict(progress.first_batch), dict(progress.waiting))
+    starting = {query.name: query for query in planned if query.name not in progress.first_batch}
     try:
-        fresh = {
-            name: time.time()
-            for query in spark.streams.active
-            if (name := (query.name or "").split(" ")[0]) in names
-            and name not in progress.first_batch
-            and query.lastProgress is not None
-        }
+        for running in spark.streams.active:
+            name = (running.name or "").split(" ")[0]
+            if name not in starting:
+                continue
+            if running.lastProgress is not None:
+                progress.first_batch[name] = time.time()
+                progress.waiting.pop(name, None)
+            elif not progress.waiting.get(name, "").startswith("batch"):
+                message = str(running.status.get("message") or "").rstrip(".")
+                progress.waiting[name] = f"Spark: {message[:1].lower()}{message[1:]}"
     except Exception:  # noqa: BLE001 - a stopping session: the queries report their own failure
         return
-    if fresh:
-        progress.first_batch.update(fresh)
+    if (progress.first_batch, progress.waiting) != before:
         save_progress(where, progress)
 
 
-def _in_pool(spark: SparkSession, query: Query, failures: list[tuple[str, BaseException]]) -> None:
+def _in_pool(
+    spark: SparkSession,
+    query: Query,
+    failures: list[tuple[str, BaseException]],
+    note: Callable[[str], None],
+) -> None:
     try:
         # The JVM's active session is per thread; without it a new thread's query does not find
         # the ``exactly`` data source, which is registered in this session.
         jvm_session = type(spark)._get_j_spark_session_class(spark._jvm)
         jvm_session.setActiveSession(spark._jsparkSession)
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", query.name)
-        query.run(spark)
+        query.run(spark, note)
         if not STOPPING.is_set():
             raise StreamError("the query stopped by itself")
     except BaseException as error:  # noqa: BLE001 - reported by run() in the main thread

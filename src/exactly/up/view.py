@@ -3,7 +3,8 @@
 On a terminal it is a live table (rich) redrawn every second; otherwise (a log file, a test) one
 line per stage every ``every`` seconds, each starting with the time (UTC). Both fit 80 columns.
 Rates are averaged over :data:`~exactly.up.watch.RATE_WINDOW` seconds; a query whose first
-micro-batch has not run yet (its JVM starting) shows ``starting (N s)`` instead of a rate.
+micro-batch has not run yet shows ``starting (N s)`` instead of a rate, and what it waits on
+(:func:`~exactly.up.watch.waiting_on`: Spark to start, a target to open, a batch run again).
 """
 
 from __future__ import annotations
@@ -92,6 +93,14 @@ class View:
             return None  # not running: the parts line says so
         return watch.starting(now.progress, query, now.at, since, pid)
 
+    def waiting_on(self, query: str) -> str | None:
+        """What ``query`` waits on while it starts (:func:`watch.waiting_on`)."""
+        now = self.history.newest
+        pipeline = next((r for r in self.supervisor.parts if r.part.name == "pipeline"), None)
+        if now is None or self.starting(query) is None:
+            return None
+        return watch.waiting_on(now.progress, query, None if pipeline is None else pipeline.pid)
+
     def rows(self) -> list[tuple[str, str, str, str]]:
         """(stage, total, per second, lag) for the collector, each query and each destination;
         a query not started yet shows ``starting (N s)`` for its rate."""
@@ -161,7 +170,12 @@ class View:
         for row in self.rows():
             table.add_row(*row)
         head = f"{self.clock()} UTC  {self.parts()}"[:WIDTH]
-        return Group(Text(head), table, Text(f"dedupe window {show_window(self.window)}"))
+        waits = [
+            Text(f"{stage.name} waits on {waiting}"[:WIDTH])
+            for stage in self.stages
+            if (waiting := self.waiting_on(stage.name)) is not None
+        ]
+        return Group(Text(head), table, Text(f"dedupe window {show_window(self.window)}"), *waits)
 
     def lines(self) -> list[str]:
         """One line per stage, each starting with the time (UTC), within :data:`WIDTH` columns."""
@@ -171,6 +185,11 @@ class View:
             behind = ("queued " if stage.startswith("→") else "lag ") + lag if lag else ""
             if stage == "dedupe":
                 behind += f"  window {show_window(self.window)}"
+            waiting = None if stage.startswith("→") else self.waiting_on(stage)
+            if waiting is not None:  # starting: no lag yet, and the total is the last run's
+                window = f"window {show_window(self.window)}  " if stage == "dedupe" else ""
+                found.append(f"{clock} {stage:<{NAME_WIDTH}} {per_second}  {window}on {waiting}")
+                continue
             found.append(f"{clock} {stage:<{NAME_WIDTH}} {done:>13} {per_second:>9}  {behind}")
         return [line.rstrip()[:WIDTH] for line in found]
 

@@ -192,11 +192,14 @@ def delivered_of(destination: str) -> Callable[[Snapshot], int | None]:
 
 @dataclass(frozen=True)
 class Progress:
-    """The pipeline part's queries: its pid, when it began, each query's first micro-batch."""
+    """The pipeline part's queries: its pid, when it began, each query's first micro-batch, and
+    what each query not yet past its first waits on (``Spark to start``, ``batch 48, run
+    again``: :mod:`exactly.up.pipeline`)."""
 
     pid: int
     began: float
     first_batch: dict[str, float]
+    waiting: dict[str, str] = field(default_factory=dict)
 
 
 def progress_path(data_dir: Path) -> Path:
@@ -208,7 +211,14 @@ def save_progress(path: Path, progress: Progress) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     staged = path.with_name(f".{path.name}.{os.getpid()}")
     staged.write_text(
-        json.dumps({"pid": progress.pid, "began": progress.began, "first": progress.first_batch})
+        json.dumps(
+            {
+                "pid": progress.pid,
+                "began": progress.began,
+                "first": progress.first_batch,
+                "waiting": progress.waiting,
+            }
+        )
     )
     staged.replace(path)
 
@@ -216,7 +226,12 @@ def save_progress(path: Path, progress: Progress) -> None:
 def read_progress(path: Path) -> Progress | None:
     try:
         document = json.loads(path.read_text())
-        return Progress(int(document["pid"]), float(document["began"]), dict(document["first"]))
+        return Progress(
+            int(document["pid"]),
+            float(document["began"]),
+            dict(document["first"]),
+            dict(document.get("waiting") or {}),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -238,3 +253,35 @@ def starting(
             return None  # nothing says the part is running
         since = progress.began
     return max(0.0, now - since)
+
+
+def waiting_on(progress: Progress | None, query: str, pid: int | None) -> str | None:
+    """What ``query`` waits on while it starts (:func:`starting`), as the pipeline part last
+    recorded it; ``pid`` as in :func:`starting`. A progress file of an earlier run: the part
+    itself is starting."""
+    if progress is None or (pid is not None and progress.pid != pid):
+        return "the pipeline part to start"
+    if query in progress.first_batch:
+        return None
+    return progress.waiting.get(query, "Spark to start")
+
+
+def starting_now(data_dir: Path, now: float | None = None) -> dict[str, tuple[float, str]]:
+    """The queries of a running pipeline part (``exactly up``) that have not run a micro-batch
+    yet: seconds since the part began and what each waits on (``exactly status``). Empty when no
+    part runs: no progress file, or its pid is gone."""
+    progress = read_progress(progress_path(data_dir))
+    if progress is None:
+        return {}
+    try:
+        os.kill(progress.pid, 0)
+    except ProcessLookupError:
+        return {}
+    except PermissionError:
+        pass  # another user's process: it runs
+    seconds = max(0.0, (time.time() if now is None else now) - progress.began)
+    return {
+        query: (seconds, waiting)
+        for query, waiting in progress.waiting.items()
+        if query not in progress.first_batch
+    }
