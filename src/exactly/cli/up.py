@@ -104,7 +104,8 @@ def up(
 def pipeline(
     ctx: typer.Context, master: Master = None, trigger_seconds: TriggerSeconds = 1.0
 ) -> None:
-    """The Spark part of `exactly up`: dedupe, aggregate and route in one application."""
+    """The Spark part of `exactly up`: every stage the config enables (dedupe, aggregate, and
+    route and the lake when configured) as queries of one application."""
     from exactly.up.pipeline import run
 
     run(with_master(ctx, master).settings, trigger_seconds)
