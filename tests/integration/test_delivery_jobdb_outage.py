@@ -108,11 +108,8 @@ def test_terminated_backends_are_reconnected_and_everything_is_delivered(
             second = deliver(tmp_path / "second", url, jobdb, "--no-wait")
             _, err = second.communicate(timeout=60)
             assert second.returncode == 1
-            assert (
-                err.decode()
-                .strip()
-                .splitlines()[-1]
-                .startswith("error: another director holds the lock of postgresql://")
+            assert messages(err.decode())[-1].startswith(
+                "error: another director holds the lock of postgresql://"
             )
             _, err = process.communicate(timeout=120)
         finally:

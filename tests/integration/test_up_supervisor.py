@@ -15,6 +15,7 @@ import pytest
 
 from exactly.errors import PartKeepsDying
 from exactly.up.supervisor import Part, Supervisor
+from tests.cli_text import messages
 from tests.servers import free_port
 
 
@@ -88,6 +89,6 @@ def test_patience_from_the_command_line(tmp_path: Path) -> None:
     finally:
         holder.close()
     assert result.returncode == 1, result.stderr
-    last = result.stderr.strip().splitlines()[-1]
+    last = messages(result.stderr)[-1]  # the error, wrapped to 80 columns, as one line
     assert last.startswith("error: the collector part died 2 times in a row"), result.stderr
     assert "Traceback" not in result.stderr
