@@ -47,6 +47,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 from exactly.lake.segment.kinds import json_text
@@ -93,6 +94,7 @@ _OWN = {  # each table's own columns besides the common ones
 }
 
 
+@lru_cache(maxsize=1 << 16)  # a source has few distinct keys, each seen in every event
 def snake(name: str) -> str:
     """``name`` in snake case, as Segment's go-snakecase writes it (module docstring)."""
     return "_".join(word.lower() for word in _WORD.findall(name) if word)
@@ -151,13 +153,19 @@ def column_name(
 ) -> str:
     """The column of a property or trait at ``path`` (its original keys, below ``properties``
     or ``traits``) in a table whose own columns are ``taken`` (module docstring: the rules)."""
+    return _column_name(tuple(path), frozenset(taken), limit)
+
+
+@lru_cache(maxsize=1 << 16)
+def _column_name(path: tuple[str, ...], taken: frozenset[str], limit: int) -> str:
     name = flat_name(path)
     if name and is_reserved(name, taken):
         name = f"_{name}"
     return _named(name, path, limit)
 
 
-def context_name(path: Sequence[str], *, limit: int = NAME_LIMIT) -> str:
+@lru_cache(maxsize=1 << 16)
+def context_name(path: tuple[str, ...], *, limit: int = NAME_LIMIT) -> str:
     """The column of the context field at ``path`` (its keys below ``context``): ``context_``
     and the flattened keys."""
     return _named(flat_name(("context", *path)), ("context", *path), limit)
@@ -197,7 +205,8 @@ def place(
     cells: dict[str, Any] = {}
     lost: dict[str, tuple[str, Any]] = {}
     for column, found in sorted(by_column.items()):
-        found.sort(key=lambda item: (not _is_snake(item[0]), item[0]))
+        if len(found) > 1:
+            found.sort(key=lambda item: (not _is_snake(item[0]), item[0]))
         cells[column] = found[0][1]
         for path, value in found[1:]:
             key = ".".join(path)

@@ -90,21 +90,21 @@ def build(
     widened = {c: k for c, k in kinds.items() if c in known and known[c] != k}
     # 3. cells
     rejects: Counter[str] = Counter()
-    columns: dict[str, list[Any]] = {column: [] for column in kinds}
-    for draft in drafts:
-        rejected = {key: value for key, (_, value) in draft.lost.items()}
+    rejected = [{key: value for key, (_, value) in draft.lost.items()} for draft in drafts]
+    for draft, kept in zip(drafts, rejected, strict=True):
         rejects.update(column for column, _ in draft.lost.values())
         for column, value in draft.cells.items():
             if value is not None and (column not in kinds or not fits(value, kinds[column])):
-                rejected[column] = value
+                kept[column] = value
                 rejects[column] += 1
-        for column, kind in kinds.items():
-            if column == REJECTED:
-                columns[column].append(json_text(rejected) if rejected else None)
-            elif column in rejected:
-                columns[column].append(None)
-            else:
-                columns[column].append(cell(draft.cells.get(column), kind))
+    columns = {
+        column: [
+            None if column in kept else cell(draft.cells.get(column), kind)
+            for draft, kept in zip(drafts, rejected, strict=True)
+        ]
+        for column, kind in kinds.items()
+    }
+    columns[REJECTED] = [json_text(kept) if kept else None for kept in rejected]
     schema = pa.schema([pa.field(column, KINDS[kind]) for column, kind in kinds.items()])
     rows = pa.Table.from_pydict(columns, schema=schema)
     return TableBatch(
