@@ -154,8 +154,10 @@ def test_merging_a_batch_into_the_stored_rows_is_the_rows_of_all_the_events() ->
     known = stored.kinds
     read = [profile_of_row(row) for row in stored.rows.to_pylist()]
     merged = merge_all(read, profiles(second, table="users").values())
-    upserted = profile_rows(merged.values(), known, table="users")
-    at_once = profile_rows(profiles(first + second, table="users").values(), known, table="users")
+    upserted = profile_rows(merged.values(), known, table="users", can_widen=True)
+    at_once = profile_rows(
+        profiles(first + second, table="users").values(), known, table="users", can_widen=True
+    )
     assert upserted.rows.equals(at_once.rows)
     assert upserted.widened == {"logins": "double"}
     [other, user] = upserted.rows.to_pylist()  # by id

@@ -6,13 +6,14 @@ The kinds are the lake's (the keys of :data:`exactly.lake.columns.KINDS`): ``boo
 64 bits is double); a number with a fraction or an exponent is double; text that is an ISO-8601
 date *and time of day* is timestamp (without an offset it is UTC; a date alone is a string, as a
 birthday is a day and not an instant); other text, and an array's JSON text, is string. Text
-never counts as a number or a boolean: ``"12.5"`` is a string.
+never counts as a number or a boolean: ``"12.5"`` is a string. (A Python ``datetime``, as the
+loader's own ``uuid_ts``, is a timestamp.)
 
 **A new column's kind** (:func:`infer`) is the kind of most of the batch's non-null values for
 it, where bigint values count for double when the batch also has doubles. A tie goes to the first
 of timestamp, double, bigint, boolean, string: a typed column the analyst can sum and compare
 over a text one. The rule counts, it never looks at order, so a batch gives the same kind however
-its rows are ordered; values of the other kinds are rejects (below).
+its rows are ordered; the values that do not fit the kind it chose are rejects (below).
 
 **What fits a column** (:func:`fits`): its kind's values and, without loss, some others. A string
 column takes every value (a number or boolean as its JSON text); a double column takes integers
@@ -21,7 +22,9 @@ timestamp column takes timestamp text; a boolean column only booleans.
 
 **Widening** (:func:`widen`): a bigint column becomes double when a value arrives that a double
 holds and a bigint does not (``12.5``), where the table's format can change the type
-(``can_widen``); nothing else ever changes a column's kind.
+(``can_widen``: PostgreSQL can, ``ALTER COLUMN … TYPE double precision``; the type widening of
+Delta and of Iceberg goes from bigint to decimal only, so there the value is a reject); nothing
+else ever changes a column's kind.
 
 **Rejects**: a value that does not fit its column is null there and kept whole, as sent, in the
 row's ``_rejected`` JSON object under the column's name (:mod:`exactly.lake.segment.table`).

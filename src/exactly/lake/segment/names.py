@@ -20,11 +20,13 @@ with ``_`` or holds ``__``, which a snake name never does:
   ``user_id``, ``event``, ``context_…``, a page's ``name`` …) keeps its value in a column of the
   same name after a ``_``: ``properties.id`` is ``_id``, ``traits.user_id`` is ``_user_id``. The
   value stays queryable under a name that follows from its own, and the table's column keeps its
-  meaning. (Segment drops such values.)
-* a name longer than the backend takes (``limit`` bytes; PostgreSQL 63) keeps its first
-  ``limit - 12`` characters and ends with ``__`` and ten hex digits of the SHA-256 of the whole
-  name: two long names that share their start stay apart, and one name shortens the same way in
-  every run and process.
+  meaning. (Segment drops such values.) Reserved is per table: ``name`` only in ``pages`` and
+  ``screens``, where it is a column; only columns the layout makes are reserved, so a property
+  ``uuid`` or ``loaded_at`` (Segment's, not columns here) keeps its name.
+* a table or column name longer than the backend takes (``limit`` bytes; PostgreSQL 63) keeps
+  its first ``limit - 12`` bytes (without a trailing ``_``) and ends with ``__`` and ten hex
+  digits of the SHA-256 of the whole name: two long names that share their start stay apart, and
+  a name shortens the same way in every run and process.
 * a key with no ASCII letter or digit (``名前``) is ``_unnamed__`` and ten hex digits of the
   SHA-256 of its original path.
 * an event whose slug is a built-in table's name (:data:`BUILT_IN_TABLES`) has its table under

@@ -99,7 +99,7 @@ def shape(
     *,
     loaded_at: datetime,
     limits: Limits | None = None,
-    can_widen: bool = True,
+    can_widen: bool = False,
 ) -> Shaped:
     """``events`` (Segment events as the ``events`` topic holds them) as rows of each table,
     given the columns each table has (``schemas``: table -> {column: kind}, in order; a table

@@ -130,7 +130,7 @@ def profile_rows(
     *,
     table: Merged,
     limits: Limits | None = None,
-    can_widen: bool = True,
+    can_widen: bool = False,
 ) -> TableBatch:
     """The rows of ``merged`` profiles for ``table`` (which has the columns ``known``; None:
     it does not exist yet), typed as appended rows are (:func:`~.table.build`)."""
