@@ -206,22 +206,22 @@ def test_a_key_with_no_ascii_word_is_named_by_a_hash_of_its_path() -> None:
         ("order_completed", "order_completed"),
         ("OrderCompleted", "order_completed"),
         ("Signed Up", "signed_up"),
-        ("Users", "_users"),
-        ("tracks", "_tracks"),
-        ("Identifies", "_identifies"),
-        ("Pages", "_pages"),
-        ("screens", "_screens"),
-        ("Groups", "_groups"),
-        ("aliases", "_aliases"),
-        ("Accounts", "_accounts"),
-        ("Events", "_events"),
-        ("Exactly Lake Batches", "_exactly_lake_batches"),
+        ("Users", "users__event"),
+        ("tracks", "tracks__event"),
+        ("Identifies", "identifies__event"),
+        ("Pages", "pages__event"),
+        ("screens", "screens__event"),
+        ("Groups", "groups__event"),
+        ("aliases", "aliases__event"),
+        ("Accounts", "accounts__event"),
+        ("Events", "events__event"),
+        ("Exactly Lake Batches", "exactly_lake_batches__event"),
         ("Users Signed Up", "users_signed_up"),
         ("注文完了", None),
         ("!!!", None),
     ],
 )
-def test_an_event_table_is_its_slug_with_an_underscore_before_a_built_in_name(
+def test_an_event_table_is_its_slug_with_a_suffix_after_a_built_in_name(
     event: str, table: str | None
 ) -> None:
     assert event_table(event) == table

@@ -232,9 +232,9 @@ def test_other_types_and_wordless_event_names_have_no_table_of_their_own() -> No
 
 def test_an_event_named_as_a_built_in_table_gets_its_own_table_beside_it() -> None:
     shaped = shape([track("Users", "m1", count=1), track("tracks", "m2")], {}, loaded_at=LOADED)
-    assert list(shaped.tables) == ["_tracks", "_users", "tracks"]
-    assert [r["event"] for r in rows(shaped, "tracks")] == ["_users", "_tracks"]
-    assert rows(shaped, "_users")[0]["count"] == 1
+    assert list(shaped.tables) == ["tracks", "tracks__event", "users__event"]
+    assert [r["event"] for r in rows(shaped, "tracks")] == ["users__event", "tracks__event"]
+    assert rows(shaped, "users__event")[0]["count"] == 1
 
 
 def test_event_names_of_one_slug_share_a_table_and_keep_their_text() -> None:
@@ -266,6 +266,7 @@ def test_a_value_that_does_not_fit_its_known_column_is_rejected_and_counted() ->
     assert found.rows.column("revenue").to_pylist() == [9.5, None]
     assert found.rows.column("_rejected").to_pylist() == [None, '{"revenue":"free"}']
     assert found.rejects == {"revenue": 1}
+    assert shaped.rejects == {("order_completed", "revenue"): 1}
 
 
 def test_a_fraction_in_a_bigint_column_widens_it_or_is_rejected() -> None:
@@ -338,7 +339,8 @@ def test_past_the_column_limit_values_go_to_rejected_and_the_columns_are_named()
     props = {f"p{i:02d}": i for i in range(room + 3)}
     many = {**track("Big", "m1", **props), "context": {"ip": "203.0.113.7"}}
     fewer = {**track("Big", "m2", p00=1, p01=2), "context": {}}
-    found = shape([many, fewer], {}, loaded_at=LOADED, limits=Limits(columns=32)).tables["big"]
+    shaped = shape([many, fewer], {}, loaded_at=LOADED, limits=Limits(columns=32))
+    found = shaped.tables["big"]
     assert len(found.kinds) == 32
     # p00 and p01 have the most values, then names in order: context_ip, p02 ... p19
     assert found.held_back == ("p20", "p21", "p22")
@@ -346,6 +348,7 @@ def test_past_the_column_limit_values_go_to_rejected_and_the_columns_are_named()
     assert first == {"p20": 20, "p21": 21, "p22": 22}
     assert found.rejects == {"p20": 1, "p21": 1, "p22": 1}
     assert found.rows.column("context_ip").to_pylist() == ["203.0.113.7", None]
+    assert shaped.held_back_columns == {"big": ("p20", "p21", "p22")}
 
 
 def test_limits_refuse_values_that_leave_no_room() -> None:

@@ -30,7 +30,7 @@ with ``_`` or holds ``__``, which a snake name never does:
 * a key with no ASCII letter or digit (``名前``) is ``_unnamed__`` and ten hex digits of the
   SHA-256 of its original path.
 * an event whose slug is a built-in table's name (:data:`BUILT_IN_TABLES`) has its table under
-  that name after a ``_``: the event ``Users`` is the table ``_users``.
+  that name with the suffix ``__event``: the event ``Users`` is the table ``users__event``.
 
 **Colliding names share one column.** Names are a function of the original name alone, never of
 what was seen before: ``productId`` and ``product_id`` are the column ``product_id`` in every
@@ -70,6 +70,7 @@ BUILT_IN_TABLES = frozenset(
         "exactly_lake_batches",  # PostgreSQL's marker table, in the same schema
     }
 )
+EVENT_SUFFIX = "__event"  # after an event's slug that is a built-in table's name
 _WORD = re.compile(r"[A-Z0-9]*[a-z0-9]*")
 _HASH_DIGITS = 10
 _COMMON = frozenset(
@@ -183,12 +184,13 @@ def _named(name: str, path: Sequence[str], limit: int) -> str:
 def event_table(
     event: str, *, limit: int = NAME_LIMIT, built_in: Collection[str] = BUILT_IN_TABLES
 ) -> str | None:
-    """The table of the track event named ``event``: its slug, ``_`` before it when a built-in
-    table has that name; None for a name with no word in it (such events stay in ``tracks``)."""
+    """The table of the track event named ``event``: its slug, with the suffix ``__event`` when
+    a built-in table has that name; None for a name with no word in it (such events stay in
+    ``tracks``)."""
     slug = snake(event)
     if not slug:
         return None
-    return fit(f"_{slug}" if slug in built_in else slug, limit)
+    return fit(f"{slug}{EVENT_SUFFIX}" if slug in built_in else slug, limit)
 
 
 def place(

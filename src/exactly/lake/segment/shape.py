@@ -83,12 +83,27 @@ class Shaped:
     tables: dict[str, TableBatch]
     held_back: dict[str, int]
 
+    @property
+    def rejects(self) -> dict[tuple[str, str], int]:
+        """Values kept in ``_rejected`` per (table, column), for ``exactly status``."""
+        return {
+            (table, column): count
+            for table, batch in self.tables.items()
+            for column, count in batch.rejects.items()
+        }
+
+    @property
+    def held_back_columns(self) -> dict[str, tuple[str, ...]]:
+        """Per table, the new columns ``Limits.columns`` held back (their values in
+        ``_rejected``)."""
+        return {table: batch.held_back for table, batch in self.tables.items() if batch.held_back}
+
 
 def own_columns(table: str) -> dict[str, str]:
     """The columns every row of ``table`` has, in order, with their kinds; ``table`` is a
     built-in table's name or ``event`` for a per-event table."""
-    kind = "tracks" if table == "event" else table
-    extra = next(columns for name, columns, _ in _TABLES.values() if name == kind)
+    extras = {name: columns for name, columns, _ in _TABLES.values()}
+    extra = extras["tracks" if table == "event" else table]
     head, tail = list(COMMON.items())[:3], list(COMMON.items())[3:]
     return dict([*head, *((column, "string") for column in extra), *tail])
 
