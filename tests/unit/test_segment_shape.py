@@ -4,8 +4,9 @@ to add, the rejects and what the limits held back."""
 from __future__ import annotations
 
 import copy
+import json
 import random
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -13,6 +14,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 
 from exactly.errors import ConfigError
+from exactly.events import Receipt, normalise
 from exactly.lake.segment.limits import Limits
 from exactly.lake.segment.shape import COMMON, Shaped, own_columns, shape
 
@@ -101,6 +103,7 @@ SCREEN = {
     "messageId": "ios-4f1b",
     "userId": "user-42",
     "name": "Home",
+    "category": "Main",
     "properties": {"variation": "blue", "loadTimeMs": 120},
     "context": {"app": {"name": "Shop", "version": "3.2.1", "build": "321"}, "os": {"name": "iOS"}},
     **TIMES,
@@ -201,10 +204,12 @@ def test_pages_and_screens_hold_the_name_and_the_properties() -> None:
     [page] = rows(shaped, "pages")
     assert page["name"] == "Checkout"
     assert page["_name"] == "Checkout"  # properties.name, beside the name column
-    assert (page["category"], page["path"], page["title"]) == ("Shop", "/checkout", "Checkout")
+    assert (page["category"], page["_category"]) == ("Shop", "Shop")
+    assert (page["path"], page["title"]) == ("/checkout", "Checkout")
     assert page["user_id"] is None
     [screen] = rows(shaped, "screens")
-    assert (screen["name"], screen["variation"], screen["load_time_ms"]) == ("Home", "blue", 120)
+    assert (screen["name"], screen["category"]) == ("Home", "Main")
+    assert (screen["variation"], screen["load_time_ms"]) == ("blue", 120)
     assert screen["context_app_version"] == "3.2.1"
     assert screen["context_os_name"] == "iOS"
 
@@ -405,3 +410,86 @@ def test_the_common_columns_are_segments() -> None:
 
 def _values(table: pa.Table) -> list[list[Any]]:
     return [list(row.values()) for row in table.to_pylist()]
+
+
+def test_an_identifys_traits_in_context_traits_are_traits_too() -> None:
+    rudder = {**IDENTIFY, "traits": {"plan": "pro"}}
+    rudder["context"] = {"traits": {"email": "p@initech.example", "plan": "free"}}
+    [row] = rows(shape([rudder], {}, loaded_at=LOADED), "identifies")
+    assert (row["email"], row["plan"]) == ("p@initech.example", "pro")  # the top-level one first
+    assert row["context_traits_plan"] == "free"
+    tracked = {**TRACK, "context": {"traits": {"email": "p@initech.example"}}}
+    found = shape([tracked], {}, loaded_at=LOADED).tables["order_completed"].kinds
+    assert "email" not in found and "context_traits_email" in found
+
+
+def sdk_events(sdk: str) -> list[dict[str, Any]]:
+    """What the official Python SDK sends for each call, as the collector stores it."""
+    if sdk == "segment":
+        from segment.analytics import Client
+        from segment.analytics.request import DatetimeSerializer
+    else:
+        from rudderstack.analytics import Client
+        from rudderstack.analytics.request import DatetimeSerializer
+    client = Client("key", send=False)
+    when = datetime(2026, 3, 1, 10, tzinfo=UTC)
+    calls = [
+        client.track(
+            "user-42",
+            "Order Completed",
+            {"revenue": 9.99, "currency": "EUR", "nested": {"a": [1, "b", None]}},
+            timestamp=when,
+            message_id="t1",
+        ),
+        client.identify(
+            "user-42",
+            {"email": "x@example.com", "age": 42, "createdAt": datetime(2025, 1, 1, tzinfo=UTC)},
+            timestamp=when,
+            message_id="i1",
+        ),
+        client.page(
+            "user-42", "Docs", "Getting started", {"path": "/docs"}, timestamp=when, message_id="p1"
+        ),
+        client.screen("user-42", "App", "Settings", {"tab": 2}, timestamp=when, message_id="s1"),
+        client.group(
+            "user-42", "company-1", {"plan": "enterprise"}, timestamp=when, message_id="g1"
+        ),
+        client.alias("anonymous-7", "user-42", timestamp=when, message_id="a1"),
+    ]
+    receipt = Receipt.of("web", received_at=when + timedelta(seconds=1))
+    sent = [json.loads(json.dumps(message, cls=DatetimeSerializer)) for _, message in calls]
+    for event in sent:
+        normalise(event, receipt)
+    return sent
+
+
+@pytest.mark.parametrize("sdk", ["segment", "rudderstack"])
+def test_the_python_sdks_payloads_land_in_their_tables(sdk: str) -> None:
+    shaped = shape(sdk_events(sdk), {}, loaded_at=LOADED)
+    assert list(shaped.tables) == [
+        "aliases",
+        "groups",
+        "identifies",
+        "order_completed",
+        "pages",
+        "screens",
+        "tracks",
+    ]
+    [order] = rows(shaped, "order_completed")
+    assert (order["id"], order["user_id"], order["revenue"]) == ("t1", "user-42", 9.99)
+    assert order["nested_a"] == '[1,"b",null]'
+    assert order["context_library_name"] == "analytics-python"
+    assert order["timestamp"] == datetime(2026, 3, 1, 10, tzinfo=UTC)
+    assert order["received_at"] == datetime(2026, 3, 1, 10, 0, 1, tzinfo=UTC)
+    [identify] = rows(shaped, "identifies")
+    assert (identify["email"], identify["age"]) == ("x@example.com", 42)
+    assert identify["created_at"] == datetime(2025, 1, 1, tzinfo=UTC)
+    [page] = rows(shaped, "pages")
+    assert (page["name"], page["category"], page["path"]) == ("Getting started", "Docs", "/docs")
+    [screen] = rows(shaped, "screens")
+    assert (screen["name"], screen["category"], screen["tab"]) == ("Settings", "App", 2)
+    [group] = rows(shaped, "groups")
+    assert (group["group_id"], group["plan"]) == ("company-1", "enterprise")
+    [alias] = rows(shaped, "aliases")
+    assert (alias["previous_id"], alias["user_id"]) == ("anonymous-7", "user-42")
+    assert shaped.rejects == {}

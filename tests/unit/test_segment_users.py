@@ -89,6 +89,13 @@ def test_nested_traits_flatten_and_reserved_ones_keep_their_value_beside_the_id(
     }
 
 
+def test_an_identifys_context_traits_are_its_traits_as_rudderstacks_sdks_send_them() -> None:
+    rudder = {**identify("m1", 0), "context": {"traits": {"email": "p@x.example", "plan": "a"}}}
+    both = {**identify("m2", 0, plan="b"), "context": {"traits": {"plan": "c"}}}
+    found = profiles([rudder, both], table="users")["user-42"].traits
+    assert {c: t.value for c, t in found.items()} == {"email": "p@x.example", "plan": "b"}
+
+
 def test_accounts_hold_the_newest_group_traits_per_group_id() -> None:
     group = {
         "type": "group",

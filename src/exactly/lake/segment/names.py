@@ -20,9 +20,9 @@ with ``_`` or holds ``__``, which a snake name never does:
   ``user_id``, ``event``, ``context_…``, a page's ``name`` …) keeps its value in a column of the
   same name after a ``_``: ``properties.id`` is ``_id``, ``traits.user_id`` is ``_user_id``. The
   value stays queryable under a name that follows from its own, and the table's column keeps its
-  meaning. (Segment drops such values.) Reserved is per table: ``name`` only in ``pages`` and
-  ``screens``, where it is a column; only columns the layout makes are reserved, so a property
-  ``uuid`` or ``loaded_at`` (Segment's, not columns here) keeps its name.
+  meaning. (Segment drops such values.) Reserved is per table: ``name`` and ``category`` only in
+  ``pages`` and ``screens``, where they are columns; only columns the layout makes are reserved,
+  so a property ``uuid`` or ``loaded_at`` (Segment's, not columns here) keeps its name.
 * a table or column name longer than the backend takes (``limit`` bytes; PostgreSQL 63) keeps
   its first ``limit - 12`` bytes (without a trailing ``_``) and ends with ``__`` and ten hex
   digits of the SHA-256 of the whole name: two long names that share their start stay apart, and
@@ -90,8 +90,8 @@ _OWN = {  # each table's own columns besides the common ones
     "tracks": frozenset({"event", "event_text"}),
     "event": frozenset({"event", "event_text"}),  # a per-event table
     "identifies": frozenset(),
-    "pages": frozenset({"name"}),
-    "screens": frozenset({"name"}),
+    "pages": frozenset({"name", "category"}),
+    "screens": frozenset({"name", "category"}),
     "groups": frozenset({"group_id"}),
     "aliases": frozenset({"previous_id"}),
 }

@@ -9,8 +9,8 @@ context flattened into ``context_…`` columns. Then, by the event's type:
 ============  ==========================================================================
 track         ``tracks``: ``event`` (the slug, which is the event's table) and ``event_text``
               (the name as sent); and the event's own table: the same and its properties
-identify      ``identifies``: its traits
-page, screen  ``pages``, ``screens``: ``name`` and the properties
+identify      ``identifies``: its traits (:func:`fields`)
+page, screen  ``pages``, ``screens``: ``name``, ``category`` and the properties
 group         ``groups``: ``group_id`` and the group's traits
 alias         ``aliases``: ``previous_id``
 ============  ==========================================================================
@@ -62,14 +62,15 @@ _FROM = {  # column -> the event's field
     "timestamp": "timestamp",
     "original_timestamp": "originalTimestamp",
     "name": "name",
+    "category": "category",
     "group_id": "groupId",
     "previous_id": "previousId",
 }
 _TABLES = {  # type -> (table, its own columns besides COMMON, the field made columns)
     "track": ("tracks", ("event", "event_text"), None),
     "identify": ("identifies", (), "traits"),
-    "page": ("pages", ("name",), "properties"),
-    "screen": ("screens", ("name",), "properties"),
+    "page": ("pages", ("name", "category"), "properties"),
+    "screen": ("screens", ("name", "category"), "properties"),
     "group": ("groups", ("group_id",), "traits"),
     "alias": ("aliases", ("previous_id",), None),
 }
@@ -181,10 +182,21 @@ def _draft(
         taken = reserved(table)
         data += [
             (column_name(path, taken=taken, limit=limit), (source, *path), value)
-            for path, value in leaves(_object(event.get(source)))
+            for path, value in leaves(fields(event, source))
         ]
     cells, lost = place(data)
     return Draft({**base, **cells}, lost)
+
+
+def fields(event: Mapping[str, Any], source: str) -> Mapping[str, Any]:
+    """The event's ``properties`` or ``traits`` (``source``) as an object. An identify's traits
+    are also those in ``context.traits``, where RudderStack's SDKs send them; a key in both is
+    the top-level one's."""
+    found = _object(event.get(source))
+    if source != "traits" or event.get("type") != "identify":
+        return found
+    sent = _object(_object(event.get("context")).get("traits"))
+    return {**sent, **found} if sent else found
 
 
 def _object(value: Any) -> Mapping[str, Any]:

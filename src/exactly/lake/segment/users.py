@@ -3,7 +3,8 @@
 ``users`` is keyed by the identify's ``userId`` (its ``id`` column; identifies without one are
 in ``identifies`` only), ``accounts`` by the group's ``groupId``, from the ``group`` calls'
 traits. Trait columns are named as in ``identifies`` (``groups``), so ``traits.email`` is
-``email`` in both.
+``email`` in both; an identify's traits include those in ``context.traits``
+(:func:`~exactly.lake.segment.shape.fields`).
 
 **Per trait, newest wins.** Each trait carries a :class:`Stamp`: the event's ``timestamp`` (its
 ``receivedAt`` when it has none), then its messageId to break a tie; a trait value is newer than
@@ -36,6 +37,7 @@ import orjson
 from exactly.lake.segment.kinds import instant, json_text
 from exactly.lake.segment.limits import Limits
 from exactly.lake.segment.names import NAME_LIMIT, column_name, leaves, place, reserved
+from exactly.lake.segment.shape import fields
 from exactly.lake.segment.table import REJECTED, Draft, TableBatch, build
 
 Merged = Literal["users", "accounts"]
@@ -112,11 +114,10 @@ def profiles(
             continue
         at = instant(str(event.get("timestamp"))) or instant(str(event.get("receivedAt")))
         stamp = Stamp(at or _NEVER, str(event.get("messageId") or ""))
-        traits = event.get("traits")
         cells, _ = place(
             [
                 (column_name(path, taken=taken, limit=limit), ("traits", *path), value)
-                for path, value in leaves(traits if isinstance(traits, Mapping) else {})
+                for path, value in leaves(fields(event, "traits"))
             ]
         )
         received = instant(str(event.get("receivedAt")))
