@@ -12,10 +12,14 @@ from typing import Any
 import orjson
 import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from exactly.errors import ConfigError
 from exactly.events import Receipt, normalise
+from exactly.lake.segment.kinds import cell, fits, json_text
 from exactly.lake.segment.limits import Limits
+from exactly.lake.segment.names import column_name, leaves, reserved
 from exactly.lake.segment.shape import COMMON, Shaped, own_columns, shape
 
 LOADED = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -493,3 +497,53 @@ def test_the_python_sdks_payloads_land_in_their_tables(sdk: str) -> None:
     [alias] = rows(shaped, "aliases")
     assert (alias["previous_id"], alias["user_id"]) == ("anonymous-7", "user-42")
     assert shaped.rejects == {}
+
+
+leaf = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**64), 2**64),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from(["free", "2026-03-01T10:00:00Z", "2026-03-01", "x" * 3]),
+    st.lists(st.integers(0, 3), max_size=2),
+)
+prop_keys = st.sampled_from(["revenue", "Revenue", "plan", "id", "userId", "a", "A", "名", "n_1"])
+props = st.recursive(
+    st.dictionaries(prop_keys, leaf, max_size=5),
+    lambda inner: st.dictionaries(prop_keys, st.one_of(leaf, inner), max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(deadline=None)  # a busy machine is slow, not wrong
+@given(st.lists(st.tuples(st.sampled_from(["Order Completed", "Signed Up"]), props), max_size=6))
+def test_every_property_value_is_in_its_column_or_in_rejected(
+    sent: list[tuple[str, dict[str, Any]]],
+) -> None:
+    batch = [track(name, f"m{i}", **found) for i, (name, found) in enumerate(sent)]
+    known = {"order_completed": {**own_columns("event"), "revenue": "bigint", "plan": "boolean"}}
+    shaped = shape(batch, known, loaded_at=LOADED, limits=Limits(columns=36))
+    for event in batch:
+        table = shaped.tables[event["event"].lower().replace(" ", "_")]
+        [row] = [r for r in table.rows.to_pylist() if r["id"] == event["messageId"]]
+        rejected = json.loads(row["_rejected"] or "{}")  # any integer, as sent
+        for path, value in leaves(event["properties"]):
+            if value is None:
+                continue
+            column = column_name(path, taken=reserved("event"))
+            dotted = ".".join(("properties", *path))
+            kind = table.kinds.get(column)
+            typed = kind is not None and row[column] is not None and fits(value, kind)
+            kept = [json_text(rejected[key]) for key in (column, dotted) if key in rejected]
+            assert (typed and row[column] == cell(value, kind)) or json_text(value) in kept, (
+                path,
+                value,
+                row,
+            )
+    shuffled = shape(batch[::-1], known, loaded_at=LOADED, limits=Limits(columns=36))
+    assert {t: b.kinds for t, b in shuffled.tables.items()} == {
+        t: b.kinds for t, b in shaped.tables.items()
+    }
+    assert {t: b.rejects for t, b in shuffled.tables.items()} == {
+        t: b.rejects for t, b in shaped.tables.items()
+    }

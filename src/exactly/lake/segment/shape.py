@@ -118,9 +118,10 @@ def shape(
     can_widen: bool = False,
 ) -> Shaped:
     """``events`` (Segment events as the ``events`` topic holds them) as rows of each table,
-    given the columns each table has (``schemas``: table -> {column: kind}, in order; a table
-    not in it does not exist yet). ``can_widen``: the format can change a bigint column to
-    double."""
+    given the columns each table of the layout has (``schemas``: table -> {column: kind}, in
+    order; every table, so that the table limit counts them; a table not in it does not exist
+    yet). ``loaded_at`` is every row's ``uuid_ts``. ``can_widen``: the format can change a bigint
+    column to double."""
     limits = limits or Limits()
     drafts: dict[str, list[Draft]] = {}
     for event in events:
