@@ -140,6 +140,8 @@ def test_flatten_joins_nested_keys_and_keeps_arrays_as_json_text() -> None:
         ("event", ("name",), "name"),  # a per-event table has no name column
         ("event", ("originalTimestamp",), "_original_timestamp"),
         ("event", ("uuid_ts",), "_uuid_ts"),
+        ("event", ("uuid",), "_uuid"),
+        ("identifies", ("loadedAt",), "_loaded_at"),
         ("event", ("rejected",), "rejected"),
         ("pages", ("name",), "_name"),
         ("screens", ("name",), "_name"),

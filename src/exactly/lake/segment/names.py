@@ -21,8 +21,9 @@ with ``_`` or holds ``__``, which a snake name never does:
   same name after a ``_``: ``properties.id`` is ``_id``, ``traits.user_id`` is ``_user_id``. The
   value stays queryable under a name that follows from its own, and the table's column keeps its
   meaning. (Segment drops such values.) Reserved is per table: ``name`` and ``category`` only in
-  ``pages`` and ``screens``, where they are columns; only columns the layout makes are reserved,
-  so a property ``uuid`` or ``loaded_at`` (Segment's, not columns here) keeps its name.
+  ``pages`` and ``screens``, where they are columns. Segment's ``uuid`` and ``loaded_at`` are
+  reserved everywhere too, though no table has them yet: a column of that name added later
+  would otherwise rename data that already has a column.
 * a table or column name longer than the backend takes (``limit`` bytes; PostgreSQL 63) keeps
   its first ``limit - 12`` bytes (without a trailing ``_``) and ends with ``__`` and ten hex
   digits of the SHA-256 of the whole name: two long names that share their start stay apart, and
@@ -83,6 +84,8 @@ _COMMON = frozenset(
         "timestamp",
         "original_timestamp",
         "uuid_ts",
+        "uuid",  # Segment's, not ours (yet): reserved so that a name never changes
+        "loaded_at",
         "_rejected",
     }
 )
