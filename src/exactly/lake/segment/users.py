@@ -10,8 +10,10 @@ traits. Trait columns are named as in ``identifies`` (``groups``), so ``traits.e
 ``receivedAt`` when it has none), then its messageId to break a tie; a trait value is newer than
 another when its stamp is greater, and for the same stamp (one message seen twice) when its JSON
 text is greater, so two values are always ordered. A trait absent from a later identify keeps
-its earlier value; a null trait counts as absent (as a null property takes no column). A
-profile's ``received_at`` is the latest of its events'.
+its earlier value; a null trait counts as absent (as a null property takes no column). Where
+one identify gives one column several values (``planId`` and ``plan_id``), the trait is the
+value :func:`~exactly.lake.segment.names.place` keeps; the others are in that row of
+``identifies``, in its ``_rejected``. A profile's ``received_at`` is the latest of its events'.
 
 So :func:`merge` takes, per trait, the greater of two values: it is associative, commutative and
 idempotent. Merging a batch into the table, batches in any order, or one batch twice (a replay)
