@@ -11,6 +11,8 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exactly.lake.segment.limits import Limits
+from exactly.lake.segment.shape import shape
 from exactly.lake.segment.users import (
     OWN,
     Profile,
@@ -94,6 +96,16 @@ def test_an_identifys_context_traits_are_its_traits_as_rudderstacks_sdks_send_th
     both = {**identify("m2", 0, plan="b"), "context": {"traits": {"plan": "c"}}}
     found = profiles([rudder, both], table="users")["user-42"].traits
     assert {c: t.value for c, t in found.items()} == {"email": "p@x.example", "plan": "b"}
+
+
+def test_trait_columns_are_named_as_in_identifies_under_the_same_limits() -> None:
+    long = {"favouriteProductCategoryOfTheLastTwelveMonths": "tea", "id": "crm-17"}
+    batch = [identify("m1", 0, **long)]
+    limits = Limits(name_bytes=30)
+    shaped = shape(batch, {}, loaded_at=T0, limits=limits).tables["identifies"].new_columns
+    traits = profiles(batch, table="users", limits=limits)["user-42"].traits
+    assert set(traits) == {"_id", "favourite_product_catego__6372e90676"}
+    assert set(traits) <= set(shaped)
 
 
 def test_accounts_hold_the_newest_group_traits_per_group_id() -> None:

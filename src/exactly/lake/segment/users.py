@@ -38,7 +38,7 @@ import orjson
 
 from exactly.lake.segment.kinds import instant, json_text
 from exactly.lake.segment.limits import Limits
-from exactly.lake.segment.names import NAME_LIMIT, column_name, leaves, place, reserved
+from exactly.lake.segment.names import column_name, leaves, place, reserved
 from exactly.lake.segment.shape import fields
 from exactly.lake.segment.table import REJECTED, Draft, TableBatch, build
 
@@ -104,9 +104,11 @@ def merge_all(*groups: Iterable[Profile]) -> dict[str, Profile]:
 
 
 def profiles(
-    events: Iterable[Mapping[str, Any]], *, table: Merged, limit: int = NAME_LIMIT
+    events: Iterable[Mapping[str, Any]], *, table: Merged, limits: Limits | None = None
 ) -> dict[str, Profile]:
-    """The profiles of ``table`` a batch of events makes (its identifies or its groups)."""
+    """The profiles of ``table`` a batch of events makes (its identifies or its groups), their
+    traits named as :func:`~exactly.lake.segment.shape.shape` names them with ``limits``."""
+    limit = (limits or Limits()).name_bytes
     kind, id_field, names_from = _SOURCE[table]
     taken = reserved(names_from)
     found = []
