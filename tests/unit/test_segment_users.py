@@ -104,7 +104,7 @@ def test_trait_columns_are_named_as_in_identifies_under_the_same_limits() -> Non
     limits = Limits(name_bytes=30)
     shaped = shape(batch, {}, loaded_at=T0, limits=limits).tables["identifies"].new_columns
     traits = profiles(batch, table="users", limits=limits)["user-42"].traits
-    assert set(traits) == {"_id", "favourite_product_catego__6372e90676"}
+    assert set(traits) == {"_id", "favourite_product__6372e90676"}
     assert set(traits) <= set(shaped)
 
 
