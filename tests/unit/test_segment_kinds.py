@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exactly.errors import LakeError
 from exactly.lake.columns import KINDS
 from exactly.lake.segment.kinds import (
     KIND_ORDER,
@@ -24,7 +25,7 @@ from exactly.lake.segment.kinds import (
     widen,
 )
 from exactly.lake.segment.limits import Limits
-from exactly.lake.segment.table import Draft, build
+from exactly.lake.segment.table import Draft, build, schema_kinds
 
 scalars = st.one_of(
     st.none(),
@@ -225,3 +226,19 @@ def test_a_new_columns_minority_values_are_rejects() -> None:
     assert found.rows.column("plan").to_pylist() == [1, 2, None, None]
     assert found.rows.column("_rejected").to_pylist()[2] == '{"plan":"pro"}'
     assert found.rejects == {"plan": 1}
+
+
+def test_a_stored_tables_arrow_schema_reads_back_as_its_kinds() -> None:
+    built = build(
+        "t",
+        [Draft({"id": "a", "n": 1, "x": 1.5, "ok": True, "at": "2026-03-01T10:00:00Z"})],
+        {"id": "string"},
+        None,
+        limits=Limits(),
+        can_widen=False,
+    )
+    assert schema_kinds(built.rows.schema) == built.kinds
+    other = pa.schema([("n", pa.int32()), ("s", pa.large_string()), ("f", pa.float32())])
+    assert schema_kinds(other) == {"n": "bigint", "s": "string", "f": "double"}
+    with pytest.raises(LakeError, match="date32"):
+        schema_kinds(pa.schema([("date", pa.date32())]))

@@ -19,7 +19,7 @@ from __future__ import annotations
 from exactly.lake.segment.limits import Limits
 from exactly.lake.segment.names import BUILT_IN_TABLES, event_table, flatten, snake
 from exactly.lake.segment.shape import Shaped, own_columns, shape
-from exactly.lake.segment.table import TableBatch
+from exactly.lake.segment.table import TableBatch, schema_kinds
 from exactly.lake.segment.users import (
     Profile,
     merge,
@@ -43,6 +43,7 @@ __all__ = [
     "profile_of_row",
     "profile_rows",
     "profiles",
+    "schema_kinds",
     "shape",
     "snake",
 ]

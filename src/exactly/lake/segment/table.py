@@ -28,11 +28,21 @@ from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from exactly.errors import LakeError
 from exactly.lake.columns import KINDS
 from exactly.lake.segment.kinds import cell, fits, infer, json_text, widen
 from exactly.lake.segment.limits import Limits, admit
 
 REJECTED = "_rejected"
+_KIND_TESTS = (  # a stored column's Arrow type -> its kind
+    ("boolean", pa.types.is_boolean),
+    ("bigint", pa.types.is_integer),
+    ("double", pa.types.is_floating),
+    ("timestamp", pa.types.is_timestamp),
+    ("string", pa.types.is_string),
+    ("string", pa.types.is_large_string),
+    ("string", pa.types.is_string_view),
+)
 
 
 @dataclass
@@ -56,6 +66,23 @@ class TableBatch:
     widened: dict[str, str]  # the known columns whose kind changes -> the new kind
     rejects: dict[str, int]  # column -> values of it kept in _rejected
     held_back: tuple[str, ...] = ()  # new columns past Limits.columns (values in _rejected)
+
+
+def schema_kinds(schema: pa.Schema) -> dict[str, str]:
+    """A stored table's columns as :func:`build` takes them (column -> kind, in order), from its
+    Arrow schema: any integer is bigint, any float double, any text string, any timestamp
+    timestamp. Another type raises :class:`~exactly.errors.LakeError`: the segment layout did
+    not make that column."""
+    kinds = {}
+    for found in schema:
+        kind = next((k for k, test in _KIND_TESTS if test(found.type)), None)
+        if kind is None:
+            raise LakeError(
+                f"column {found.name} is {found.type}: a segment table's columns are "
+                f"{', '.join(KINDS)}; drop or rename that column"
+            )
+        kinds[found.name] = kind
+    return kinds
 
 
 def build(
