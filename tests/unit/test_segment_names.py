@@ -242,6 +242,7 @@ def test_a_long_event_name_fits_the_table_name_limit() -> None:
 @given(st.lists(keys, min_size=1, max_size=3), st.sampled_from(["event", "pages", "groups"]))
 def test_a_made_up_name_never_meets_a_name_from_the_data(path: list[str], table: str) -> None:
     found = column_name(path, taken=reserved(table), limit=30)
+    assert len(found.encode()) <= 30 and SNAKE.fullmatch(found.replace("__", "_").strip("_"))
     if found != flat_name(path):
         assert found.startswith("_") or "__" in found
     assert not flat_name(path).startswith("_") and "__" not in flat_name(path)
