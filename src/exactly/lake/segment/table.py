@@ -1,0 +1,139 @@
+"""One table's share of a micro-batch, typed: the rows as Arrow and how the table changes.
+
+:func:`build` takes the table's rows as :class:`Draft` s (column -> value as sent), the table's
+own columns (fixed kinds: ``id``, ``received_at`` …) and the columns it has (None: a new table),
+and gives a :class:`TableBatch`:
+
+1. **columns admitted**: the batch's new data columns, as many as ``Limits.columns`` leaves room
+   for (:func:`~exactly.lake.segment.limits.admit`); a held-back column's values go to
+   ``_rejected``;
+2. **kinds**: a new column's inferred from the batch (:func:`~exactly.lake.segment.kinds.infer`),
+   a known column's widened where it must and can (:func:`~exactly.lake.segment.kinds.widen`);
+3. **cells**: each value typed to its column; one that does not fit is null there and kept as
+   sent in the row's ``_rejected`` JSON under the column's name, beside the values that lost their
+   column to another value of the row (under their dotted path); ``rejects`` counts them all per
+   column.
+
+The rows hold every column of the table after the batch: the known ones in their order, then the
+new ones (the table's own first, then the data's by name), null where a row has no value. New
+columns and widened kinds are meant to be added in the transaction that writes the rows.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa  # type: ignore[import-untyped]
+
+from exactly.errors import LakeError
+from exactly.lake.columns import KINDS
+from exactly.lake.segment.kinds import cell, fits, infer, json_text, widen
+from exactly.lake.segment.limits import Limits, admit
+
+REJECTED = "_rejected"
+_KIND_TESTS = (  # a stored column's Arrow type -> its kind
+    ("boolean", pa.types.is_boolean),
+    ("bigint", pa.types.is_integer),
+    ("double", pa.types.is_floating),
+    ("timestamp", pa.types.is_timestamp),
+    ("string", pa.types.is_string),
+    ("string", pa.types.is_large_string),
+    ("string", pa.types.is_string_view),
+)
+
+
+@dataclass
+class Draft:
+    """One row before typing: ``cells`` column -> value as sent (a scalar, or an array's JSON
+    text); ``lost`` the values that lost their column to another value of the row, as
+    {dotted path: (column, value)} (:func:`~exactly.lake.segment.names.place`)."""
+
+    cells: dict[str, Any]
+    lost: dict[str, tuple[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TableBatch:
+    """A table's rows of one micro-batch and what the table must become to take them."""
+
+    table: str
+    rows: pa.Table
+    kinds: dict[str, str]  # every column of the table after the batch -> its kind, in order
+    new_columns: dict[str, str]  # the columns to add, in order -> kind
+    widened: dict[str, str]  # the known columns whose kind changes -> the new kind
+    rejects: dict[str, int]  # column -> values of it kept in _rejected
+    held_back: tuple[str, ...] = ()  # new columns past Limits.columns (values in _rejected)
+
+
+def schema_kinds(schema: pa.Schema) -> dict[str, str]:
+    """A stored table's columns as :func:`build` takes them (column -> kind, in order), from its
+    Arrow schema: any integer is bigint, any float double, any text string, any timestamp
+    timestamp. Another type raises :class:`~exactly.errors.LakeError`: the segment layout did
+    not make that column."""
+    kinds = {}
+    for found in schema:
+        kind = next((k for k, test in _KIND_TESTS if test(found.type)), None)
+        if kind is None:
+            raise LakeError(
+                f"column {found.name} is {found.type}: a segment table's columns are "
+                f"{', '.join(KINDS)}; drop or rename that column"
+            )
+        kinds[found.name] = kind
+    return kinds
+
+
+def build(
+    table: str,
+    drafts: Sequence[Draft],
+    own: Mapping[str, str],
+    known: Mapping[str, str] | None,
+    *,
+    limits: Limits,
+    can_widen: bool,
+) -> TableBatch:
+    """``drafts`` typed for ``table`` (module docstring, steps 1-3)."""
+    known = dict(known or {})
+    own = {**own, REJECTED: own.get(REJECTED, "string")}  # every table keeps its rejects
+    values: dict[str, list[Any]] = {}
+    for draft in drafts:
+        for column, value in draft.cells.items():
+            if value is not None:
+                values.setdefault(column, []).append(value)
+    # 1. columns admitted
+    fixed = {**known, **{name: kind for name, kind in own.items() if name not in known}}
+    wanted = {column: len(found) for column, found in values.items() if column not in fixed}
+    admitted, held_back = admit(wanted, limits.columns - len(fixed))
+    # 2. kinds
+    kinds = {
+        column: widen(kind, values.get(column, ()), can_widen=can_widen)
+        for column, kind in fixed.items()
+    }
+    new_data = {column: infer(values[column]) or "string" for column in sorted(admitted)}
+    kinds.update(new_data)
+    new_columns = {c: k for c, k in kinds.items() if c not in known}
+    widened = {c: k for c, k in kinds.items() if c in known and known[c] != k}
+    # 3. cells
+    rejects: Counter[str] = Counter()
+    rejected = [{key: value for key, (_, value) in draft.lost.items()} for draft in drafts]
+    for draft, kept in zip(drafts, rejected, strict=True):
+        rejects.update(column for column, _ in draft.lost.values())
+        for column, value in draft.cells.items():
+            if value is not None and (column not in kinds or not fits(value, kinds[column])):
+                kept[column] = value
+                rejects[column] += 1
+    columns = {
+        column: [
+            None if column in kept else cell(draft.cells.get(column), kind)
+            for draft, kept in zip(drafts, rejected, strict=True)
+        ]
+        for column, kind in kinds.items()
+    }
+    columns[REJECTED] = [json_text(kept) if kept else None for kept in rejected]
+    schema = pa.schema([pa.field(column, KINDS[kind]) for column, kind in kinds.items()])
+    rows = pa.Table.from_pydict(columns, schema=schema)
+    return TableBatch(
+        table, rows, kinds, new_columns, widened, dict(sorted(rejects.items())), tuple(held_back)
+    )
