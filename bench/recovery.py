@@ -56,6 +56,46 @@ COMMANDS = {"pipeline": "pipeline", "collector": "collect", "director": "deliver
 DEADLINE = 300.0  # a probe not delivered by then counts as this (and is reported)
 
 
+class Phases:
+    """What the pipeline part says each starting query waits on (``DATA_DIR/up/queries.json``),
+    sampled every 0.25 s from a thread while a probe is under way: where a recovery's time goes."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / "up" / "queries.json"
+        self.seen: list[tuple[float, str, str]] = []  # (seconds since began, query, waits on)
+        self.stopping = threading.Event()
+
+    def watch(self, began: float) -> threading.Thread:
+        self.seen, self.began = [], began
+        self.stopping.clear()
+        thread = threading.Thread(target=self._sample, daemon=True)
+        thread.start()
+        return thread
+
+    def _sample(self) -> None:
+        last: dict[str, str] = {}
+        while not self.stopping.is_set():
+            with contextlib.suppress(OSError, ValueError):
+                document = json.loads(self.path.read_text())
+                now = time.monotonic() - self.began
+                waiting = {**document.get("waiting", {})}
+                for query in document.get("first", {}):
+                    waiting[query] = "running"
+                for query, text in waiting.items():
+                    if last.get(query) != text:
+                        last[query] = text
+                        self.seen.append((now, query, text))
+            time.sleep(0.25)
+
+    def story(self) -> str:
+        """Each query's steps with the second each was first seen, one query per line."""
+        lines = []
+        for query in dict.fromkeys(query for _, query, _ in self.seen):
+            steps = [f"{at:.0f}s {text}" for at, q, text in self.seen if q == query]
+            lines.append(f"      {query}: " + "; ".join(steps))
+        return "\n".join(lines)
+
+
 class Traffic:
     """Clients sending batches of 20 events every 0.2 s until stopped, each batch again until
     accepted; and probes, one event each."""
@@ -166,6 +206,7 @@ def run_stack(name: str, rounds: int, kinds: list[str], keep: Path | None) -> di
         config.write_text(config.read_text() + f'\n[lake]\nurl = "{lake}"\n')
         service = UpService(config, directory)
         traffic = Traffic(service.port)
+        phases = Phases(directory / "data")
         try:
             service.start()
             traffic.start()
@@ -180,6 +221,7 @@ def run_stack(name: str, rounds: int, kinds: list[str], keep: Path | None) -> di
                         continue
                     time.sleep(rng.uniform(3.0, 8.0))  # steady work, batches in flight
                     began = time.monotonic()
+                    watcher = phases.watch(began)
                     if kind == "up":
                         service.kill()
                         service.start()
@@ -189,9 +231,13 @@ def run_stack(name: str, rounds: int, kinds: list[str], keep: Path | None) -> di
                     else:
                         kill_group(service.part_pid(COMMANDS[kind]))
                     took = traffic.probe(receiver, began)
+                    phases.stopping.set()
+                    watcher.join()
                     results.setdefault(kind, []).append(took)
                     late = " (not delivered)" if took >= DEADLINE else ""
                     print(f"  round {round_ + 1}: {kind} {took:.1f} s{late}", flush=True)
+                    if kind in ("up", "pipeline"):
+                        print(phases.story(), flush=True)
         finally:
             traffic.stop()
             service.kill()

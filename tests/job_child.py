@@ -28,6 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m"
 AT_START = 3  # of a test's kills, how many come while the queries start (no batch of their own)
 AFTER_START = 0.5  # the most seconds a kill waits once a micro-batch of its run is in flight
+# the children cap micro-batches small so that kills have many to land in; the last run, which
+# no kill ends, works off what the kills left in batches this many times as large
+CATCH_UP_SCALE = 20
 
 
 @dataclass

@@ -29,6 +29,7 @@ from exactly.lake import Marker, open_table
 from exactly.lake.base import DataFile
 from exactly.lake.query import LakePlan, drive
 from exactly.spark.session import build_session
+from tests.job_child import CATCH_UP_SCALE
 
 KILL_AFTER_COMMIT = "EXACTLY_TEST_KILL_AFTER_COMMIT"
 KILL_BEFORE_COMMIT = "EXACTLY_TEST_KILL_BEFORE_COMMIT"
@@ -45,7 +46,8 @@ def main(config: str, table_url: str, checkpoint: str, mode: str) -> None:
         Path(checkpoint),
         until_caught_up=mode == "catch-up",
         trigger_seconds=0.2,
-        max_records_per_trigger=200,
+        # the last run, which no kill ends, in batches CATCH_UP_SCALE times as large
+        max_records_per_trigger=200 * (CATCH_UP_SCALE if mode == "catch-up" else 1),
         read_records=100,
     )
     print("warm", flush=True)

@@ -42,6 +42,7 @@ from exactly.log import open_log
 from exactly.spark.session import build_session
 from exactly.spark.streaming import checkpoint_lock
 from tests.aggregate_stream import PLAN_TABLE
+from tests.job_child import CATCH_UP_SCALE
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -72,6 +73,10 @@ def committed(query: str) -> Callable[[bool], None]:
 def main(config: str, mode: str) -> None:
     settings = load_settings(Path(config))
     catch_up = mode == "catch-up"
+    # the kills want many small micro-batches to land in; the last run, which no kill ends,
+    # works off what they left in batches CATCH_UP_SCALE times as large (the caps change only
+    # where a batch ends, never what is kept: each batch is exactly once whatever its size)
+    scale = CATCH_UP_SCALE if catch_up else 1
     spark = build_session(
         settings, "exactly-pipeline-crash", master="local[2]", conf={"spark.scheduler.mode": "FAIR"}
     )
@@ -85,7 +90,7 @@ def main(config: str, mode: str) -> None:
         bounds=Bounds(window=HOUR),
         until_caught_up=catch_up,
         trigger_seconds=0.2,
-        max_records_per_trigger=150,
+        max_records_per_trigger=150 * scale,
         read_records=50,
     )
     aggregate_plan = job.AggregatePlan(
@@ -94,7 +99,7 @@ def main(config: str, mode: str) -> None:
         (EVENT_COUNTS, plans),
         until_caught_up=catch_up,
         trigger_seconds=0.2,
-        max_records_per_trigger=300,
+        max_records_per_trigger=300 * scale,
         read_records=100,
     )
     route_plan = RoutePlan(
@@ -103,7 +108,7 @@ def main(config: str, mode: str) -> None:
         settings.destinations,
         until_caught_up=catch_up,
         trigger_seconds=0.2,
-        max_records_per_trigger=200,
+        max_records_per_trigger=200 * scale,
         read_records=100,
     )
     lake_plan = LakePlan(
@@ -112,7 +117,7 @@ def main(config: str, mode: str) -> None:
         (data / "lake").resolve(),
         until_caught_up=catch_up,
         trigger_seconds=0.2,
-        max_records_per_trigger=200,
+        max_records_per_trigger=200 * scale,
         read_records=100,
         compact_every=5,  # upkeep (optimize, expire) between batches is killed too
     )

@@ -19,6 +19,7 @@ from exactly.config import load_settings
 from exactly.delivery.jobdb import open_jobdb
 from exactly.delivery.route import RoutePlan, drive
 from exactly.spark.session import build_session
+from tests.job_child import CATCH_UP_SCALE
 
 KILL_AFTER_COMMIT = "EXACTLY_TEST_KILL_AFTER_COMMIT"
 
@@ -33,7 +34,8 @@ def main(config: str, jobdb_url: str, checkpoint: str, mode: str) -> None:
         settings.destinations,
         until_caught_up=mode == "catch-up",
         trigger_seconds=0.2,
-        max_records_per_trigger=200,
+        # the last run, which no kill ends, in batches CATCH_UP_SCALE times as large
+        max_records_per_trigger=200 * (CATCH_UP_SCALE if mode == "catch-up" else 1),
         read_records=100,
     )
     print("warm", flush=True)
