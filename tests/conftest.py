@@ -27,34 +27,40 @@ if TYPE_CHECKING:
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 LOG_BACKENDS = list(BACKENDS)
-# The Spark crash tests, each SIGKILLing a JVM 20 times or more while the next one starts: with
-# pytest-xdist (``./dev test`` starts two workers) they run one after another on one worker, as
-# two of them at once on two cores would starve each other's JVM starts, while the other worker
-# runs everything else (:func:`pytest_xdist_make_scheduler`).
-SPARK_CRASH_MODULES = frozenset(
-    f"tests/integration/{name}.py"
-    for name in (
-        "test_cluster",
-        "test_lake_crash",
-        "test_pipeline_crash",
-        "test_route_crash",
+# The Spark crash tests, each SIGKILLing a JVM 20 times or more while the next one starts, in
+# two chains of about equal length (about 26 minutes each on two loaded cores, 2026-11-28): with
+# pytest-xdist (``./dev test`` starts two workers) each worker starts with one chain, running
+# its tests one after another, and then both share the rest (:func:`pytest_xdist_make_scheduler`).
+# One chain alone took 69 minutes while the other worker had run everything else in 45. Two
+# crash tests at once do not starve: a kill waits for a micro-batch of its own run to be in
+# flight (``tests/batches_in_flight.py``), however slow the start, and in that run the pipeline
+# crash tests passed beside benchmarks that held the load average at 10 to 20.
+CHAINS = (
+    ("test_pipeline_crash", "test_up"),
+    (
         "test_spark_crash",
-        "test_up",
+        "test_cluster",
+        "test_route_crash",
+        "test_lake_crash",
         "test_up_scale_out",
-    )
+    ),
 )
+SPARK_CRASH_CHAINS = {  # module -> its chain
+    f"tests/integration/{name}.py": chain for chain, names in enumerate(CHAINS) for name in names
+}
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """pytest-xdist's scope scheduler with one scope for the Spark crash tests and one per test
-    for the rest. (xdist's ``loadgroup`` marks do nothing under pytest 9.2, which no longer
-    reads the ``_nodeid`` xdist sets; the scheduler sees only node ids, hence the module list.)"""
+    """pytest-xdist's scope scheduler with one scope per chain of Spark crash tests and one per
+    test for the rest; the scheduler hands out the largest scopes first, one to each worker.
+    (xdist's ``loadgroup`` marks do nothing under pytest 9.2, which no longer reads the
+    ``_nodeid`` xdist sets; the scheduler sees only node ids, hence the module list.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     class CrashTestsTogether(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return "spark-crash" if module in SPARK_CRASH_MODULES else nodeid
+            chain = SPARK_CRASH_CHAINS.get(nodeid.split("::", 1)[0])
+            return nodeid if chain is None else f"spark-crash-{chain}"
 
     return CrashTestsTogether(config, log)
 
