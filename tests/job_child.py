@@ -105,6 +105,11 @@ class Child:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def errors(self) -> str:
+        """Everything it wrote to stderr so far."""
+        self.stderr.seek(0)
+        return self.stderr.read()
+
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -122,6 +127,7 @@ def kill_at_random_points(
     checkpoints: Checkpoints,
     self_kill: Callable[[random.Random], dict[str, str]] | None = None,
     env: dict[str, str] | None = None,
+    may_fail: Callable[[str], bool] | None = None,
 ) -> Kills:
     """SIGKILL ``kills`` runs of a job at random points while its input grows; the last runs free.
 
@@ -136,7 +142,10 @@ def kill_at_random_points(
     must end by itself before ``done`` (it kills itself at a point of its own). ``env`` adds to
     every run's environment (a ``PYTHONPATH`` in it comes first, then this tree's ``src`` and the
     tree itself, so a run imports the package of the tree its test came from, whatever is
-    installed). Returns how many runs killed themselves, and the landings.
+    installed). ``may_fail``, when given, is asked about a run that ended by itself with an
+    error (its stderr): one it accepts is replaced and counts as no kill (the test's own faults,
+    as a Redis server restarted empty under a claim, fail a micro-batch; ``exactly up`` restarts
+    such a part). Returns how many runs killed themselves, and the landings.
     """
     extra = dict(env or {})
     path = os.pathsep.join(
@@ -182,8 +191,16 @@ def kill_at_random_points(
                 time.sleep(rng.uniform(0.0, 4.0))  # query start, planning, the first tasks
             else:
                 in_flight = checkpoints.wait_for_batch(120, current.alive)
-                assert in_flight, f"no batch: {current.report()}"
+                assert in_flight or not current.alive(), f"no batch: {current.report()}"
                 time.sleep(rng.uniform(0.0, AFTER_START))  # inside a micro-batch of its own
+            if not suicidal and current.saw("<exit>") and may_fail and may_fail(current.errors()):
+                print(f"run after kill {killed} failed by the test's fault: {current.lines[-2:]}")
+                following.kill()  # (warmed for the turn after this one: started again)
+                current, suicidal = start(last)
+                children.append(current)
+                checkpoints.run_starts()
+                current.go()
+                continue
             if not suicidal:
                 assert not current.saw("<exit>"), f"run {killed} died: {current.report()}"
             current.kill()
