@@ -11,6 +11,11 @@ the snapshot like the marker (the history is slow to read, and log cleanup forge
 ``commitInfo`` carries ``exactly.query``, ``exactly.batch`` and ``exactly.end`` for people.
 The table is partitioned by ``date``.
 
+A sibling (:meth:`~DeltaLakeTable.sibling`, the segment layout's tables) is the directory of
+that name beside it, unpartitioned. Its ``users`` and ``accounts`` commit with a key through
+delta-rs's MERGE (``when_matched_update_all``, ``when_not_matched_insert_all``,
+``merge_schema`` for new columns), the ``txn`` actions in that commit.
+
 Files the executors wrote (:meth:`commit_files`) are committed as their ``add`` actions with the
 same ``txn`` actions through ``create_write_transaction`` (``create_table_with_add_actions`` for
 the first batch). delta-rs changes a table's schema there only in an overwrite, so a batch that
@@ -35,7 +40,8 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 import pyarrow as pa  # type: ignore[import-untyped]
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+import pyarrow.fs as pafs  # type: ignore[import-untyped]
+from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, write_deltalake
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, create_table_with_add_actions
@@ -55,9 +61,16 @@ END_PARTITIONS = "exactly.end.partitions"  # txn app id, version = how many part
 class DeltaLakeTable(LakeTable):
     """A Delta table at a directory or an S3 prefix (module docstring: the guarantee)."""
 
-    def __init__(self, uri: str, storage_options: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        uri: str,
+        storage_options: dict[str, str] | None = None,
+        partition: str | None = PARTITION,
+    ) -> None:
         self.uri = uri
         self.storage_options = dict(storage_options or {})
+        self.partition = partition
+        self.name = uri.rstrip("/").rsplit("/", 1)[-1]
         self.url = redact(f"delta://{uri}" if "://" not in uri else f"delta+{uri}")
 
     @classmethod
@@ -71,6 +84,24 @@ class DeltaLakeTable(LakeTable):
         if query:
             raise LakeError(f"lake URL {redact(url)!r}: a local delta table takes no options")
         return cls(where)
+
+    def sibling(self, name: str) -> DeltaLakeTable:
+        return DeltaLakeTable(f"{self._root()}/{name}", self.storage_options, partition=None)
+
+    def siblings(self) -> list[str]:
+        """The directories beside this table that hold a Delta log."""
+        filesystem, root = located(self._root(), self._s3())
+        selector = pafs.FileSelector(root, allow_not_found=True)
+        found = [i.base_name for i in filesystem.get_file_info(selector) if i.is_file is False]
+        logs = filesystem.get_file_info([f"{root}/{name}/{LOG}" for name in found])
+        missing = pafs.FileType.NotFound
+        return sorted(n for n, log in zip(found, logs, strict=True) if log.type != missing)
+
+    def _root(self) -> str:
+        return self.uri.rstrip("/").rsplit("/", 1)[0]
+
+    def _empty(self) -> pa.Table:
+        return (BASE_SCHEMA if self.partition else pa.schema([])).empty_table()
 
     def _table(self) -> DeltaTable | None:
         try:
@@ -95,12 +126,23 @@ class DeltaLakeTable(LakeTable):
         table = self._table()
         return None if table is None else pa.schema(table.schema())
 
-    def commit(self, rows: pa.Table, marker: Marker) -> bool:
+    def commit(self, rows: pa.Table, marker: Marker, *, key: str | None = None) -> bool:
+        table = None if key is None else self._table()
         try:
+            if table is not None:  # rows replace those of their key: MERGE
+                table.merge(
+                    rows,
+                    f's."{key}" = t."{key}"',
+                    source_alias="s",
+                    target_alias="t",
+                    merge_schema=True,
+                    commit_properties=commit_properties(marker),
+                ).when_matched_update_all().when_not_matched_insert_all().execute()
+                return True
             write_deltalake(
                 self.uri,
                 rows,
-                partition_by=[PARTITION],
+                partition_by=[self.partition] if self.partition else None,
                 mode="append",
                 schema_mode="merge",
                 storage_options=self.storage_options or None,
@@ -151,7 +193,20 @@ class DeltaLakeTable(LakeTable):
 
     def read(self) -> pa.Table:
         table = self._table()
-        return BASE_SCHEMA.empty_table() if table is None else table.to_pyarrow_table()
+        return self._empty() if table is None else table.to_pyarrow_table()
+
+    def lookup(self, key: str, values: Sequence[str]) -> pa.Table:
+        """Through delta-rs's SQL, which skips files by their statistics."""
+        table = self._table()
+        if table is None or not values or key not in pa.schema(table.schema()).names:
+            return self._empty()
+        listed = ", ".join("'" + value.replace("'", "''") + "'" for value in values)
+        found = (
+            QueryBuilder()
+            .register("t", table)
+            .execute(f'SELECT * FROM t WHERE "{key}" IN ({listed})')
+        )
+        return pa.table(found.read_all())
 
     def landed_in(self, partition: int, offset: int) -> Landing | None:
         """A binary search over the versions' ``txn`` end offsets (each a snapshot load, no data
@@ -185,7 +240,7 @@ class DeltaLakeTable(LakeTable):
         """The current version as deltalake's Arrow dataset: DuckDB reads only the files and
         columns a query needs."""
         table = self._table()
-        return BASE_SCHEMA.empty_table() if table is None else table.to_pyarrow_dataset()
+        return self._empty() if table is None else table.to_pyarrow_dataset()
 
     def version(self) -> int | None:
         table = self._table()

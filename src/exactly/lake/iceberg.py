@@ -25,6 +25,12 @@ Files the executors wrote (:meth:`commit_files`) join the table by ``add_files``
 transaction instead of ``append``: schema update, the files' snapshot with the summary, and the
 property are one new metadata file.
 
+A sibling (:meth:`~IcebergTable.sibling`, the segment layout's tables) is the table of that
+name in the same namespace and catalog (one catalog, one connection pool, for all of them),
+unpartitioned. Its ``users`` and ``accounts`` commit with a key as an overwrite whose filter is
+the batch's keys (``id IN (...)``): the stored rows of those keys deleted and the merged rows
+appended, with the schema update and the marker, in the same transaction.
+
 Guarantee: each batch's rows are in the table exactly once, under a single writer per query; a
 concurrent commit (another writer, an optimize) makes ours fail rather than overwrite it.
 """
@@ -39,7 +45,8 @@ from urllib.parse import parse_qsl, urlencode
 
 import pyarrow as pa  # type: ignore[import-untyped]
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.exceptions import CommitFailedException, NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.expressions import In
 from pyiceberg.table import Table, Transaction
 
 from exactly.errors import LakeConflict, LakeError
@@ -66,12 +73,17 @@ class IcebergTable(LakeTable):
         catalog: str = "exactly",
         properties: dict[str, str] | None = None,
         url: str = "",
+        partition: str | None = PARTITION,
+        shared: SqlCatalog | None = None,
     ) -> None:
         self.namespace, self.name = namespace, table
         self.properties = dict(properties or {})
-        self.warehouse = warehouse
+        self.warehouse, self.catalog_uri, self.partition = warehouse, catalog_uri, partition
         self.url = redact(url or f"iceberg:{catalog_uri}")
-        self.catalog = SqlCatalog(catalog, uri=catalog_uri, warehouse=warehouse, **self.properties)
+        self.owns_catalog = shared is None
+        self.catalog = shared or SqlCatalog(
+            catalog, uri=catalog_uri, warehouse=warehouse, **self.properties
+        )
 
     @classmethod
     def from_url(cls, url: str) -> IcebergTable:
@@ -87,7 +99,8 @@ class IcebergTable(LakeTable):
                 f"{', '.join(sorted(known))}, s3.*)"
             )
         properties = {k: v for k, v in options.items() if k.startswith("s3.")}
-        names = {k: options[k] for k in ("namespace", "table", "catalog") if k in options}
+        names = {"namespace": "exactly", "table": "events", "catalog": "exactly"}
+        names.update({k: options[k] for k in names if k in options})
         if scheme == "iceberg":
             if not where:
                 raise LakeError(f"lake URL {redact(url)!r} names no directory: iceberg://DIR")
@@ -109,11 +122,40 @@ class IcebergTable(LakeTable):
             raise LakeError(f"lake URL {redact(url)!r}: use iceberg://DIR or iceberg+postgresql://")
         if "://" not in warehouse:
             warehouse = Path(warehouse).resolve().as_uri()
-        return cls(catalog_uri, warehouse, properties=properties, url=url, **names)
+        return cls(
+            catalog_uri,
+            warehouse,
+            namespace=names["namespace"],
+            table=names["table"],
+            catalog=names["catalog"],
+            properties=properties,
+            url=url,
+        )
 
     @property
     def identifier(self) -> tuple[str, str]:
         return (self.namespace, self.name)
+
+    def sibling(self, name: str) -> IcebergTable:
+        return IcebergTable(
+            self.catalog_uri,
+            self.warehouse,
+            namespace=self.namespace,
+            table=name,
+            properties=self.properties,
+            url=_with_table(self.url, name),
+            partition=None,
+            shared=self.catalog,
+        )
+
+    def siblings(self) -> list[str]:
+        try:
+            return sorted(name for _, name in self.catalog.list_tables(self.namespace))
+        except NoSuchNamespaceError:
+            return []
+
+    def _empty(self) -> pa.Table:
+        return (BASE_SCHEMA if self.partition else pa.schema([])).empty_table()
 
     def _table(self) -> Table | None:
         try:
@@ -124,9 +166,9 @@ class IcebergTable(LakeTable):
     def _create(self, schema: pa.Schema) -> Table:
         self.catalog.create_namespace_if_not_exists(self.namespace)
         table = self.catalog.create_table_if_not_exists(self.identifier, schema=schema)
-        if table.spec().is_unpartitioned():
+        if self.partition and table.spec().is_unpartitioned():
             with table.update_spec() as spec:
-                spec.add_identity(PARTITION)
+                spec.add_identity(self.partition)
         return table
 
     def committed(self, query_id: str) -> int | None:
@@ -160,13 +202,23 @@ class IcebergTable(LakeTable):
         table = self._table()
         return None if table is None else table.schema().as_arrow()
 
-    def commit(self, rows: pa.Table, marker: Marker) -> bool:
+    def commit(self, rows: pa.Table, marker: Marker, *, key: str | None = None) -> bool:
         table = self._table() or self._create(rows.schema)
-        return self._commit(
+        if key is None:
+            return self._commit(
+                table,
+                rows.schema,
+                marker,
+                lambda transaction, summary: transaction.append(rows, snapshot_properties=summary),
+            )
+        keys = In(term=key, literals=tuple(sorted(set(rows.column(key).to_pylist()))))
+        return self._commit(  # rows replace those of their key: delete and append, one commit
             table,
             rows.schema,
             marker,
-            lambda transaction, summary: transaction.append(rows, snapshot_properties=summary),
+            lambda transaction, summary: transaction.overwrite(
+                rows, overwrite_filter=keys, snapshot_properties=summary
+            ),
         )
 
     def file_writer(self, schema: pa.Schema, marker: Marker) -> FileWriter:
@@ -228,7 +280,13 @@ class IcebergTable(LakeTable):
 
     def read(self) -> pa.Table:
         table = self._table()
-        return BASE_SCHEMA.empty_table() if table is None else table.scan().to_arrow()
+        return self._empty() if table is None else table.scan().to_arrow()
+
+    def lookup(self, key: str, values: Sequence[str]) -> pa.Table:
+        table = self._table()
+        if table is None or not values or key not in table.schema().column_names:
+            return self._empty()
+        return table.scan(row_filter=In(term=key, literals=tuple(values))).to_arrow()
 
     def version(self) -> int | None:
         table = self._table()
@@ -292,7 +350,7 @@ class IcebergTable(LakeTable):
 
     def close(self) -> None:
         engine = getattr(self.catalog, "engine", None)
-        if engine is not None:
+        if engine is not None and self.owns_catalog:
             engine.dispose()
 
     def _s3(self) -> S3:
@@ -302,3 +360,10 @@ class IcebergTable(LakeTable):
             secret_key=self.properties.get("s3.secret-access-key"),
             region=self.properties.get("s3.region"),
         )
+
+
+def _with_table(url: str, name: str) -> str:
+    """``url`` naming the table ``name`` (its ``table`` option set)."""
+    base, _, query = url.partition("?")
+    options = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != "table"]
+    return f"{base}?{urlencode([*options, ('table', name)], safe=':/')}"
