@@ -37,6 +37,7 @@ concurrent commit (another writer, an optimize) makes ours fail rather than over
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -56,6 +57,8 @@ from exactly.lake.files import FileWriter
 from exactly.lake.storage import S3, located, old_files, remove
 from exactly.urls import redact
 
+# a keyed commit's overwrite of ids none of which is stored yet (new users) is expected
+warnings.filterwarnings("ignore", "Delete operation did not match any records", UserWarning)
 MARKER = "exactly.batch."  # table property prefix; the query id follows
 END = "exactly.end"  # the newest batch's end offsets: summary and table property
 
@@ -164,7 +167,11 @@ class IcebergTable(LakeTable):
             return None
 
     def _create(self, schema: pa.Schema) -> Table:
-        self.catalog.create_namespace_if_not_exists(self.namespace)
+        try:
+            self.catalog.create_namespace_if_not_exists(self.namespace)
+        except Exception:  # a sibling created it at the same moment
+            if not self.catalog.namespace_exists(self.namespace):
+                raise
         table = self.catalog.create_table_if_not_exists(self.identifier, schema=schema)
         if self.partition and table.spec().is_unpartitioned():
             with table.update_spec() as spec:

@@ -262,4 +262,3 @@ class Warehouse:
         trace: TracebackType | None,
     ) -> None:
         self.close()
-
