@@ -12,7 +12,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
@@ -257,16 +256,25 @@ def test_a_batch_killed_between_two_tables_commits_the_rest_on_replay(url: str, 
         assert rows(warehouse, "users") == recomputed_users(warehouse, events)
 
 
-def test_kills_anywhere_then_replays_leave_every_id_once(url: str) -> None:
+def test_kills_inside_batches_then_replays_leave_every_id_once(url: str) -> None:
+    """SIGKILLs while the child commits batches on its threads, each after a chosen number of
+    tables were done, so that a batch is cut (at most ``workers`` further tables finish)."""
     last, rng = 5, random.Random(42)
+    per_batch = len(expected(batch_events(0)))
+    cuts = []
     for _ in range(3):
         process = child("write", url, "q1", "0", str(last))
         try:
             assert read_line(process) == "ready"
-            time.sleep(rng.uniform(0.1, 2.0))
+            done = rng.randrange(last + 1) * per_batch + rng.randint(1, per_batch - 5)
+            for _ in range(done):
+                read_line(process)
         finally:
             process.send_signal(signal.SIGKILL)
             process.wait()
+        with Warehouse.open(url) as warehouse:
+            cuts.append(len(set(warehouse.committed("q1").values())) > 1)
+    assert all(cuts)  # each kill left some tables with a batch that others lack
     events = [event for batch in range(last + 1) for event in batch_events(batch)]
     with Warehouse.open(url) as warehouse:
         for batch in range(last + 1):
@@ -340,3 +348,27 @@ def test_readers_list_and_read_the_tables(warehouse: Warehouse) -> None:
     assert warehouse.read("tracks").num_rows == len(expected(batch_events(0))["tracks"])
     sibling = warehouse.table("tracks")
     assert type(sibling) is type(warehouse.events) and "tracks" in sibling.url
+
+
+def test_a_sibling_is_the_table_of_that_name_beside_events(tmp_path: Path) -> None:
+    from exactly.lake import open_table
+
+    s3 = "delta+s3://bucket/lake/events?AWS_ENDPOINT_URL=http://127.0.0.1:9&AWS_REGION=eu-west-1"
+    with open_table(s3) as events:
+        tracks = events.sibling("order_completed")
+        assert isinstance(tracks, DeltaLakeTable)
+        assert tracks.uri == "s3://bucket/lake/order_completed"
+        assert tracks.storage_options == {
+            "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+            "AWS_REGION": "eu-west-1",
+        }
+        assert tracks.partition is None and events.partition == "date"
+    with open_table(f"delta://{tmp_path / 'lake' / 'events'}") as events:
+        assert events.sibling("users").url == f"delta://{tmp_path / 'lake' / 'users'}"
+    with open_table(f"iceberg://{tmp_path / 'ice'}?namespace=shop") as events:
+        users = events.sibling("users")
+        assert isinstance(users, IcebergTable) and users.catalog is events.catalog
+        assert (users.namespace, users.name, users.partition) == ("shop", "users", None)
+        assert users.url.endswith("namespace=shop&table=users")
+        users.close()  # a sibling leaves the shared catalog open
+        assert events.siblings() == []
