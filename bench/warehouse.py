@@ -105,6 +105,7 @@ def run(backend: str, options: argparse.Namespace) -> dict[str, Any]:
         "steady_commit_s": round(statistics.median(steady), 2),
         "steady_ms_per_table": round(1000 * statistics.median(steady) / tables, 1),
         "shape_s": round(statistics.median(shaping), 2),
+        "commit_s_per_batch": [round(seconds, 2) for seconds in committing],
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
 
