@@ -1,48 +1,12 @@
-"""Apache Iceberg tables through ``pyiceberg`` and its SQL catalog.
-
-URLs:
-
-* ``iceberg://DIR`` — the embedded form: the catalog in the SQLite file ``DIR/catalog.db``, the
-  warehouse (data and metadata files) in ``DIR/warehouse``;
-* ``iceberg+postgresql://USER@HOST[:PORT]/DB?warehouse=URI`` — a shared catalog in PostgreSQL
-  (its ``iceberg_tables`` table, through psycopg); the warehouse must be given, and options not
-  named below are libpq's (``sslmode``, ``options=-csearch_path=...``).
-
-Options (query parameters of either): ``namespace`` (default ``exactly``), ``table`` (default
-``events``), ``warehouse`` (a directory, ``file://DIR`` or ``s3://BUCKET/KEY``), ``catalog``
-(the catalog's name, default ``exactly``), and pyiceberg's ``s3.*`` properties
-(``s3.endpoint``, ``s3.access-key-id``, ``s3.secret-access-key``, ``s3.region``).
-
-The marker: each batch's commit is one new metadata file swapped in by the catalog
-(compare-and-set on the table's metadata location), holding the appended snapshot, whose summary
-carries ``exactly.query`` and ``exactly.batch``, and the table property ``exactly.batch.<query
-id>`` = the batch id, which :meth:`committed` reads, with ``exactly.end`` = the batch's end
-offsets, which :meth:`end_offsets` reads (the summary is kept for telling which
-snapshot a batch landed in; compactions add snapshots without it). New columns are added in the
-same transaction. The table is partitioned by ``date`` (identity).
-
-Files the executors wrote (:meth:`commit_files`) join the table by ``add_files`` in that same
-transaction instead of ``append``: schema update, the files' snapshot with the summary, and the
-property are one new metadata file.
-
-A sibling (:meth:`~IcebergTable.sibling`, the segment layout's tables) is the table of that
-name in the same namespace and catalog (one catalog, one connection pool, for all of them),
-unpartitioned. Its ``users`` and ``accounts`` commit with a key as an overwrite whose filter is
-the batch's keys (``id IN (...)``): the stored rows of those keys deleted and the merged rows
-appended, with the schema update and the marker, in the same transaction.
-
-Guarantee: each batch's rows are in the table exactly once, under a single writer per query; a
-concurrent commit (another writer, an optimize) makes ours fail rather than overwrite it.
-"""
+"""An Iceberg table in a SQL catalog: the marker, the commits, siblings and upkeep (the URLs
+and the guarantee: :mod:`exactly.lake.iceberg`)."""
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
 
 import pyarrow as pa  # type: ignore[import-untyped]
 from pyiceberg.catalog.sql import SqlCatalog
@@ -50,10 +14,11 @@ from pyiceberg.exceptions import CommitFailedException, NoSuchNamespaceError, No
 from pyiceberg.expressions import In
 from pyiceberg.table import Table, Transaction
 
-from exactly.errors import LakeConflict, LakeError
+from exactly.errors import LakeConflict
 from exactly.lake.base import Compaction, DataFile, LakeTable, Landing, Marker, end_offsets_from
 from exactly.lake.columns import BASE_SCHEMA, PARTITION
 from exactly.lake.files import FileWriter
+from exactly.lake.iceberg.urls import where, with_table
 from exactly.lake.storage import S3, located, old_files, remove
 from exactly.urls import redact
 
@@ -90,48 +55,14 @@ class IcebergTable(LakeTable):
 
     @classmethod
     def from_url(cls, url: str) -> IcebergTable:
-        scheme, _, rest = url.partition("://")
-        where, _, query = rest.partition("?")
-        options = dict(parse_qsl(query))
-        known = {"namespace", "table", "warehouse", "catalog"}
-        unknown = [k for k in options if k not in known and not k.startswith("s3.")]
-        libpq = {k: options[k] for k in unknown} if scheme == "iceberg+postgresql" else {}
-        if unknown and not libpq:
-            raise LakeError(
-                f"lake URL {redact(url)!r}: unknown options {', '.join(unknown)} (known: "
-                f"{', '.join(sorted(known))}, s3.*)"
-            )
-        properties = {k: v for k, v in options.items() if k.startswith("s3.")}
-        names = {"namespace": "exactly", "table": "events", "catalog": "exactly"}
-        names.update({k: options[k] for k in names if k in options})
-        if scheme == "iceberg":
-            if not where:
-                raise LakeError(f"lake URL {redact(url)!r} names no directory: iceberg://DIR")
-            directory = Path(where)
-            directory.mkdir(parents=True, exist_ok=True)
-            warehouse = options.get("warehouse") or (directory / "warehouse").resolve().as_uri()
-            catalog_uri = f"sqlite:///{(directory / 'catalog.db').resolve()}"
-        elif scheme == "iceberg+postgresql":
-            if "warehouse" not in options:
-                raise LakeError(
-                    f"lake URL {redact(url)!r}: a PostgreSQL catalog needs ?warehouse=URI "
-                    "(s3://BUCKET/KEY or a directory every writer and reader sees)"
-                )
-            warehouse = options["warehouse"]
-            catalog_uri = f"postgresql+psycopg://{where}"
-            if libpq:
-                catalog_uri += f"?{urlencode(libpq)}"
-        else:
-            raise LakeError(f"lake URL {redact(url)!r}: use iceberg://DIR or iceberg+postgresql://")
-        if "://" not in warehouse:
-            warehouse = Path(warehouse).resolve().as_uri()
+        found = where(url)
         return cls(
-            catalog_uri,
-            warehouse,
-            namespace=names["namespace"],
-            table=names["table"],
-            catalog=names["catalog"],
-            properties=properties,
+            found.catalog_uri,
+            found.warehouse,
+            namespace=found.namespace,
+            table=found.table,
+            catalog=found.catalog,
+            properties=found.properties,
             url=url,
         )
 
@@ -146,7 +77,7 @@ class IcebergTable(LakeTable):
             namespace=self.namespace,
             table=name,
             properties=self.properties,
-            url=_with_table(self.url, name),
+            url=with_table(self.url, name),
             partition=None,
             shared=self.catalog,
         )
@@ -367,10 +298,3 @@ class IcebergTable(LakeTable):
             secret_key=self.properties.get("s3.secret-access-key"),
             region=self.properties.get("s3.region"),
         )
-
-
-def _with_table(url: str, name: str) -> str:
-    """``url`` naming the table ``name`` (its ``table`` option set)."""
-    base, _, query = url.partition("?")
-    options = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != "table"]
-    return f"{base}?{urlencode([*options, ('table', name)], safe=':/')}"
