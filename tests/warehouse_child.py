@@ -15,6 +15,7 @@ Usage:
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from datetime import UTC, datetime
@@ -104,8 +105,12 @@ def main() -> None:
                 }
                 for name, table in sorted(tables.items())
             }
-        )
+        ),
+        flush=True,
     )
+    # deltalake's and Arrow's native threads may abort the interpreter's teardown ("terminate
+    # called without an active exception", delta-io/delta-rs#2184) after the work is done
+    os._exit(0)
 
 
 if __name__ == "__main__":
