@@ -26,7 +26,8 @@ from exactly.lake.iceberg import IcebergTable
 from exactly.lake.postgres import PostgresTable
 from exactly.lake.segment import merge_all, profile_rows, profiles, schema_kinds
 from exactly.lake.warehouse import Warehouse
-from tests.lake_tables import lake_url
+from tests.archives import MotoServer
+from tests.lake_tables import S3_CASES, lake_url
 from tests.warehouse_child import LOADED, SIZE
 from tests.warehouse_events import sdk_event, sdk_events
 
@@ -372,3 +373,14 @@ def test_a_sibling_is_the_table_of_that_name_beside_events(tmp_path: Path) -> No
         assert users.url.endswith("namespace=shop&table=users")
         users.close()  # a sibling leaves the shared catalog open
         assert events.siblings() == []
+
+
+@pytest.mark.parametrize("s3_case", S3_CASES)
+def test_the_tables_on_s3(s3_case: str, tmp_path: Path, moto_s3: MotoServer) -> None:
+    with lake_url(s3_case, tmp_path, moto_s3) as found, Warehouse.open(found) as warehouse:
+        assert warehouse.tables() == []
+        for batch in range(2):
+            warehouse.write(batch_events(batch), Marker("q1", batch), loaded_at=LOADED)
+        outcomes = warehouse.write(batch_events(1), Marker("q1", 1), loaded_at=LOADED)
+        assert not any(outcome.committed for outcome in outcomes.values())
+        assert ids(warehouse) == expected(batch_events(0) + batch_events(1))
