@@ -1,40 +1,9 @@
-"""Delta Lake tables through ``deltalake`` (delta-rs): ``delta://PATH``, ``delta+s3://BUCKET/KEY``.
-
-The marker is Delta's own idempotent-write action: each commit carries a ``txn`` action with
-app id = the query id and version = the batch id (``CommitProperties(app_transactions=...)``),
-and :meth:`DeltaTable.transaction_version` reads the last one back from the log. The rows, the
-new columns (``schema_mode="merge"``) and the ``txn`` are one commit: one JSON file of the log
-written with put-if-absent, so a reader sees all of it or none. The batch's end offsets go in
-the same commit as more ``txn`` actions (app id ``exactly.end.<partition>``, version = the
-offset; ``exactly.end.partitions``, version = how many), so :meth:`end_offsets` reads them from
-the snapshot like the marker (the history is slow to read, and log cleanup forgets it); the
-``commitInfo`` carries ``exactly.query``, ``exactly.batch`` and ``exactly.end`` for people.
-The table is partitioned by ``date``.
-
-A sibling (:meth:`~DeltaLakeTable.sibling`, the segment layout's tables) is the directory of
-that name beside it, unpartitioned. Its ``users`` and ``accounts`` commit with a key through
-delta-rs's MERGE (``when_matched_update_all``, ``when_not_matched_insert_all``,
-``merge_schema`` for new columns), the ``txn`` actions in that commit.
-
-Files the executors wrote (:meth:`commit_files`) are committed as their ``add`` actions with the
-same ``txn`` actions through ``create_write_transaction`` (``create_table_with_add_actions`` for
-the first batch). delta-rs changes a table's schema there only in an overwrite, so a batch that
-adds columns commits as one whose partition filter (``date in ()``) matches no file: it removes
-nothing, and its ``metaData``, ``add`` and ``txn`` actions are one log entry.
-
-Guarantee: each batch's rows are in the table exactly once, under a single writer per query
-(the query's checkpoint lock); a replayed batch finds its ``txn`` and commits nothing. Files of a
-batch killed before its commit are in no version: no reader sees them, :meth:`vacuum` removes
-them.
-
-On S3 (``delta+s3://BUCKET/KEY?AWS_ENDPOINT_URL=...``), query options are delta-rs storage
-options; unset ones come from the ``AWS_*`` variables. Delta's S3 commits need an atomic
-put-if-absent, which S3 (and moto) give.
-"""
+"""A Delta table: the marker as ``txn`` actions, the commits, siblings and upkeep (the URLs and
+the guarantee: :mod:`exactly.lake.delta`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qsl
@@ -42,7 +11,7 @@ from urllib.parse import parse_qsl
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 import pyarrow.fs as pafs  # type: ignore[import-untyped]
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import DeltaTable, write_deltalake
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, create_table_with_add_actions
@@ -50,13 +19,12 @@ from deltalake.transaction import AddAction, create_table_with_add_actions
 from exactly.errors import LakeConflict, LakeError
 from exactly.lake.base import Compaction, DataFile, LakeTable, Landing, Marker
 from exactly.lake.columns import BASE_SCHEMA, PARTITION
+from exactly.lake.delta.txn import END, END_PARTITIONS, commit_properties
 from exactly.lake.files import FileWriter
 from exactly.lake.storage import S3, located, old_files, remove
 from exactly.urls import redact
 
 LOG = "_delta_log"
-END = "exactly.end"  # txn app ids: exactly.end.<partition>, version = its end offset
-END_PARTITIONS = "exactly.end.partitions"  # txn app id, version = how many partitions
 
 
 class DeltaLakeTable(LakeTable):
@@ -290,32 +258,6 @@ class DeltaLakeTable(LakeTable):
             secret_key=options.get("AWS_SECRET_ACCESS_KEY"),
             region=options.get("AWS_REGION"),
         )
-
-
-def commit_properties(marker: Marker) -> CommitProperties:
-    """The marker and its end offsets as ``txn`` actions, and in ``commitInfo`` for people."""
-    return CommitProperties(
-        app_transactions=[
-            Transaction(marker.query_id, marker.batch_id),
-            *end_transactions(marker.end_offsets),
-        ],
-        custom_metadata={
-            "exactly.query": marker.query_id,
-            "exactly.batch": marker.batch_id,
-            **({END: marker.end_text} if marker.end_text is not None else {}),
-        },
-        max_commit_retries=5,
-    )
-
-
-def end_transactions(end: Mapping[int, int] | None) -> list[Transaction]:
-    """The ``txn`` actions that hold a batch's end offsets (module docstring)."""
-    if not end:
-        return []
-    count = max(end) + 1
-    return [Transaction(END_PARTITIONS, count)] + [
-        Transaction(f"{END}.{partition}", int(offset)) for partition, offset in end.items()
-    ]
 
 
 def _relative(path: str, root_uri: str) -> str:
