@@ -47,6 +47,7 @@ from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from exactly.lake import open_table
 from exactly.lake.base import LakeTable, Marker
 from exactly.lake.segment import (
     Limits,
@@ -110,8 +111,6 @@ class Warehouse:
     def open(cls, events_url: str, **options: Any) -> Warehouse:
         """The warehouse beside the events table at ``events_url``
         (:func:`~exactly.lake.open_table`'s URLs)."""
-        from exactly.lake import open_table
-
         return cls(open_table(events_url), **options)
 
     def table(self, name: str) -> LakeTable:
