@@ -30,8 +30,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from exactly.lake import Marker  # noqa: E402
-from exactly.lake.warehouse import Warehouse  # noqa: E402
+from exactly.lake import Marker
+from exactly.lake.warehouse import Warehouse
 
 POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -78,12 +78,13 @@ def events(batch: int, count: int, names: int) -> list[dict[str, Any]]:
 
 
 def run(backend: str, options: argparse.Namespace) -> dict[str, Any]:
-    shaping, committing, tables = [], [], 0
+    shaping, committing, tables, workers = [], [], 0, 0
     with (
         tempfile.TemporaryDirectory() as directory,
         lake(backend, Path(directory)) as url,
         Warehouse.open(url, workers=options.workers) as warehouse,
     ):
+        workers = warehouse.workers  # one where the tables share a connection
         for batch in range(options.batches):
             found = events(batch, options.events, options.names)
             started = time.perf_counter()
@@ -100,7 +101,7 @@ def run(backend: str, options: argparse.Namespace) -> dict[str, Any]:
         "backend": backend,
         "tables": tables,
         "events": options.events,
-        "workers": options.workers,
+        "workers": workers,
         "first_batch_commit_s": round(committing[0], 2),
         "steady_commit_s": round(statistics.median(steady), 2),
         "steady_ms_per_table": round(1000 * statistics.median(steady) / tables, 1),
