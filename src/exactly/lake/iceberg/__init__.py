@@ -29,7 +29,9 @@ A sibling (:meth:`~IcebergTable.sibling`, the segment layout's tables) is the ta
 name in the same namespace and catalog (one catalog, one connection pool, for all of them),
 unpartitioned. Its ``users`` and ``accounts`` commit with a key as an overwrite whose filter is
 the batch's keys (``id IN (...)``): the stored rows of those keys deleted and the merged rows
-appended, with the schema update and the marker, in the same transaction.
+appended, with the schema update and the marker, in the same transaction. (pyiceberg's
+``upsert`` does the same after comparing each matched row's columns; the rows come merged
+already, so replacing those of their ids is the same result with one scan fewer.)
 
 Guarantee: each batch's rows are in the table exactly once, under a single writer per query; a
 concurrent commit (another writer, an optimize) makes ours fail rather than overwrite it.
