@@ -128,6 +128,16 @@ class LakeTable(ABC):
         # 3. one transaction: new columns, files and marker
         return self.commit_files(files, schema, marker)
 
+    def commit_shaped(self, rows: pa.Table, marker: Marker, *, key: str | None = None) -> bool:
+        """Steps 1 and 3 for rows conformed already (the segment layout's tables, whose step 2
+        is :func:`~exactly.lake.segment.shape`): False for a replay. A backend may read the
+        marker and commit on one load of the table."""
+        # 1. the marker
+        if self.replayed(marker):
+            return False
+        # 3. one transaction: new columns, rows and marker
+        return self.commit(rows, marker, key=key)
+
     def replayed(self, marker: Marker) -> bool:
         """Whether the table holds ``marker``'s batch already: it is at or below the last batch
         committed for its query."""

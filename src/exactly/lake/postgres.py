@@ -152,6 +152,10 @@ class PostgresTable(LakeTable):
             return None
         return pa.schema([(name, ARROW_TYPES[kind]) for name, kind in rows])
 
+    def commit_shaped(self, rows: pa.Table, marker: Marker, *, key: str | None = None) -> bool:
+        """The marker read inside the transaction only (step 1 there)."""
+        return self.commit(rows, marker, key=key)
+
     def commit(self, rows: pa.Table, marker: Marker, *, key: str | None = None) -> bool:
         table = sql.Identifier(self.table)
         with self.connection.transaction():

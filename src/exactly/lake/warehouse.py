@@ -204,12 +204,8 @@ class Warehouse:
         return dict(sorted(outcomes.items()))
 
     def _append(self, found: TableBatch, marker: Marker) -> tuple[str, Outcome]:
-        table = self.table(found.table)
-        # 1. the marker
-        if table.replayed(marker):
-            return found.table, Outcome(committed=False, rows=0)
-        # 2. conformed by shape(); 3. one transaction
-        committed = table.commit(found.rows, marker)
+        # 1. the marker, 2. conformed by shape(), 3. one transaction
+        committed = self.table(found.table).commit_shaped(found.rows, marker)
         self._learn(found, committed)
         return found.table, Outcome(committed, found.rows.num_rows if committed else 0)
 
@@ -231,19 +227,15 @@ class Warehouse:
             can_widen=self.can_widen,
         )
         # 3. one transaction: the rows replace those of their ids, with the marker
-        committed = table.commit(rows.rows, marker, key=KEY)
+        committed = table.commit_shaped(rows.rows, marker, key=KEY)
         self._learn(rows, committed)
         return name, Outcome(committed, rows.rows.num_rows if committed else 0)
 
     def _learn(self, found: TableBatch, committed: bool) -> None:
-        """The table's columns after a commit; a commit that found its batch inside the
-        transaction (a replay) leaves what the table has unknown."""
-        if self._kinds is None:
-            return
-        if committed:
+        """The table's columns after a commit. A skipped table (a replay) keeps those read
+        before the batch was shaped: they are what it holds."""
+        if self._kinds is not None and committed:
             self._kinds[found.table] = dict(found.kinds)
-        else:
-            self._kinds = None
 
     def close(self) -> None:
         for table in self._tables.values():
