@@ -320,7 +320,8 @@ def test_a_missing_library_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> N
     import sys
 
     monkeypatch.setitem(sys.modules, "deltalake", None)
-    monkeypatch.delitem(sys.modules, "exactly.lake.delta", raising=False)
+    for name in [m for m in sys.modules if m.startswith("exactly.lake.delta")]:
+        monkeypatch.delitem(sys.modules, name)  # the package and its modules, imported again
     with pytest.raises(EnvironmentProblem, match=r"exactly\[lake\]"):
         open_table("delta:///tmp/nowhere")
 

@@ -22,6 +22,12 @@ files): readers never see them, and :meth:`~LakeTable.vacuum` removes them.
 Single writer per query: Spark's checkpoint lock keeps one run of a query at a time; step 1
 reads the marker outside the transaction, and the backends check it again inside only where the
 store can (PostgreSQL); the lake formats rely on that lock.
+
+**Siblings.** The segment layout's tables (:mod:`exactly.lake.warehouse`) sit beside ``events``
+on its backend (:meth:`~LakeTable.sibling`): unpartitioned, any columns, written by the same
+steps with step 2 done by :func:`~exactly.lake.segment.shape` against their schemas, and
+``users`` and ``accounts`` by :meth:`~LakeTable.commit` with a ``key``: their rows replace the
+stored rows of the same key in the marker's transaction.
 """
 
 from __future__ import annotations
@@ -32,8 +38,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
+from typing import ClassVar
 
 import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from exactly.errors import LakeError
 from exactly.lake.columns import conform
@@ -93,6 +101,13 @@ class LakeTable(ABC):
 
     #: the URL with its secrets masked (:func:`exactly.urls.redact`): safe to print
     url: str
+    #: the table's name among its siblings (``events``)
+    name: str
+    #: whether commits to different siblings may run at once (no shared connection)
+    parallel_commits: ClassVar[bool] = True
+    #: whether a bigint column can become double inside a commit (PostgreSQL's ``ALTER COLUMN
+    #: TYPE``; Delta and Iceberg widen bigint to decimal only)
+    can_widen: ClassVar[bool] = False
 
     def append(self, data: pa.Table, marker: Marker) -> bool:
         """Commit ``data`` with ``marker`` (module docstring, steps 1-3); False for a replay."""
@@ -112,6 +127,16 @@ class LakeTable(ABC):
             return False
         # 3. one transaction: new columns, files and marker
         return self.commit_files(files, schema, marker)
+
+    def commit_shaped(self, rows: pa.Table, marker: Marker, *, key: str | None = None) -> bool:
+        """Steps 1 and 3 for rows conformed already (the segment layout's tables, whose step 2
+        is :func:`~exactly.lake.segment.shape`): False for a replay. A backend may read the
+        marker and commit on one load of the table."""
+        # 1. the marker
+        if self.replayed(marker):
+            return False
+        # 3. one transaction: new columns, rows and marker
+        return self.commit(rows, marker, key=key)
 
     def replayed(self, marker: Marker) -> bool:
         """Whether the table holds ``marker``'s batch already: it is at or below the last batch
@@ -133,10 +158,32 @@ class LakeTable(ABC):
         """The table's columns as Arrow; None while the table does not exist."""
 
     @abstractmethod
-    def commit(self, rows: pa.Table, marker: Marker) -> bool:
+    def commit(self, rows: pa.Table, marker: Marker, *, key: str | None = None) -> bool:
         """Step 3: add ``rows``'s new columns, append the rows and record the marker in one
         transaction (creating the table first if it does not exist); False when the marker
-        found inside the transaction says the batch is a replay."""
+        found inside the transaction says the batch is a replay. With ``key`` (a column every
+        row has, once), the rows replace the stored rows of the same key instead (MERGE,
+        upsert, ``ON CONFLICT``); where :attr:`can_widen`, a bigint column the rows hold as
+        double becomes double in the same transaction."""
+
+    def sibling(self, name: str) -> LakeTable:
+        """The table ``name`` beside this one on the same backend (the same directory or
+        prefix, namespace and catalog, schema), sharing its connections: a table of the
+        segment layout, unpartitioned, whose columns are whatever its commits bring."""
+        raise LakeError(f"lake table {self.url} has no siblings")
+
+    def siblings(self) -> list[str]:
+        """The names of the tables beside this one that exist (this one among them)."""
+        raise LakeError(f"lake table {self.url} has no siblings")
+
+    def lookup(self, key: str, values: Sequence[str]) -> pa.Table:
+        """The stored rows whose ``key`` column is one of ``values`` (every row of a table
+        without that column: none)."""
+        rows = self.read()
+        if key not in rows.column_names or not values:
+            return rows.schema.empty_table()
+        found = pc.is_in(rows.column(key).cast(pa.string()), value_set=pa.array(list(values)))
+        return rows.filter(found)
 
     def file_writer(self, schema: pa.Schema, marker: Marker) -> FileWriter | None:
         """The writer the executors run to write ``marker``'s batch as Parquet files of

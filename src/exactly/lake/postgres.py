@@ -7,9 +7,15 @@ Per batch, one SQL transaction:
 
 1. an advisory lock on (table, query), then the marker read: a batch at or below it is a
    replay, and the transaction ends with nothing written;
-2. ``ALTER TABLE ... ADD COLUMN`` for the batch's new columns (older rows read null);
-3. ``COPY`` of the rows;
+2. ``ALTER TABLE ... ADD COLUMN`` for the batch's new columns (older rows read null), and
+   ``ALTER COLUMN ... TYPE double precision`` for a bigint column the batch holds as double
+   (the segment layout's widening: :attr:`PostgresTable.can_widen`);
+3. ``COPY`` of the rows; with a key (``users``, ``accounts``: their primary key), ``COPY`` into
+   a temporary table and ``INSERT ... ON CONFLICT (key) DO UPDATE`` every column from it;
 4. the marker upserted; then ``COMMIT``.
+
+A sibling (:meth:`~PostgresTable.sibling`, the segment layout's tables) is the table of that
+name in the same schema, on the same connection (its transactions one after another).
 
 Guarantee: each batch's rows are in the table exactly once, even with concurrent writers of the
 same query (the lock and the marker are checked inside the transaction). A killed batch is
@@ -19,6 +25,7 @@ compaction, so :meth:`optimize`, :meth:`vacuum` and :meth:`expire` do nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
@@ -33,6 +40,7 @@ from exactly.lake.columns import BASE_SCHEMA, UTC_TIME
 from exactly.urls import redact
 
 MARKERS = "exactly_lake_batches"
+MERGING = "exactly_merging"  # the temporary table a keyed commit copies into
 SQL_TYPES = {  # Arrow type -> PostgreSQL type
     pa.string(): "text",
     pa.large_string(): "text",
@@ -56,9 +64,25 @@ ARROW_TYPES = {  # information_schema's data_type -> Arrow type
 class PostgresTable(LakeTable):
     """A table of events in PostgreSQL (module docstring: the protocol and the guarantee)."""
 
-    def __init__(self, conninfo: str, table: str = "events", url: str = "") -> None:
-        self.table = table
+    can_widen = True
+    parallel_commits = False  # siblings share one connection
+
+    def __init__(
+        self,
+        conninfo: str,
+        table: str = "events",
+        url: str = "",
+        *,
+        base: pa.Schema = BASE_SCHEMA,
+        shared: psycopg.Connection[Any] | None = None,
+    ) -> None:
+        self.table, self.conninfo, self.base = table, conninfo, base
+        self.name = table
         self.url = redact(url or conninfo)
+        self.owns_connection = shared is None
+        if shared is not None:
+            self.connection = shared
+            return
         try:
             self.connection = psycopg.connect(conninfo, autocommit=True, connect_timeout=10)
         except psycopg.OperationalError as error:
@@ -74,6 +98,20 @@ class PostgresTable(LakeTable):
         rest = [(key, value) for key, value in options if key != "table"]
         conninfo = base + (f"?{urlencode(rest)}" if rest else "")
         return cls(conninfo, table, url)
+
+    def sibling(self, name: str) -> PostgresTable:
+        base, _, query = self.url.partition("?")
+        options = [(k, v) for k, v in parse_qsl(query) if k != "table"]
+        url = f"{base}?{urlencode([*options, ('table', name)])}"
+        return PostgresTable(self.conninfo, name, url, base=pa.schema([]), shared=self.connection)
+
+    def siblings(self) -> list[str]:
+        rows = self.connection.execute(
+            "SELECT table_name FROM information_schema.tables"
+            " WHERE table_schema = current_schema() AND table_name <> %s ORDER BY 1",
+            (MARKERS,),
+        ).fetchall()
+        return [str(row[0]) for row in rows]
 
     def _ensure_markers(self) -> None:
         self.connection.execute(
@@ -114,7 +152,11 @@ class PostgresTable(LakeTable):
             return None
         return pa.schema([(name, ARROW_TYPES[kind]) for name, kind in rows])
 
-    def commit(self, rows: pa.Table, marker: Marker) -> bool:
+    def commit_shaped(self, rows: pa.Table, marker: Marker, *, key: str | None = None) -> bool:
+        """The marker read inside the transaction only (step 1 there)."""
+        return self.commit(rows, marker, key=key)
+
+    def commit(self, rows: pa.Table, marker: Marker, *, key: str | None = None) -> bool:
         table = sql.Identifier(self.table)
         with self.connection.transaction():
             cursor = self.connection.cursor()
@@ -126,25 +168,22 @@ class PostgresTable(LakeTable):
             last = self.committed(marker.query_id)
             if last is not None and marker.batch_id <= last:
                 return False
-            # 2. the table and its new columns
-            columns = [
-                sql.SQL("{} {}").format(sql.Identifier(f.name), sql.SQL(_sql_type(f.type)))
-                for f in rows.schema
-            ]
-            cursor.execute(
-                sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
-                    table, sql.SQL(", ").join(columns)
-                )
-            )
-            for column in columns:
-                cursor.execute(
-                    sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {}").format(table, column)
-                )
+            # 2. the table, its new columns and its widened ones
+            self._evolve(cursor, rows.schema, key)
             # 3. the rows
             names = sql.SQL(", ").join(sql.Identifier(name) for name in rows.column_names)
-            with cursor.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(table, names)) as copy:
+            into = table if key is None else sql.Identifier(MERGING)
+            if key is not None:
+                cursor.execute(
+                    sql.SQL("CREATE TEMPORARY TABLE {} (LIKE {}) ON COMMIT DROP").format(
+                        into, table
+                    )
+                )
+            with cursor.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(into, names)) as copy:
                 for row in _rows(rows):
                     copy.write_row(row)
+            if key is not None:
+                cursor.execute(_upsert(self.table, rows.column_names, key))
             # 4. the marker
             cursor.execute(
                 sql.SQL(
@@ -157,10 +196,52 @@ class PostgresTable(LakeTable):
             )
         return True
 
+    def _evolve(self, cursor: psycopg.Cursor[Any], schema: pa.Schema, key: str | None) -> None:
+        """Step 2: the table created (``key`` its primary key), ``schema``'s new columns added
+        and its doubles that the table holds as bigint widened."""
+        table = sql.Identifier(self.table)
+        known = self.schema()
+        if known is None:
+            columns = [_column(field) for field in schema]
+            if key is not None:
+                columns.append(sql.SQL("PRIMARY KEY ({})").format(sql.Identifier(key)))
+            cursor.execute(
+                sql.SQL("CREATE TABLE {} ({})").format(table, sql.SQL(", ").join(columns))
+            )
+            return
+        for field in schema:
+            if field.name not in known.names:
+                cursor.execute(
+                    sql.SQL("ALTER TABLE {} ADD COLUMN {}").format(table, _column(field))
+                )
+            elif pa.types.is_integer(known.field(field.name).type) and pa.types.is_floating(
+                field.type
+            ):
+                cursor.execute(
+                    sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE double precision").format(
+                        table, sql.Identifier(field.name)
+                    )
+                )
+
+    def lookup(self, key: str, values: Sequence[str]) -> pa.Table:
+        schema = self.schema()
+        if schema is None or not values or key not in schema.names:
+            return self.base.empty_table()
+        names = sql.SQL(", ").join(sql.Identifier(name) for name in schema.names)
+        rows = self.connection.execute(
+            sql.SQL("SELECT {} FROM {} WHERE {} = ANY(%s)").format(
+                names, sql.Identifier(self.table), sql.Identifier(key)
+            ),
+            (list(values),),
+        ).fetchall()
+        return pa.Table.from_pylist(
+            [dict(zip(schema.names, row, strict=True)) for row in rows], schema
+        )
+
     def read(self) -> pa.Table:
         schema = self.schema()
         if schema is None:
-            return BASE_SCHEMA.empty_table()
+            return self.base.empty_table()
         names = sql.SQL(", ").join(sql.Identifier(name) for name in schema.names)
         rows = self.connection.execute(
             sql.SQL("SELECT {} FROM {}").format(names, sql.Identifier(self.table))
@@ -182,7 +263,8 @@ class PostgresTable(LakeTable):
         return 0
 
     def close(self) -> None:
-        self.connection.close()
+        if self.owns_connection:
+            self.connection.close()
 
 
 def _sql_type(kind: pa.DataType) -> str:
@@ -192,6 +274,29 @@ def _sql_type(kind: pa.DataType) -> str:
     if found is None:
         raise LakeError(f"a lake column of Arrow type {kind} has no PostgreSQL type")
     return found
+
+
+def _column(field: pa.Field) -> sql.Composable:
+    return sql.SQL("{} {}").format(sql.Identifier(field.name), sql.SQL(_sql_type(field.type)))
+
+
+def _upsert(table: str, columns: Sequence[str], key: str) -> sql.Composed:
+    """Every copied row into ``table``, replacing the row of its ``key``."""
+    names = sql.SQL(", ").join(sql.Identifier(name) for name in columns)
+    updates = sql.SQL(", ").join(
+        sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(name), sql.Identifier(name))
+        for name in columns
+        if name != key
+    )
+    upsert = "INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT ({}) DO UPDATE SET {}"
+    return sql.SQL(upsert).format(
+        sql.Identifier(table),
+        names,
+        names,
+        sql.Identifier(MERGING),
+        sql.Identifier(key),
+        updates,
+    )
 
 
 def _rows(rows: pa.Table) -> Any:

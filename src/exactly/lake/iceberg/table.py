@@ -1,54 +1,29 @@
-"""Apache Iceberg tables through ``pyiceberg`` and its SQL catalog.
-
-URLs:
-
-* ``iceberg://DIR`` — the embedded form: the catalog in the SQLite file ``DIR/catalog.db``, the
-  warehouse (data and metadata files) in ``DIR/warehouse``;
-* ``iceberg+postgresql://USER@HOST[:PORT]/DB?warehouse=URI`` — a shared catalog in PostgreSQL
-  (its ``iceberg_tables`` table, through psycopg); the warehouse must be given, and options not
-  named below are libpq's (``sslmode``, ``options=-csearch_path=...``).
-
-Options (query parameters of either): ``namespace`` (default ``exactly``), ``table`` (default
-``events``), ``warehouse`` (a directory, ``file://DIR`` or ``s3://BUCKET/KEY``), ``catalog``
-(the catalog's name, default ``exactly``), and pyiceberg's ``s3.*`` properties
-(``s3.endpoint``, ``s3.access-key-id``, ``s3.secret-access-key``, ``s3.region``).
-
-The marker: each batch's commit is one new metadata file swapped in by the catalog
-(compare-and-set on the table's metadata location), holding the appended snapshot, whose summary
-carries ``exactly.query`` and ``exactly.batch``, and the table property ``exactly.batch.<query
-id>`` = the batch id, which :meth:`committed` reads, with ``exactly.end`` = the batch's end
-offsets, which :meth:`end_offsets` reads (the summary is kept for telling which
-snapshot a batch landed in; compactions add snapshots without it). New columns are added in the
-same transaction. The table is partitioned by ``date`` (identity).
-
-Files the executors wrote (:meth:`commit_files`) join the table by ``add_files`` in that same
-transaction instead of ``append``: schema update, the files' snapshot with the summary, and the
-property are one new metadata file.
-
-Guarantee: each batch's rows are in the table exactly once, under a single writer per query; a
-concurrent commit (another writer, an optimize) makes ours fail rather than overwrite it.
-"""
+"""An Iceberg table in a SQL catalog: the marker, the commits, siblings and upkeep (the URLs
+and the guarantee: :mod:`exactly.lake.iceberg`)."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
 
 import pyarrow as pa  # type: ignore[import-untyped]
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.exceptions import CommitFailedException, NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.expressions import In
 from pyiceberg.table import Table, Transaction
 
-from exactly.errors import LakeConflict, LakeError
+from exactly.errors import LakeConflict
 from exactly.lake.base import Compaction, DataFile, LakeTable, Landing, Marker, end_offsets_from
 from exactly.lake.columns import BASE_SCHEMA, PARTITION
 from exactly.lake.files import FileWriter
+from exactly.lake.iceberg.urls import where, with_table
 from exactly.lake.storage import S3, located, old_files, remove
 from exactly.urls import redact
 
+# a keyed commit's overwrite of ids none of which is stored yet (new users) is expected
+warnings.filterwarnings("ignore", "Delete operation did not match any records", UserWarning)
 MARKER = "exactly.batch."  # table property prefix; the query id follows
 END = "exactly.end"  # the newest batch's end offsets: summary and table property
 
@@ -66,54 +41,55 @@ class IcebergTable(LakeTable):
         catalog: str = "exactly",
         properties: dict[str, str] | None = None,
         url: str = "",
+        partition: str | None = PARTITION,
+        shared: SqlCatalog | None = None,
     ) -> None:
         self.namespace, self.name = namespace, table
         self.properties = dict(properties or {})
-        self.warehouse = warehouse
+        self.warehouse, self.catalog_uri, self.partition = warehouse, catalog_uri, partition
         self.url = redact(url or f"iceberg:{catalog_uri}")
-        self.catalog = SqlCatalog(catalog, uri=catalog_uri, warehouse=warehouse, **self.properties)
+        self.owns_catalog = shared is None
+        self.catalog = shared or SqlCatalog(
+            catalog, uri=catalog_uri, warehouse=warehouse, **self.properties
+        )
 
     @classmethod
     def from_url(cls, url: str) -> IcebergTable:
-        scheme, _, rest = url.partition("://")
-        where, _, query = rest.partition("?")
-        options = dict(parse_qsl(query))
-        known = {"namespace", "table", "warehouse", "catalog"}
-        unknown = [k for k in options if k not in known and not k.startswith("s3.")]
-        libpq = {k: options[k] for k in unknown} if scheme == "iceberg+postgresql" else {}
-        if unknown and not libpq:
-            raise LakeError(
-                f"lake URL {redact(url)!r}: unknown options {', '.join(unknown)} (known: "
-                f"{', '.join(sorted(known))}, s3.*)"
-            )
-        properties = {k: v for k, v in options.items() if k.startswith("s3.")}
-        names = {k: options[k] for k in ("namespace", "table", "catalog") if k in options}
-        if scheme == "iceberg":
-            if not where:
-                raise LakeError(f"lake URL {redact(url)!r} names no directory: iceberg://DIR")
-            directory = Path(where)
-            directory.mkdir(parents=True, exist_ok=True)
-            warehouse = options.get("warehouse") or (directory / "warehouse").resolve().as_uri()
-            catalog_uri = f"sqlite:///{(directory / 'catalog.db').resolve()}"
-        elif scheme == "iceberg+postgresql":
-            if "warehouse" not in options:
-                raise LakeError(
-                    f"lake URL {redact(url)!r}: a PostgreSQL catalog needs ?warehouse=URI "
-                    "(s3://BUCKET/KEY or a directory every writer and reader sees)"
-                )
-            warehouse = options["warehouse"]
-            catalog_uri = f"postgresql+psycopg://{where}"
-            if libpq:
-                catalog_uri += f"?{urlencode(libpq)}"
-        else:
-            raise LakeError(f"lake URL {redact(url)!r}: use iceberg://DIR or iceberg+postgresql://")
-        if "://" not in warehouse:
-            warehouse = Path(warehouse).resolve().as_uri()
-        return cls(catalog_uri, warehouse, properties=properties, url=url, **names)
+        found = where(url)
+        return cls(
+            found.catalog_uri,
+            found.warehouse,
+            namespace=found.namespace,
+            table=found.table,
+            catalog=found.catalog,
+            properties=found.properties,
+            url=url,
+        )
 
     @property
     def identifier(self) -> tuple[str, str]:
         return (self.namespace, self.name)
+
+    def sibling(self, name: str) -> IcebergTable:
+        return IcebergTable(
+            self.catalog_uri,
+            self.warehouse,
+            namespace=self.namespace,
+            table=name,
+            properties=self.properties,
+            url=with_table(self.url, name),
+            partition=None,
+            shared=self.catalog,
+        )
+
+    def siblings(self) -> list[str]:
+        try:
+            return sorted(name for _, name in self.catalog.list_tables(self.namespace))
+        except NoSuchNamespaceError:
+            return []
+
+    def _empty(self) -> pa.Table:
+        return (BASE_SCHEMA if self.partition else pa.schema([])).empty_table()
 
     def _table(self) -> Table | None:
         try:
@@ -122,17 +98,19 @@ class IcebergTable(LakeTable):
             return None
 
     def _create(self, schema: pa.Schema) -> Table:
-        self.catalog.create_namespace_if_not_exists(self.namespace)
+        try:
+            self.catalog.create_namespace_if_not_exists(self.namespace)
+        except Exception:  # a sibling created it at the same moment
+            if not self.catalog.namespace_exists(self.namespace):
+                raise
         table = self.catalog.create_table_if_not_exists(self.identifier, schema=schema)
-        if table.spec().is_unpartitioned():
+        if self.partition and table.spec().is_unpartitioned():
             with table.update_spec() as spec:
-                spec.add_identity(PARTITION)
+                spec.add_identity(self.partition)
         return table
 
     def committed(self, query_id: str) -> int | None:
-        table = self._table()
-        found = None if table is None else table.properties.get(MARKER + query_id)
-        return None if found is None else int(found)
+        return _committed(self._table(), query_id)
 
     def end_offsets(self) -> dict[int, int] | None:
         table = self._table()
@@ -160,13 +138,36 @@ class IcebergTable(LakeTable):
         table = self._table()
         return None if table is None else table.schema().as_arrow()
 
-    def commit(self, rows: pa.Table, marker: Marker) -> bool:
-        table = self._table() or self._create(rows.schema)
-        return self._commit(
+    def commit_shaped(self, rows: pa.Table, marker: Marker, *, key: str | None = None) -> bool:
+        """The marker read from the table loaded for the commit: one catalog read and one
+        metadata file fewer per table (a table changed in between fails the commit's swap)."""
+        table = self._table()
+        # 1. the marker
+        last = _committed(table, marker.query_id)
+        if last is not None and marker.batch_id <= last:
+            return False
+        # 3. one transaction: new columns, rows and marker
+        return self._commit_rows(table or self._create(rows.schema), rows, marker, key)
+
+    def commit(self, rows: pa.Table, marker: Marker, *, key: str | None = None) -> bool:
+        return self._commit_rows(self._table() or self._create(rows.schema), rows, marker, key)
+
+    def _commit_rows(self, table: Table, rows: pa.Table, marker: Marker, key: str | None) -> bool:
+        if key is None:
+            return self._commit(
+                table,
+                rows.schema,
+                marker,
+                lambda transaction, summary: transaction.append(rows, snapshot_properties=summary),
+            )
+        keys = In(term=key, literals=tuple(sorted(set(rows.column(key).to_pylist()))))
+        return self._commit(  # rows replace those of their key: delete and append, one commit
             table,
             rows.schema,
             marker,
-            lambda transaction, summary: transaction.append(rows, snapshot_properties=summary),
+            lambda transaction, summary: transaction.overwrite(
+                rows, overwrite_filter=keys, snapshot_properties=summary
+            ),
         )
 
     def file_writer(self, schema: pa.Schema, marker: Marker) -> FileWriter:
@@ -228,7 +229,13 @@ class IcebergTable(LakeTable):
 
     def read(self) -> pa.Table:
         table = self._table()
-        return BASE_SCHEMA.empty_table() if table is None else table.scan().to_arrow()
+        return self._empty() if table is None else table.scan().to_arrow()
+
+    def lookup(self, key: str, values: Sequence[str]) -> pa.Table:
+        table = self._table()
+        if table is None or not values or key not in table.schema().column_names:
+            return self._empty()
+        return table.scan(row_filter=In(term=key, literals=tuple(values))).to_arrow()
 
     def version(self) -> int | None:
         table = self._table()
@@ -292,7 +299,7 @@ class IcebergTable(LakeTable):
 
     def close(self) -> None:
         engine = getattr(self.catalog, "engine", None)
-        if engine is not None:
+        if engine is not None and self.owns_catalog:
             engine.dispose()
 
     def _s3(self) -> S3:
@@ -302,3 +309,9 @@ class IcebergTable(LakeTable):
             secret_key=self.properties.get("s3.secret-access-key"),
             region=self.properties.get("s3.region"),
         )
+
+
+def _committed(table: Table | None, query_id: str) -> int | None:
+    """The last batch of ``query_id`` in ``table``'s properties."""
+    found = None if table is None else table.properties.get(MARKER + query_id)
+    return None if found is None else int(found)

@@ -1,41 +1,17 @@
-"""Delta Lake tables through ``deltalake`` (delta-rs): ``delta://PATH``, ``delta+s3://BUCKET/KEY``.
-
-The marker is Delta's own idempotent-write action: each commit carries a ``txn`` action with
-app id = the query id and version = the batch id (``CommitProperties(app_transactions=...)``),
-and :meth:`DeltaTable.transaction_version` reads the last one back from the log. The rows, the
-new columns (``schema_mode="merge"``) and the ``txn`` are one commit: one JSON file of the log
-written with put-if-absent, so a reader sees all of it or none. The batch's end offsets go in
-the same commit as more ``txn`` actions (app id ``exactly.end.<partition>``, version = the
-offset; ``exactly.end.partitions``, version = how many), so :meth:`end_offsets` reads them from
-the snapshot like the marker (the history is slow to read, and log cleanup forgets it); the
-``commitInfo`` carries ``exactly.query``, ``exactly.batch`` and ``exactly.end`` for people.
-The table is partitioned by ``date``.
-
-Files the executors wrote (:meth:`commit_files`) are committed as their ``add`` actions with the
-same ``txn`` actions through ``create_write_transaction`` (``create_table_with_add_actions`` for
-the first batch). delta-rs changes a table's schema there only in an overwrite, so a batch that
-adds columns commits as one whose partition filter (``date in ()``) matches no file: it removes
-nothing, and its ``metaData``, ``add`` and ``txn`` actions are one log entry.
-
-Guarantee: each batch's rows are in the table exactly once, under a single writer per query
-(the query's checkpoint lock); a replayed batch finds its ``txn`` and commits nothing. Files of a
-batch killed before its commit are in no version: no reader sees them, :meth:`vacuum` removes
-them.
-
-On S3 (``delta+s3://BUCKET/KEY?AWS_ENDPOINT_URL=...``), query options are delta-rs storage
-options; unset ones come from the ``AWS_*`` variables. Delta's S3 commits need an atomic
-put-if-absent, which S3 (and moto) give.
-"""
+"""A Delta table: the marker as ``txn`` actions, the commits, siblings and upkeep (the URLs and
+the guarantee: :mod:`exactly.lake.delta`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qsl
 
 import pyarrow as pa  # type: ignore[import-untyped]
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+import pyarrow.compute as pc  # type: ignore[import-untyped]
+import pyarrow.fs as pafs  # type: ignore[import-untyped]
+from deltalake import DeltaTable, write_deltalake
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, create_table_with_add_actions
@@ -43,21 +19,27 @@ from deltalake.transaction import AddAction, create_table_with_add_actions
 from exactly.errors import LakeConflict, LakeError
 from exactly.lake.base import Compaction, DataFile, LakeTable, Landing, Marker
 from exactly.lake.columns import BASE_SCHEMA, PARTITION
+from exactly.lake.delta.txn import END, END_PARTITIONS, commit_properties
 from exactly.lake.files import FileWriter
 from exactly.lake.storage import S3, located, old_files, remove
 from exactly.urls import redact
 
 LOG = "_delta_log"
-END = "exactly.end"  # txn app ids: exactly.end.<partition>, version = its end offset
-END_PARTITIONS = "exactly.end.partitions"  # txn app id, version = how many partitions
 
 
 class DeltaLakeTable(LakeTable):
     """A Delta table at a directory or an S3 prefix (module docstring: the guarantee)."""
 
-    def __init__(self, uri: str, storage_options: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        uri: str,
+        storage_options: dict[str, str] | None = None,
+        partition: str | None = PARTITION,
+    ) -> None:
         self.uri = uri
         self.storage_options = dict(storage_options or {})
+        self.partition = partition
+        self.name = uri.rstrip("/").rsplit("/", 1)[-1]
         self.url = redact(f"delta://{uri}" if "://" not in uri else f"delta+{uri}")
 
     @classmethod
@@ -71,6 +53,24 @@ class DeltaLakeTable(LakeTable):
         if query:
             raise LakeError(f"lake URL {redact(url)!r}: a local delta table takes no options")
         return cls(where)
+
+    def sibling(self, name: str) -> DeltaLakeTable:
+        return DeltaLakeTable(f"{self._root()}/{name}", self.storage_options, partition=None)
+
+    def siblings(self) -> list[str]:
+        """The directories beside this table that hold a Delta log."""
+        filesystem, root = located(self._root(), self._s3())
+        selector = pafs.FileSelector(root, allow_not_found=True)
+        found = [i.base_name for i in filesystem.get_file_info(selector) if i.is_file is False]
+        logs = filesystem.get_file_info([f"{root}/{name}/{LOG}" for name in found])
+        missing = pafs.FileType.NotFound
+        return sorted(n for n, log in zip(found, logs, strict=True) if log.type != missing)
+
+    def _root(self) -> str:
+        return self.uri.rstrip("/").rsplit("/", 1)[0]
+
+    def _empty(self) -> pa.Table:
+        return (BASE_SCHEMA if self.partition else pa.schema([])).empty_table()
 
     def _table(self) -> DeltaTable | None:
         try:
@@ -95,12 +95,23 @@ class DeltaLakeTable(LakeTable):
         table = self._table()
         return None if table is None else pa.schema(table.schema())
 
-    def commit(self, rows: pa.Table, marker: Marker) -> bool:
+    def commit(self, rows: pa.Table, marker: Marker, *, key: str | None = None) -> bool:
+        table = None if key is None else self._table()
         try:
+            if table is not None:  # rows replace those of their key: MERGE
+                table.merge(
+                    rows,
+                    f's."{key}" = t."{key}"',
+                    source_alias="s",
+                    target_alias="t",
+                    merge_schema=True,
+                    commit_properties=commit_properties(marker),
+                ).when_matched_update_all().when_not_matched_insert_all().execute()
+                return True
             write_deltalake(
                 self.uri,
                 rows,
-                partition_by=[PARTITION],
+                partition_by=[self.partition] if self.partition else None,
                 mode="append",
                 schema_mode="merge",
                 storage_options=self.storage_options or None,
@@ -151,7 +162,16 @@ class DeltaLakeTable(LakeTable):
 
     def read(self) -> pa.Table:
         table = self._table()
-        return BASE_SCHEMA.empty_table() if table is None else table.to_pyarrow_table()
+        return self._empty() if table is None else table.to_pyarrow_table()
+
+    def lookup(self, key: str, values: Sequence[str]) -> pa.Table:
+        """A scan of deltalake's Arrow dataset filtered on ``key`` (cast: its files hold the
+        text as string views, which a plain ``isin`` on the dataset cannot compare)."""
+        table = self._table()
+        if table is None or not values or key not in pa.schema(table.schema()).names:
+            return self._empty()
+        wanted = pc.field(key).cast(pa.string()).isin(pa.array(list(values), pa.string()))
+        return table.to_pyarrow_dataset().to_table(filter=wanted)
 
     def landed_in(self, partition: int, offset: int) -> Landing | None:
         """A binary search over the versions' ``txn`` end offsets (each a snapshot load, no data
@@ -185,7 +205,7 @@ class DeltaLakeTable(LakeTable):
         """The current version as deltalake's Arrow dataset: DuckDB reads only the files and
         columns a query needs."""
         table = self._table()
-        return BASE_SCHEMA.empty_table() if table is None else table.to_pyarrow_dataset()
+        return self._empty() if table is None else table.to_pyarrow_dataset()
 
     def version(self) -> int | None:
         table = self._table()
@@ -238,32 +258,6 @@ class DeltaLakeTable(LakeTable):
             secret_key=options.get("AWS_SECRET_ACCESS_KEY"),
             region=options.get("AWS_REGION"),
         )
-
-
-def commit_properties(marker: Marker) -> CommitProperties:
-    """The marker and its end offsets as ``txn`` actions, and in ``commitInfo`` for people."""
-    return CommitProperties(
-        app_transactions=[
-            Transaction(marker.query_id, marker.batch_id),
-            *end_transactions(marker.end_offsets),
-        ],
-        custom_metadata={
-            "exactly.query": marker.query_id,
-            "exactly.batch": marker.batch_id,
-            **({END: marker.end_text} if marker.end_text is not None else {}),
-        },
-        max_commit_retries=5,
-    )
-
-
-def end_transactions(end: Mapping[int, int] | None) -> list[Transaction]:
-    """The ``txn`` actions that hold a batch's end offsets (module docstring)."""
-    if not end:
-        return []
-    count = max(end) + 1
-    return [Transaction(END_PARTITIONS, count)] + [
-        Transaction(f"{END}.{partition}", int(offset)) for partition, offset in end.items()
-    ]
 
 
 def _relative(path: str, root_uri: str) -> str:
