@@ -160,7 +160,7 @@ def _note_starts(
     from exactly.up.watch import save_progress
 
     before = (dict(progress.first_batch), dict(progress.waiting))
-    starting = {query.name: query for query in planned if query.name not in progress.first_batch}
+    starting = {query.name for query in planned} - progress.first_batch.keys()
     try:
         for running in spark.streams.active:
             name = (running.name or "").split(" ")[0]
