@@ -11,6 +11,10 @@ A Spark streaming query from the ``exactly`` source with ``foreachBatch``. Per m
    collects the files' descriptions;
 4. the driver commits those files with the marker (query id, batch id) in one table
    transaction (:meth:`~exactly.lake.base.LakeTable.append_files`);
+   4b. with ``[lake] layout = "segment"``, the driver shapes the batch's events into Segment's
+   tables and commits each with the marker in its own transaction
+   (:class:`~exactly.lake.warehouse.Warehouse`); a batch whose events table has it already
+   (the run was killed between the tables) still reaches the tables that have not;
 5. Spark commits the batch (``commits/<batch id>``).
 
 A crash anywhere repeats at most the last batch, whose marker stops it at 2 (or inside 4). The
@@ -36,11 +40,12 @@ import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import orjson
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from exactly.errors import LakeConflict, LakeError
@@ -57,6 +62,7 @@ from exactly.lake.columns import (
 )
 from exactly.lake.files import FileWriter
 from exactly.lake.settings import RECORDS_PER_TRIGGER
+from exactly.lake.warehouse import Warehouse
 from exactly.log import open_log
 from exactly.spark import checkpoint as spark_checkpoint
 from exactly.spark.batches import BatchFunction, run_batches
@@ -92,6 +98,7 @@ class LakePlan:
     read_records: int = 10_000
     compact_every: int = 100  # commits between two upkeeps (optimize, expire); 0: none
     retention: timedelta = timedelta(days=7)
+    layout: str = "events"  # "segment": Segment's tables beside the table (step 4b)
 
 
 @dataclass
@@ -135,6 +142,7 @@ def configured_plan(
         trigger_seconds=trigger_seconds,
         compact_every=settings.lake.compact_every,
         retention=timedelta(milliseconds=parse_duration(settings.lake.retention, "retention")),
+        layout=settings.lake.layout,
     )
 
 
@@ -188,12 +196,15 @@ class BatchAppender(BatchFunction):
         self.plan = plan
         self.on_batch = on_batch
         self.commits = 0  # this run's, for the upkeep every ``compact_every``
+        self.warehouse = Warehouse(table) if plan.layout == "segment" else None
 
     def process(self, records: DataFrame, batch_id: int) -> None:
         end = spark_checkpoint.batch_end(self.plan.checkpoint, batch_id)
         marker = Marker(self.query_id, batch_id, end)
-        # 2. the marker: a replay stops here
+        # 2. the marker: a replay stops here (for the events table: Segment's tables have theirs)
         if self.table.replayed(marker):
+            if self.warehouse is not None:
+                self.land_tables(records, marker)
             self._note(batch_id, 0, False)
             return
         frame = lake_frame(records, self.plan.columns)
@@ -212,21 +223,44 @@ class BatchAppender(BatchFunction):
         if events == 0:
             self._note(batch_id, 0, True)  # nothing to commit, and nothing for a replay to repeat
             return
+        if self.warehouse is not None:
+            self.land_tables(records, marker)
         self._note(batch_id, events, appended)
         if appended:
             self.commits += 1
             if self.plan.compact_every and self.commits % self.plan.compact_every == 0:
                 self.upkeep()
 
+    def land_tables(self, records: DataFrame, marker: Marker) -> None:
+        """4b. The segment layout: the batch's events shaped into Segment's tables on the driver
+        and committed, each table in its own transaction with ``marker``
+        (:class:`~exactly.lake.warehouse.Warehouse`); a table that has the batch already (a
+        replay after a kill between two tables) is skipped."""
+        from pyspark.sql import functions as F
+
+        assert self.warehouse is not None
+        values = records.select(F.col("value").cast("string").alias("v")).toArrow().column("v")
+        events = [orjson.loads(value) for value in values.to_pylist() if value]
+        if events:
+            self.warehouse.write(events, marker, loaded_at=datetime.now(UTC))
+
     def upkeep(self) -> None:
         """Compact the small files the batches added and expire old versions, between two
         batches (their own commits: what a query returns does not change; a kill leaves at
-        most unreferenced files, which ``exactly lake vacuum`` removes)."""
-        try:
-            self.table.optimize()
-            self.table.expire(self.plan.retention)
-        except LakeConflict:
-            pass  # another writer (exactly lake optimize) committed first: next time
+        most unreferenced files, which ``exactly lake vacuum`` removes); Segment's tables too."""
+        tables = [self.table]
+        if self.warehouse is not None:
+            tables += [self.warehouse.table(name) for name in self.warehouse.tables()]
+        for table in tables:
+            try:
+                table.optimize()
+                table.expire(self.plan.retention)
+            except LakeConflict:
+                pass  # another writer (exactly lake optimize) committed first: next time
+
+    def close(self) -> None:
+        if self.warehouse is not None:
+            self.warehouse.close()
 
     def _note(self, batch_id: int, events: int, appended: bool) -> None:
         # ``on_batch`` runs after the table's commit and before Spark's (step 5)
@@ -261,15 +295,18 @@ def run(
             on_batch(batch_id, events, appended)
 
     appender = BatchAppender(table, plan, note)
-    run_batches(
-        spark,
-        "lake",
-        plan,
-        appender,
-        ["value"],
-        start=start,
-        failed=LakeError,
-    )
+    try:
+        run_batches(
+            spark,
+            "lake",
+            plan,
+            appender,
+            ["value"],
+            start=start,
+            failed=LakeError,
+        )
+    finally:
+        appender.close()
     return progress
 
 

@@ -3,6 +3,8 @@ section of :class:`exactly.config.Settings`."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from exactly.errors import ConfigError
@@ -26,6 +28,12 @@ class LakeSettings(BaseModel):
         {},
         description='promoted columns: NAME = "properties.KEY KIND" (KIND string, double, '
         "bigint, boolean or timestamp); adding one adds a column, older rows read null",
+    )
+    layout: Literal["events", "segment"] = Field(
+        "events",
+        description='"segment": Segment\'s warehouse tables (tracks, one per event, identifies, '
+        "pages, screens, groups, aliases, users, accounts) beside the events table, each batch "
+        'exactly once in each (docs/segment.md); "events": the events table alone',
     )
     compact_every: int = Field(
         100,
