@@ -28,26 +28,35 @@ if TYPE_CHECKING:
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 LOG_BACKENDS = list(BACKENDS)
 # The Spark crash tests, each SIGKILLing a JVM 20 times or more while the next one starts, in
-# two chains of about equal length (about 26 minutes each on two loaded cores, 2026-11-28): with
-# pytest-xdist (``./dev test`` starts two workers) each worker starts with one chain, running
-# its tests one after another, and then both share the rest (:func:`pytest_xdist_make_scheduler`).
-# One chain alone took 69 minutes while the other worker had run everything else in 45. Two
-# crash tests at once do not starve: a kill waits for a micro-batch of its own run to be in
-# flight (``tests/batches_in_flight.py``), however slow the start, and in that run the pipeline
-# crash tests passed beside benchmarks that held the load average at 10 to 20.
+# two chains: with pytest-xdist (``./dev test`` starts two workers) each worker starts with one
+# chain and runs its tests one after another, in the order listed here, then both share the
+# rest (:func:`pytest_xdist_make_scheduler`, :func:`pytest_collection_modifyitems`). One chain
+# alone took 69 minutes while the other worker had run everything else in 45 (2026-11-28).
+# Two crash tests at once do not starve each other: a kill waits for a micro-batch of its own
+# run to be in flight (``tests/batches_in_flight.py``), however slow the start, and the
+# pipeline crash tests passed beside benchmarks that held the load average at 10 to 20. The
+# cluster test does starve beside another crash test (four JVMs of its own: at load 19 a Python
+# planner missed Spark's fixed 10 s to connect back, three times): it comes last in the longer
+# chain, once the shorter one has ended and the other worker runs the light tests.
 CHAINS = (
-    ("test_pipeline_crash", "test_up"),
-    (
-        "test_spark_crash",
-        "test_cluster",
-        "test_route_crash",
-        "test_lake_crash",
-        "test_up_scale_out",
-    ),
+    ("test_pipeline_crash", "test_up", "test_cluster"),
+    ("test_spark_crash", "test_route_crash", "test_lake_crash", "test_up_scale_out"),
 )
-SPARK_CRASH_CHAINS = {  # module -> its chain
-    f"tests/integration/{name}.py": chain for chain, names in enumerate(CHAINS) for name in names
+SPARK_CRASH_CHAINS = {  # module -> (its chain, its place in the chain)
+    f"tests/integration/{name}.py": (chain, place)
+    for chain, names in enumerate(CHAINS)
+    for place, name in enumerate(names)
 }
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The crash tests of each chain in the chain's order (each worker collects the same)."""
+
+    def place(item: pytest.Item) -> tuple[int, int]:
+        module = item.nodeid.split("::", 1)[0]
+        return SPARK_CRASH_CHAINS.get(module, (-1, 0))
+
+    items.sort(key=place)  # stable: everything else keeps its order, before the chains
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
@@ -59,8 +68,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
     class CrashTestsTogether(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            chain = SPARK_CRASH_CHAINS.get(nodeid.split("::", 1)[0])
-            return nodeid if chain is None else f"spark-crash-{chain}"
+            found = SPARK_CRASH_CHAINS.get(nodeid.split("::", 1)[0])
+            return nodeid if found is None else f"spark-crash-{found[0]}"
 
     return CrashTestsTogether(config, log)
 
