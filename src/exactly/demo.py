@@ -199,12 +199,14 @@ def send(
     resend_rate: float = 0.02,
     rate: float | None = None,
     on_sent: Callable[[float, int], None] | None = None,
+    on_accepted: Callable[[float, list[dict[str, Any]]], None] | None = None,
 ) -> Traffic:
     """Send ``events`` through ``/v1/batch`` from ``clients`` threads; some batches twice.
 
     A resent batch is the same request again (same messageIds), as a client whose first attempt
     timed out would send it. ``rate`` (events/s over all clients) paces the clients;
-    ``on_sent(started, n)`` is told the start time of each accepted batch of ``n`` new events.
+    ``on_sent(started, n)`` is told the start time of each accepted batch of ``n`` new events;
+    ``on_accepted(started, events)`` the same with the batch's events (to count some of them).
     """
     traffic = Traffic()
     lock = threading.Lock()
@@ -248,6 +250,8 @@ def send(
             sent += len(chunk)
             if on_sent is not None:
                 on_sent(started, len(chunk))
+            if on_accepted is not None:
+                on_accepted(started, chunk)
         with lock:
             traffic.distinct += count
 
