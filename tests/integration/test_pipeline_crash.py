@@ -144,7 +144,9 @@ def write_config(
     text = (
         f'data_dir = "{path.parent / "data"}"\n[log]\nurl = "{stack.log}"\n'
         f'[dedupe]\nstore = "{stack.store}"\n[aggregate]\nurl = "{stack.database}"\n'
-        f'[delivery]\njobdb = "{stack.jobdb_url}"\n'
+        # one dataset holds every job: JobDB.states() counts the live datasets, and a full one
+        # is archived and dropped once done (over 100,000 jobs when a loaded run grows long)
+        f'[delivery]\njobdb = "{stack.jobdb_url}"\ndataset_rows = 10000000\n'
         + (f'[lake]\nurl = "{lake}"\nlayout = "segment"\n' if lake else "")
     )
     for name, (sources, events) in FILTERS.items():
