@@ -103,18 +103,28 @@ def merge_all(*groups: Iterable[Profile]) -> dict[str, Profile]:
     return dict(sorted(merged.items()))
 
 
+def merged_key(event: Mapping[str, Any], table: Merged) -> str | None:
+    """The row of ``table`` that ``event`` merges into: an identify's ``userId`` for ``users``,
+    a group's ``groupId`` for ``accounts``; None when it merges into none."""
+    kind, id_field, _ = _SOURCE[table]
+    key = event.get(id_field)
+    if event.get("type") != kind or key is None or key == "":
+        return None
+    return str(key)
+
+
 def profiles(
     events: Iterable[Mapping[str, Any]], *, table: Merged, limits: Limits | None = None
 ) -> dict[str, Profile]:
     """The profiles of ``table`` a batch of events makes (its identifies or its groups), their
     traits named as :func:`~exactly.lake.segment.shape.shape` names them with ``limits``."""
     limit = (limits or Limits()).name_bytes
-    kind, id_field, names_from = _SOURCE[table]
+    names_from = _SOURCE[table][2]
     taken = reserved(names_from)
     found = []
     for event in events:
-        key = event.get(id_field)
-        if event.get("type") != kind or key is None or key == "":
+        key = merged_key(event, table)
+        if key is None:
             continue
         at = instant(str(event.get("timestamp"))) or instant(str(event.get("receivedAt")))
         stamp = Stamp(at or _NEVER, str(event.get("messageId") or ""))
