@@ -213,6 +213,25 @@ class LakeTable(ABC):
         dataset where the format gives one (Delta), else :meth:`read`'s rows."""
         return self.read()
 
+    def rows(self) -> int:
+        """How many rows the current version holds (0 without a table): from the files' or
+        snapshot's metadata where the format keeps the count."""
+        source = self.dataset()
+        count = getattr(source, "count_rows", None)
+        return int(count()) if count is not None else int(source.num_rows)
+
+    def present(self, column: str) -> pa.Array:
+        """The values of ``column`` that are not null, in no order (none when the table or the
+        column does not exist): one column read, not the rows (``exactly status`` counts the
+        segment layout's ``_rejected`` values so)."""
+        source = self.dataset()
+        if column not in source.schema.names:
+            return pa.array([], pa.string())
+        if hasattr(source, "to_table"):
+            found = source.to_table(columns=[column], filter=pc.field(column).is_valid())
+            return found.column(column).combine_chunks()
+        return source.column(column).drop_null().combine_chunks()
+
     @abstractmethod
     def version(self) -> int | None:
         """The table's current version (Delta's version, Iceberg's snapshot id), None when it
