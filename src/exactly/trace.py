@@ -345,8 +345,7 @@ def _landing(settings: Settings, table: LakeTable, partition: int, offset: int) 
 def _rows_of(value: bytes | None) -> list[tuple[str, str | None]]:
     """The segment layout's tables an ``events`` record has a row in, as the lake query shapes
     it, each with the merged row's id for ``users`` and ``accounts``."""
-    from exactly.lake.segment import merged_key, tables_of
-    from exactly.lake.warehouse import MERGED
+    from exactly.lake.segment import MERGED, rows_of
 
     try:
         event = orjson.loads(value) if value else None
@@ -354,12 +353,7 @@ def _rows_of(value: bytes | None) -> list[tuple[str, str | None]]:
         return []
     if not isinstance(event, dict):
         return []
-    found: list[tuple[str, str | None]] = [(name, None) for name in tables_of(event)]
-    for merged in MERGED:
-        key = merged_key(event, merged)
-        if key is not None:
-            found.append((merged, key))
-    return found
+    return [(name, key if name in MERGED else None) for name, key in rows_of(event)]
 
 
 def _delivered(settings: Settings, message_id: str, result: Trace) -> None:

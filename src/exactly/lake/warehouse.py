@@ -64,9 +64,8 @@ from exactly.lake.segment import (
     shape,
 )
 from exactly.lake.segment.table import REJECTED
-from exactly.lake.segment.users import Merged
+from exactly.lake.segment.users import MERGED, Merged
 
-MERGED: tuple[Merged, ...] = ("users", "accounts")
 KEY = "id"
 
 

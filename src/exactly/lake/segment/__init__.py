@@ -21,6 +21,7 @@ from exactly.lake.segment.names import BUILT_IN_TABLES, event_table, flatten, sn
 from exactly.lake.segment.shape import Shaped, day_of, own_columns, shape, tables_of
 from exactly.lake.segment.table import TableBatch, schema_kinds
 from exactly.lake.segment.users import (
+    MERGED,
     Merged,
     Profile,
     merge,
@@ -29,10 +30,12 @@ from exactly.lake.segment.users import (
     profile_of_row,
     profile_rows,
     profiles,
+    rows_of,
 )
 
 __all__ = [
     "BUILT_IN_TABLES",
+    "MERGED",
     "Limits",
     "Merged",
     "Profile",
@@ -48,6 +51,7 @@ __all__ = [
     "profile_of_row",
     "profile_rows",
     "profiles",
+    "rows_of",
     "schema_kinds",
     "shape",
     "snake",

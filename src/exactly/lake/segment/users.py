@@ -38,11 +38,12 @@ import orjson
 
 from exactly.lake.segment.kinds import instant, json_text
 from exactly.lake.segment.limits import Limits
-from exactly.lake.segment.names import column_name, leaves, place, reserved
-from exactly.lake.segment.shape import fields
+from exactly.lake.segment.names import NAME_LIMIT, column_name, leaves, place, reserved
+from exactly.lake.segment.shape import fields, tables_of
 from exactly.lake.segment.table import REJECTED, Draft, TableBatch, build
 
 Merged = Literal["users", "accounts"]
+MERGED: tuple[Merged, ...] = ("users", "accounts")
 STAMPS = "_stamps"
 OWN = {"id": "string", "received_at": "timestamp", STAMPS: "string", REJECTED: "string"}
 _SOURCE = {  # table -> (event type, the id's field, the table whose trait names it shares)
@@ -111,6 +112,19 @@ def merged_key(event: Mapping[str, Any], table: Merged) -> str | None:
     if event.get("type") != kind or key is None or key == "":
         return None
     return str(key)
+
+
+def rows_of(event: Mapping[str, Any], *, limit: int = NAME_LIMIT) -> list[tuple[str, str]]:
+    """Each table ``event`` has a row in, with that row's ``id``: its messageId in the appended
+    tables (:func:`~exactly.lake.segment.shape.tables_of`), the user (group) id in ``users``
+    (``accounts``). What ``exactly audit`` recounts and ``exactly trace`` looks up."""
+    message_id = str(event.get("messageId"))
+    found = [(table, message_id) for table in tables_of(event, limit=limit)]
+    for table in MERGED:
+        key = merged_key(event, table)
+        if key is not None:
+            found.append((table, key))
+    return found
 
 
 def profiles(
