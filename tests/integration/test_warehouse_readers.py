@@ -246,3 +246,37 @@ def ids_around(table: Any, version: int, key: str) -> tuple[set[Any], set[Any]]:
     parent = snapshot.parent_snapshot_id
     before = [] if parent is None else found.scan(snapshot_id=parent).to_arrow().column(key)
     return set(before if isinstance(before, list) else before.to_pylist()), set(at)
+
+
+# -- the console ----------------------------------------------------------------------------------
+
+
+def test_the_console_state_lists_the_tables_read_at_most_every_few_seconds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from exactly.console import state
+
+    url = f"delta://{tmp_path / 'lake' / 'events'}"
+    with Warehouse.open(url) as warehouse:
+        events = land(warehouse, [sdk_events(0, 40)])
+    settings = Settings(data_dir=tmp_path, lake={"url": url, "layout": "segment"})
+    reader = state.Reader(settings)
+    problems: list[str] = []
+    try:
+        found = reader._lake_entry(problems)
+        assert found is not None and not problems
+        tables = {t["name"]: t for t in found["tables"]}
+        assert tables["order_completed"]["rows"] == len(orders(events))
+        assert found["landed"] == 40 and found["layout"] == "segment"
+        json.dumps(found)  # JSON as it is served
+        with Warehouse.open(url) as warehouse:
+            land_more = [{**sdk_event(41), "messageId": "more"}]
+            warehouse.write(land_more, Marker("q1", 1, {0: 41}), loaded_at=LOADED)
+        assert reader._lake_entry(problems) is found  # read again only after LAKE_EVERY
+        monkeypatch.setattr(state, "LAKE_EVERY", 0.0)
+        again = reader._lake_entry(problems)
+        assert again is not found and again is not None
+        tables = {t["name"]: t for t in again["tables"]}
+        assert tables["order_completed"]["rows"] == len(orders(events)) + 1
+    finally:
+        reader.close()
