@@ -201,6 +201,34 @@ class DeltaLakeTable(LakeTable):
         end = table.transaction_version(f"{END}.{partition}")
         return end is not None and end > offset
 
+    def rows(self) -> int:
+        """The ``num_records`` of the version's files (its log: no data file read)."""
+        table = self._table()
+        if table is None:
+            return 0
+        adds = pa.table(table.get_add_actions(flatten=True))
+        counts = adds.column("num_records") if "num_records" in adds.column_names else None
+        if counts is None or counts.null_count:
+            return int(table.to_pyarrow_dataset().count_rows())
+        return int(pc.sum(counts).as_py() or 0)
+
+    def present(self, column: str) -> pa.Array:
+        """Read only when the files' statistics say some row has a value: a table whose
+        ``_rejected`` is null everywhere costs its log alone."""
+        table = self._table()
+        if table is None or column not in pa.schema(table.schema()).names:
+            return pa.array([], pa.string())
+        adds = pa.table(table.get_add_actions(flatten=True))
+        nulls = f"null_count.{column}"
+        if {nulls, "num_records"} <= set(adds.column_names):
+            counted, total = adds.column(nulls), adds.column("num_records")
+            if not counted.null_count and not total.null_count and counted.equals(total):
+                return pa.array([], pa.schema(table.schema()).field(column).type)
+        found = table.to_pyarrow_dataset().to_table(
+            columns=[column], filter=pc.field(column).is_valid()
+        )
+        return found.column(column).combine_chunks()
+
     def dataset(self) -> pa.Table | pa.dataset.Dataset:
         """The current version as deltalake's Arrow dataset: DuckDB reads only the files and
         columns a query needs."""
