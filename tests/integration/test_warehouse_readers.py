@@ -11,6 +11,7 @@ then every table of the layout, with the batch's marker and end offsets (one par
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -274,7 +275,8 @@ def test_the_console_state_lists_the_tables_read_at_most_every_few_seconds(
             land_more = [{**sdk_event(41), "messageId": "more"}]
             warehouse.write(land_more, Marker("q1", 1, {0: 41}), loaded_at=LOADED)
         assert reader._lake_entry(problems) is found  # read again only after LAKE_EVERY
-        monkeypatch.setattr(state, "LAKE_EVERY", 0.0)
+        later = time.time() + state.LAKE_EVERY + 1
+        monkeypatch.setattr(state.time, "time", lambda: later)
         again = reader._lake_entry(problems)
         assert again is not found and again is not None
         tables = {t["name"]: t for t in again["tables"]}

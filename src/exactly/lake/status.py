@@ -74,19 +74,12 @@ def table_statuses(warehouse: Warehouse, events_ends: dict[int, int]) -> list[Ta
     """Each table of ``warehouse``, by name, against the events table's end offsets."""
     found = []
     for name in warehouse.tables():
-        table = warehouse.table(name)
-        ends = table.end_offsets() or {}
+        standing = warehouse.table(name).standing()
+        ends = standing.end_offsets or {}
         behind = sum(max(0, end - ends.get(p, 0)) for p, end in events_ends.items())
-        found.append(
-            TableStatus(
-                name,
-                table.version(),
-                table.rows(),
-                sum(ends.values()),
-                behind,
-                warehouse.rejects(name),
-            )
-        )
+        landed = sum(ends.values())
+        rejected = warehouse.rejects(name)
+        found.append(TableStatus(name, standing.version, standing.rows, landed, behind, rejected))
     return found
 
 

@@ -17,7 +17,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from exactly.errors import LakeConflict, LakeError
-from exactly.lake.base import Compaction, DataFile, LakeTable, Landing, Marker
+from exactly.lake.base import Compaction, DataFile, LakeTable, Landing, Marker, Standing
 from exactly.lake.columns import BASE_SCHEMA, PARTITION
 from exactly.lake.delta.txn import END, END_PARTITIONS, commit_properties
 from exactly.lake.files import FileWriter
@@ -85,11 +85,13 @@ class DeltaLakeTable(LakeTable):
     def end_offsets(self) -> dict[int, int] | None:
         """From the ``txn`` actions of the newest batch (in the snapshot: no history read)."""
         table = self._table()
-        count = None if table is None else table.transaction_version(END_PARTITIONS)
-        if table is None or count is None:
-            return None
-        found = {p: table.transaction_version(f"{END}.{p}") for p in range(count)}
-        return {p: offset for p, offset in found.items() if offset is not None}
+        return None if table is None else _end_offsets(table)
+
+    def standing(self) -> Standing:
+        table = self._table()
+        if table is None:
+            return Standing(None, 0, None)
+        return Standing(table.version(), _rows(table), _end_offsets(table))
 
     def schema(self) -> pa.Schema | None:
         table = self._table()
@@ -204,13 +206,7 @@ class DeltaLakeTable(LakeTable):
     def rows(self) -> int:
         """The ``num_records`` of the version's files (its log: no data file read)."""
         table = self._table()
-        if table is None:
-            return 0
-        adds = pa.table(table.get_add_actions(flatten=True))
-        counts = adds.column("num_records") if "num_records" in adds.column_names else None
-        if counts is None or counts.null_count:
-            return int(table.to_pyarrow_dataset().count_rows())
-        return int(pc.sum(counts).as_py() or 0)
+        return 0 if table is None else _rows(table)
 
     def present(self, column: str) -> pa.Array:
         """Read only when the files' statistics say some row has a value: a table whose
@@ -294,3 +290,19 @@ def _relative(path: str, root_uri: str) -> str:
         if path.startswith(prefix):
             return path[len(prefix) :].lstrip("/")
     return path.lstrip("/")
+
+
+def _end_offsets(table: DeltaTable) -> dict[int, int] | None:
+    count = table.transaction_version(END_PARTITIONS)
+    if count is None:
+        return None
+    found = {p: table.transaction_version(f"{END}.{p}") for p in range(count)}
+    return {p: offset for p, offset in found.items() if offset is not None}
+
+
+def _rows(table: DeltaTable) -> int:
+    adds = pa.table(table.get_add_actions(flatten=True))
+    counts = adds.column("num_records") if "num_records" in adds.column_names else None
+    if counts is None or counts.null_count:
+        return int(table.to_pyarrow_dataset().count_rows())
+    return int(pc.sum(counts).as_py() or 0)

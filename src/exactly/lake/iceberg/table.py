@@ -15,7 +15,15 @@ from pyiceberg.expressions import In, NotNull
 from pyiceberg.table import Table, Transaction
 
 from exactly.errors import LakeConflict
-from exactly.lake.base import Compaction, DataFile, LakeTable, Landing, Marker, end_offsets_from
+from exactly.lake.base import (
+    Compaction,
+    DataFile,
+    LakeTable,
+    Landing,
+    Marker,
+    Standing,
+    end_offsets_from,
+)
 from exactly.lake.columns import BASE_SCHEMA, PARTITION
 from exactly.lake.files import FileWriter
 from exactly.lake.iceberg.urls import where, with_table
@@ -245,11 +253,15 @@ class IcebergTable(LakeTable):
     def rows(self) -> int:
         """The current snapshot's ``total-records`` (its metadata: no data file read)."""
         table = self._table()
-        snapshot = None if table is None else table.current_snapshot()
-        if table is None or snapshot is None or snapshot.summary is None:
-            return 0
-        total = snapshot.summary.additional_properties.get("total-records")
-        return int(total) if total is not None else table.scan().to_arrow().num_rows
+        return 0 if table is None else _rows(table)
+
+    def standing(self) -> Standing:
+        table = self._table()
+        if table is None:
+            return Standing(None, 0, None)
+        snapshot = table.current_snapshot()
+        version = None if snapshot is None else snapshot.snapshot_id
+        return Standing(version, _rows(table), end_offsets_from(table.properties.get(END)))
 
     def present(self, column: str) -> pa.Array:
         table = self._table()
@@ -336,3 +348,11 @@ def _committed(table: Table | None, query_id: str) -> int | None:
     """The last batch of ``query_id`` in ``table``'s properties."""
     found = None if table is None else table.properties.get(MARKER + query_id)
     return None if found is None else int(found)
+
+
+def _rows(table: Table) -> int:
+    snapshot = table.current_snapshot()
+    if snapshot is None or snapshot.summary is None:
+        return 0
+    total = snapshot.summary.additional_properties.get("total-records")
+    return int(total) if total is not None else int(table.scan().to_arrow().num_rows)
