@@ -182,7 +182,8 @@ def audit(
     topic: Annotated[str, TOPIC] = "events",
 ) -> None:
     """Recount every table from TOPIC (a batch Spark read) and compare with the database;
-    with a lake table ([lake] url, or the default one once it exists), recount it per day too.
+    with a lake table ([lake] url, or the default one once it exists), recount it per day too,
+    and with [lake] layout = "segment" each of Segment's tables up to its own end offsets.
 
     Exits 1 and prints the differing rows when any differ. Each recount stops where the
     database's counting (the lake's landing) stopped, so it can run beside the pipeline.
