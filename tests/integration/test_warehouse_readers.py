@@ -29,6 +29,7 @@ from exactly.lake.sql import named, query
 from exactly.lake.status import TableStatus, render, table_statuses
 from exactly.lake.warehouse import Warehouse
 from exactly.trace import Trace, _landed
+from exactly.trace import render as render_trace
 from tests.lake_tables import lake_url
 from tests.warehouse_child import LOADED
 from tests.warehouse_events import sdk_event, sdk_events
@@ -225,6 +226,14 @@ def test_trace_names_the_tables_and_versions_that_hold_the_message(
                 # read by the table's own library: the version holds it, the one before not
                 before, at = ids_around(table, landed.version, key)
                 assert wanted in at and wanted not in before, landed
+            shown = render_trace(result).splitlines()
+            assert max(len(line) for line in shown) <= 80
+            for landed in result.lake[1:]:
+                row = "" if landed.key is None else f" (row {landed.key})"
+                how = "landed (the table keeps no versions)"
+                if landed.version is not None:
+                    how = f"version {landed.version}"
+                assert f"  {landed.name}{row}: {how}" in shown, shown
         result = Trace("x")
         _landed(settings, [(0, 10**6)], result, {(0, 10**6): orjson.dumps(events[order])})
         assert [landed.landed for landed in result.lake] == [False, False, False]
