@@ -134,6 +134,28 @@ def test_status_lists_each_table_its_rows_lag_and_rejected_values(warehouse: War
         assert all(s.version == warehouse.table(s.name).version() for s in found.values())
 
 
+def test_status_counts_the_events_of_names_past_the_table_limit(url: str, tmp_path: Path) -> None:
+    from exactly.lake.segment import Limits
+    from exactly.lake.status import collect
+    from exactly.log import open_log
+
+    with (
+        Warehouse.open(url, limits=Limits(tables=1)) as warehouse,
+        open_log(f"sqlite://{tmp_path / 'log'}") as log,
+    ):
+        events = land(warehouse, [sdk_events(0, 40)])
+        viewed = sum(e.get("event") == "Product Viewed" for e in events)
+        assert "product_viewed" not in warehouse.tables() and viewed  # fewer than orders
+        log.create_topic("events", 1)
+        found = collect(warehouse.events, log, warehouse=warehouse)
+        assert found.held_back == {"product_viewed": viewed}
+        text = render(found, tmp_path)
+        assert f"  past [lake] max_tables: {viewed} events of 1 name in tracks alone: " in text
+        assert "product_viewed" in text and found.lag == 0
+        with Warehouse.open(url) as roomy:  # the default limit: nothing read, nothing held
+            assert collect(roomy.events, log, warehouse=roomy).held_back == {}
+
+
 def test_status_shows_the_top_tables_and_columns_in_80_columns_and_json_has_all() -> None:
     from exactly.lake.status import LakeStatus
 

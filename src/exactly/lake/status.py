@@ -9,7 +9,10 @@ end offsets of the table's own newest batch (``behind``), and its ``_rejected`` 
 per column (:meth:`~exactly.lake.warehouse.Warehouse.rejects`). A table commits only the batches
 that have rows for it, so a table of a rare event is "behind" by the records since its last
 event; that is not a row missing (``exactly audit`` recounts the rows). Reading the rejects
-reads each table's ``_rejected`` column: the cost grows with the tables and their rejects.
+reads each table's ``_rejected`` column: the cost grows with the tables and their rejects. Once
+the per-event tables reach ``[lake] max_tables``, the events of names with no table are counted
+per name from ``tracks``'s ``event`` column (:func:`held_back`; one column of ``tracks`` read,
+only then).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class LakeStatus:
     lag: int | None  # records of the topic not in the table yet; None: unknown topic
     layout: str = "events"
     tables: list[TableStatus] = field(default_factory=list)  # the segment layout's, by name
+    held_back: dict[str, int] = field(default_factory=dict)  # name past max_tables -> events
 
 
 def collect(
@@ -65,9 +69,11 @@ def collect(
         )
     except UnknownTopic:
         lag = None
-    tables = [] if warehouse is None else table_statuses(warehouse, ends)
-    layout = "events" if warehouse is None else "segment"
-    return LakeStatus(table.url, table.version(), landed, lag, layout, tables)
+    if warehouse is None:
+        return LakeStatus(table.url, table.version(), landed, lag)
+    tables = table_statuses(warehouse, ends)
+    held = held_back(warehouse, [t.name for t in tables])
+    return LakeStatus(table.url, table.version(), landed, lag, "segment", tables, held)
 
 
 def table_statuses(warehouse: Warehouse, events_ends: dict[int, int]) -> list[TableStatus]:
@@ -83,16 +89,33 @@ def table_statuses(warehouse: Warehouse, events_ends: dict[int, int]) -> list[Ta
     return found
 
 
+def held_back(warehouse: Warehouse, names: list[str]) -> dict[str, int]:
+    """Per event name whose table ``Limits.tables`` held back, its events in ``tracks`` (by
+    slug, most first); nothing to read while the per-event tables are fewer than the limit."""
+    from exactly.lake.segment import BUILT_IN_TABLES
+    from exactly.lake.sql import run
+
+    per_event = [name for name in names if name not in BUILT_IN_TABLES]
+    if len(per_event) < warehouse.limits.tables or "tracks" not in names:
+        return {}
+    text = "select event, count(*) as n from tracks where event is not null group by 1"
+    found = run({"tracks": warehouse.table("tracks")}, text).to_pylist()
+    held = {row["event"]: int(row["n"]) for row in found if row["event"] not in per_event}
+    return dict(sorted(held.items(), key=lambda item: (-item[1], item[0])))
+
+
 def read(settings: Settings) -> LakeStatus | None:
     """The lake's status: with a ``[lake] url``, or once the default table exists; with
     ``[lake] layout = "segment"``, every table of the layout too."""
+    from exactly.lake.segment import Limits
     from exactly.lake.warehouse import Warehouse
     from exactly.log import open_log
 
     if not settings.has_lake:
         return None
+    limits = Limits(tables=settings.lake.max_tables, columns=settings.lake.max_columns)
     with (
-        Warehouse.open(settings.lake_url) as warehouse,
+        Warehouse.open(settings.lake_url, limits=limits) as warehouse,
         open_log(settings.log_url, max_record_bytes=settings.log.max_record_bytes) as log,
     ):
         segment = warehouse if settings.lake.layout == "segment" else None
@@ -113,6 +136,18 @@ def render(status: LakeStatus, data_dir: Path, shown: int = SHOWN) -> str:
     ]
     if status.layout == "segment":
         lines += table_lines(status.tables, shown)
+    if status.held_back:
+        events, names = sum(status.held_back.values()), len(status.held_back)
+        lines.append(
+            wrap(
+                f"  past [lake] max_tables: {count(events)} events of {count(names)} "
+                + ("name" if names == 1 else "names")
+                + " in tracks alone: "
+                + ", ".join(list(status.held_back)[:3])
+                + (", ..." if names > 3 else ""),
+                "    ",
+            )
+        )
     return "\n".join(lines)
 
 
