@@ -256,6 +256,23 @@ class PostgresTable(LakeTable):
             [dict(zip(schema.names, row, strict=True)) for row in rows], schema
         )
 
+    def rows(self) -> int:
+        if self.schema() is None:
+            return 0
+        query = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(self.table))
+        row = self.connection.execute(query).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def present(self, column: str) -> pa.Array:
+        schema = self.schema()
+        if schema is None or column not in schema.names:
+            return pa.array([], pa.string())
+        query = sql.SQL("SELECT {0} FROM {1} WHERE {0} IS NOT NULL").format(
+            sql.Identifier(column), sql.Identifier(self.table)
+        )
+        values = [row[0] for row in self.connection.execute(query).fetchall()]
+        return pa.array(values, schema.field(column).type)
+
     def version(self) -> int | None:
         return None
 
