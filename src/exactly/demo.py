@@ -14,7 +14,8 @@
 4. ``audit`` recounts ``events`` with a batch read and compares with the table, what each
    destination received is compared with what its filters take, and the lake table (Delta,
    ``DATA_DIR/lake/events``) must hold every event of ``events`` once; a DuckDB query over it
-   ends the demo (``exactly lake sql``).
+   ends the demo (``exactly lake sql``), with two over Segment's tables beside it (the segment
+   layout: ``order_completed``'s typed ``revenue``, ``users``' newest ``plan``).
 
 Everything lives under the data dir: the sqlite log, the rocksdb store, the aggregates file, the
 JobDB and the checkpoints, so a second run adds to the first.
@@ -294,6 +295,7 @@ class LakeCheck:
     distinct: int  # distinct messageIds among them
     events: int  # records in the events topic
     by_event: Any  # pyarrow.Table: LAKE_QUERY's answer
+    segment: list[tuple[str, Any]] = field(default_factory=list)  # SEGMENT_QUERIES, answered
 
     @property
     def exact(self) -> bool:
@@ -301,6 +303,12 @@ class LakeCheck:
 
 
 LAKE_QUERY = "select type, event, count(*) as n from events group by all order by n desc"
+# Segment's tables beside events (the segment layout): typed columns, users' newest traits
+SEGMENT_QUERIES = (
+    "select count(*) as orders, round(sum(revenue), 2) as revenue, "
+    "round(avg(revenue), 2) as average from order_completed",
+    "select plan, count(*) as users from users group by plan order by users desc",
+)
 
 
 @dataclass
@@ -419,9 +427,11 @@ def check_lake(settings: Settings) -> LakeCheck:
             table, "select count(*) as n, count(distinct messageId) as d from events"
         ).to_pylist()
         by_event = query(table, LAKE_QUERY)
-    return LakeCheck(
-        table.url, counts["n"], counts["d"], topic_size(settings.log_url, "events"), by_event
-    )
+        segment = []
+        if settings.lake.layout == "segment":
+            segment = [(text, query(table, text, siblings=True)) for text in SEGMENT_QUERIES]
+    events = topic_size(settings.log_url, "events")
+    return LakeCheck(table.url, counts["n"], counts["d"], events, by_event, segment)
 
 
 def _counted(settings: Settings) -> int:
