@@ -120,7 +120,9 @@ class KafkaReading(KafkaClient):
     ) -> list[LogRecord]:
         """Poll the assigned partitions until each reaches its end, or until the limits.
 
-        ``starts`` holds each partition's next offset and is advanced as records arrive.
+        ``starts`` holds each partition's next offset and is advanced as records arrive. It
+        fails when no message comes for ``timeout`` seconds: a long read that keeps receiving
+        (a loaded machine, a large range) goes on.
         """
         records: list[LogRecord] = []
         size = 0
@@ -131,24 +133,28 @@ class KafkaReading(KafkaClient):
             message = consumer.poll(0.1)
             if message is None:
                 if time.monotonic() > deadline:
-                    raise self._error(f"read from {topic!r}", problem, topic)
+                    waiting = ", ".join(f"{p} at {starts[p]}" for p in sorted(pending))
+                    raise self._error(f"read from {topic!r} (partition {waiting})", problem, topic)
                 continue
             partition, offset, error = message.partition(), message.offset(), message.error()
             if message.topic() != topic or partition not in pending or offset is None:
                 continue
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
+                    deadline = time.monotonic() + self.timeout  # progress: the wait starts again
                     self._note_end(topic, partition, offset)
                     # the consumer is now at the end, past any transaction marker: record that,
                     # or a later read from the marker's offset would wait for a second EOF
                     starts[partition] = max(starts[partition], offset)
                     pending.discard(partition)
-                elif error.code() in UNKNOWN:
+                    continue  # (not a problem: a partition's end)
+                if error.code() in UNKNOWN:
                     raise self._error(f"read from {topic!r}", error, topic)
                 problem = error
                 continue
             if offset < starts[partition]:
                 continue  # left over from an earlier position
+            deadline = time.monotonic() + self.timeout  # progress: the wait starts again
             key, value, headers = message.key(), message.value() or b"", _headers(message)
             records.append(
                 LogRecord(partition, offset, key, value, headers, message.timestamp()[1])
