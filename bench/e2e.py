@@ -13,20 +13,22 @@ store, sqlite aggregates and JobDB) and one destination (every event) on a fast 
   own process (three JVMs), as before ``up`` existed: the baseline.
 
 Clients offer ``--rate`` events/s through ``/v1/batch`` for ``--seconds`` (``exactly.demo.send``,
-four clients, batches of 500). The aggregate table and the receiver's count are polled every
-0.1 s. Latency of the k-th event = when the table's total (or the receiver's count) first
-reached k minus when the batch holding the k-th event was sent (FIFO by count: an aggregate does
-not show each event's own moment); p50 and p99 are over the events sent after ``--warm-up``
-seconds. Backlog: the raw topic's end minus the dedupe query's position, at the middle and at the
-end of the sending (growing = not sustained). ``--lake``: the Delta lake as well (``[lake] url``
-set, so ``up`` runs the lake query; ``separate`` runs ``exactly lake``), its rows (the add
-actions' record counts: metadata only) polled with the rest, and accept->queryable measured the
-same way. ``--batched N``: a second destination (every event too, on its own path of the same
-receiver) sending batches of up to N events (``json-array``, ``max_wait`` 200 ms), its
-accept->delivered measured apart from the first one's. ``--directors N``: ``up`` starts N
-directors over 8 partitions. With ``up``, accept->routed too: when the route query had added the
-jobs of an event to the JobDB (the datasets' row counts, read 10 times a second; no job is
-read), which splits accept->delivered into the Spark side's part and the director's.
+four clients, batches of 500). The aggregate table and the receiver's count are polled every 0.1 s.
+Latency of the k-th event = when the table's total (or the receiver's count) first reached k minus
+when the batch holding the k-th event was sent (FIFO by count: an aggregate does not show each
+event's own moment); p50 and p99 are over the events sent after ``--warm-up`` seconds. Backlog: the
+raw topic's end minus the dedupe query's position, at the middle and at the end of the sending
+(growing = not sustained). ``--lake``: the Delta lake as well (``[lake] url`` set, so ``up`` runs
+the lake query; ``separate`` runs ``exactly lake``), its rows (the add actions' record counts:
+metadata only) polled with the rest, and accept->queryable measured the same way; with the segment
+layout (``--layout``, the default) also accept->queryable in ``order_completed``, the table of the
+"Order Completed" events, against when each batch's events of that name were sent. ``--batched N``:
+a second destination (every event too, on its own path of the same receiver) sending batches of up
+to N events (``json-array``, ``max_wait`` 200 ms), its accept->delivered measured apart from the
+first one's. ``--directors N``: ``up`` starts N directors over 8 partitions. With ``up``,
+accept->routed too: when the route query had added the jobs of an event to the JobDB (the datasets'
+row counts, read 10 times a second; no job is read), which splits accept->delivered into the Spark
+side's part and the director's.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ from exactly.log import open_log
 from exactly.up import watch
 
 PARTITIONS = 4
+ORDER_COMPLETED = "Order Completed"  # one of the demo's event names
+ORDERS = "order_completed"  # its table in the segment layout
 
 
 def _serve(port: int, count: Synchronized, batched: Synchronized) -> None:  # type: ignore[type-arg]
@@ -111,6 +115,7 @@ def write_config(
     lake: bool = False,
     batched: int = 0,
     directors: int = 1,
+    layout: str = "segment",
 ) -> tuple[Path, int]:
     batching = '\n[destinations.batch]\nmax_events = {}\nmax_wait = "200ms"\n'
     port = free_port()
@@ -139,7 +144,12 @@ max_in_flight = {8 if batch > 1 else 64}
             else ""
         )
         + (f"\n[delivery]\npartitions = 8\ndirectors = {directors}\n" if directors > 1 else "")
-        + (f'\n[lake]\nurl = "delta://{directory / "data" / "lake" / "events"}"\n' if lake else "")
+        + (
+            f'\n[lake]\nurl = "delta://{directory / "data" / "lake" / "events"}"\n'
+            f'layout = "{layout}"\n'
+            if lake
+            else ""
+        )
     )
     return config, port
 
@@ -273,13 +283,16 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
     home = work / mode
     home.mkdir()
     with receiver() as (url, delivered, delivered_batched):
-        config, port = write_config(home, url, args.batch, args.lake, args.batched, args.directors)
+        config, port = write_config(
+            home, url, args.batch, args.lake, args.batched, args.directors, args.layout
+        )
         settings = load_settings(config)
         with open_log(settings.log_url) as log:
             log.create_topic("raw", PARTITIONS, exist_ok=True)
             log.create_topic("events", PARTITIONS, exist_ok=True)
         parts = start_parts(mode, config, home, args.lake)
         lake_path = settings.data_dir / "lake" / "events"
+        segment = args.lake and args.layout == "segment"
         table = settings.data_dir / "aggregates.db"
         jobdb = Path(settings.jobdb_url.partition("://")[2]) / JOBDB_FILE  # sqlite://DIR
         per_event = 2 if args.batched > 1 else 1  # every destination takes every event
@@ -299,6 +312,7 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
             arrived: list[tuple[float, int]] = []
             arrived_batched: list[tuple[float, int]] = []
             queryable: list[tuple[float, int]] = []
+            orders: list[tuple[float, int]] = []  # rows of order_completed (segment layout)
             jobs: list[tuple[float, int]] = []
             backlog: list[tuple[float, int]] = []
             done = threading.Event()
@@ -313,6 +327,8 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
                         jobs.append((now, routed(jobdb, per_event)))
                         if args.lake:
                             queryable.append((now, landed(lake_path)))
+                        if segment:
+                            orders.append((now, landed(lake_path.parent / ORDERS)))
                         snapshot = watch.take(quiet, log, stages[:1])
                         lag = snapshot.lag(stages[0])
                         backlog.append((now, -1 if lag is None else lag))
@@ -323,14 +339,20 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
             sent: list[tuple[float, int]] = []
             lock = threading.Lock()
 
-            def on_sent(started: float, n: int) -> None:
+            sent_orders: list[tuple[float, int]] = []
+
+            def on_accepted(started: float, events: list[dict[str, Any]]) -> None:
+                found = sum(1 for event in events if event.get("event") == ORDER_COMPLETED)
                 with lock:
-                    sent.append((started, n))
+                    sent.append((started, len(events)))
+                    sent_orders.append((started, found))
 
             total = int(args.rate * args.seconds)
             cpu = _cpu(parts)
             first = time.time()
-            traffic = send(port, total, resend_rate=0.0, rate=args.rate, on_sent=on_sent, seed=7)
+            traffic = send(
+                port, total, resend_rate=0.0, rate=args.rate, on_accepted=on_accepted, seed=7
+            )
             ended = time.time()
             cpu_lines = _cpu_report(cpu, _cpu(parts), ended - first)
             deadline = time.time() + 300
@@ -339,6 +361,7 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
                 or arrived[-1][1] < total
                 or (args.batched > 1 and arrived_batched[-1][1] < total)
                 or (args.lake and queryable[-1][1] < total)
+                or (segment and orders[-1][1] < sum(n for _, n in sent_orders))
             ) and time.time() < deadline:
                 time.sleep(0.2)
             done.set()
@@ -358,6 +381,13 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
     to_delivered = latencies(sent, arrived, after)
     to_routed = latencies(sent, jobs, after)
     to_lake = latencies(sent, queryable, after) if args.lake else []
+    if segment:
+        to_orders = latencies(sent_orders, orders, after)
+        print(
+            f"{mode}: accept->queryable in {ORDERS} p50 / p99 "
+            f"{pct(to_orders, 0.5)} / {pct(to_orders, 0.99)} "
+            f"({orders[-1][1]:,} of {sum(n for _, n in sent_orders):,} rows)"
+        )
     to_batched = latencies(sent, arrived_batched, after) if args.batched > 1 else []
     middle = min(backlog, key=lambda entry: abs(entry[0] - (first + ended) / 2))[1]
     last = min(backlog, key=lambda entry: abs(entry[0] - ended))[1]
@@ -387,6 +417,7 @@ def main() -> None:
     parser.add_argument("--modes", default="up,separate")
     parser.add_argument("--batch", type=int, default=1, help="the destination's max_events")
     parser.add_argument("--lake", action="store_true", help="land the events in a Delta lake")
+    parser.add_argument("--layout", default="segment", choices=("segment", "events"))
     parser.add_argument(
         "--directors", type=int, default=1, help="[delivery] directors (8 partitions when > 1)"
     )

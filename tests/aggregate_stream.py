@@ -80,6 +80,8 @@ class EventStream:
         if rng.random() < 0.5:
             properties["seats"] = rng.randrange(1, 10)
         event["properties"] = properties
+        if kind == "identify":  # the newest of them is the user's row in the segment layout
+            event["traits"] = {"plan": properties["plan"], "logins": n, "firstEvent": n % 7 == 0}
         return event
 
     def chunk(self, count: int) -> Iterator[tuple[str, bytes]]:

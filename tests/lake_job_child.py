@@ -49,6 +49,7 @@ def main(config: str, table_url: str, checkpoint: str, mode: str) -> None:
         # the last run, which no kill ends, in batches CATCH_UP_SCALE times as large
         max_records_per_trigger=200 * (CATCH_UP_SCALE if mode == "catch-up" else 1),
         read_records=100,
+        layout=settings.lake.layout,
     )
     print("warm", flush=True)
     if sys.stdin.readline().strip() != "go":

@@ -120,6 +120,7 @@ def main(config: str, mode: str) -> None:
         max_records_per_trigger=200 * scale,
         read_records=100,
         compact_every=5,  # upkeep (optimize, expire) between batches is killed too
+        layout=settings.lake.layout,
     )
     with open_log(settings.log_url) as log:
         partitions = prepare(log, dedupe_plan)

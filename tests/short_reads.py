@@ -33,14 +33,21 @@ class Counts:
     fetches = 0
 
 
-def install(rate: float, seed: int | None = None, record: str | None = None) -> None:
+def install(
+    rate: float,
+    seed: int | None = None,
+    record: str | None = None,
+    endings: dict[str, float] | None = None,
+) -> None:
     """Cut a fraction ``rate`` of the Kafka log's fetches short, in this process; with
-    ``record``, append a line to that file for each cut."""
+    ``record``, append a line to that file for each cut. ``endings`` gives the topics whose name
+    ends so a rate of their own (a topic read only a few times a run)."""
     from exactly.log.kafka import KafkaLog
 
     original = KafkaLog._fetch
     if getattr(original, "short_reads", False):
         return
+    by_ending = endings or {}
     rng = random.Random(f"{seed}-{os.getpid()}" if seed is not None else None)
     lock = threading.Lock()
 
@@ -56,7 +63,8 @@ def install(rate: float, seed: int | None = None, record: str | None = None) -> 
         records, position = original(self, topic, partition, offset, limit, max_bytes, fresh)
         with lock:
             Counts.fetches += 1
-            if not records or rng.random() >= rate:
+            rate_here = next((r for end, r in by_ending.items() if topic.endswith(end)), rate)
+            if not records or rng.random() >= rate_here:
                 return records, position
             Counts.cut += 1
             kept = records[: rng.randrange(len(records))]
@@ -69,11 +77,20 @@ def install(rate: float, seed: int | None = None, record: str | None = None) -> 
     KafkaLog._fetch = fetch  # type: ignore[method-assign]
 
 
-def environment(rate: float, record: Path) -> dict[str, str]:
+def environment(
+    rate: float, record: Path, endings: dict[str, float] | None = None
+) -> dict[str, str]:
     """What to add to a child process's environment to have its Kafka fetches cut short, each
-    cut recorded in ``record``."""
+    cut recorded in ``record``; ``endings`` as :func:`install` takes it."""
     paths = [str(FAULTS), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    return {RATE: str(rate), RECORD: str(record), "PYTHONPATH": os.pathsep.join(paths)}
+    rates = " ".join([str(rate), *(f"{end}={r}" for end, r in (endings or {}).items())])
+    return {RATE: rates, RECORD: str(record), "PYTHONPATH": os.pathsep.join(paths)}
+
+
+def rates(setting: str) -> tuple[float, dict[str, float]]:
+    """The rate and the rates by topic ending of :data:`RATE`'s value ("0.25 -dst=0.6")."""
+    rate, *endings = setting.split()
+    return float(rate), {end: float(r) for end, _, r in (e.rpartition("=") for e in endings)}
 
 
 def cuts(record: Path) -> Counter[str]:

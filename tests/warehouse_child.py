@@ -7,9 +7,11 @@ Usage:
   warehouse beside the events table at URL, printing ``TABLE BATCH committed|replayed`` as each
   table is done. With CUT, one table at a time, and after CUT tables of batch FIRST it prints
   ``cut`` and waits to be killed: a kill between two tables of one batch.
-* ``python -m tests.warehouse_child delta ROOT`` / ``iceberg CATALOG_URI WAREHOUSE`` /
-  ``postgresql CONNINFO``: every table of the layout read with the format's own library (not
-  exactly's), printed as JSON: table -> [id, ...] and table -> {column: Arrow type}.
+* ``python -m tests.warehouse_child delta ROOT EVENTS`` / ``iceberg CATALOG_URI WAREHOUSE
+  EVENTS`` / ``postgresql CONNINFO EVENTS``: every table of the layout beside the events table
+  EVENTS read with the format's own library (not exactly's), printed as JSON: table -> [id, ...]
+  and table -> {column: Arrow type}. On PostgreSQL the layout's tables are those with a batch in
+  ``exactly_lake_batches`` (the schema may hold others).
 """
 
 from __future__ import annotations
@@ -48,36 +50,36 @@ def write(url: str, query: str, first: int, last: int, cut: int | None) -> None:
             warehouse.write(events, Marker(query, batch), loaded_at=LOADED, progress=progress)
 
 
-def read_delta(root: str) -> dict[str, Any]:
+def read_delta(root: str, events: str) -> dict[str, Any]:
     from deltalake import DeltaTable
 
     tables = {}
     for path in sorted(Path(root).iterdir()):
-        if (path / "_delta_log").is_dir() and path.name != "events":
+        if (path / "_delta_log").is_dir() and path.name != events:
             tables[path.name] = DeltaTable(str(path)).to_pyarrow_table()
     return tables
 
 
-def read_iceberg(catalog_uri: str, warehouse: str) -> dict[str, Any]:
+def read_iceberg(catalog_uri: str, warehouse: str, events: str) -> dict[str, Any]:
     from pyiceberg.catalog.sql import SqlCatalog
 
     catalog = SqlCatalog("exactly", uri=catalog_uri, warehouse=warehouse)
     return {
         name: catalog.load_table((namespace, name)).scan().to_arrow()
         for namespace, name in catalog.list_tables("exactly")
-        if name != "events"
+        if name != events
     }
 
 
-def read_postgresql(conninfo: str) -> dict[str, Any]:
+def read_postgresql(conninfo: str, events: str) -> dict[str, Any]:
     import psycopg
     import pyarrow as pa  # type: ignore[import-untyped]
 
     tables = {}
     with psycopg.connect(conninfo) as connection:
         names = connection.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema ="
-            " current_schema() AND table_name NOT IN ('events', 'exactly_lake_batches')"
+            "SELECT DISTINCT table_name FROM exactly_lake_batches WHERE table_name <> %s",
+            (events,),
         ).fetchall()
         for (name,) in names:
             cursor = connection.execute(f'SELECT * FROM "{name}"')

@@ -14,7 +14,8 @@
 4. ``audit`` recounts ``events`` with a batch read and compares with the table, what each
    destination received is compared with what its filters take, and the lake table (Delta,
    ``DATA_DIR/lake/events``) must hold every event of ``events`` once; a DuckDB query over it
-   ends the demo (``exactly lake sql``).
+   ends the demo (``exactly lake sql``), with two over Segment's tables beside it (the segment
+   layout: ``order_completed``'s typed ``revenue``, ``users``' newest ``plan``).
 
 Everything lives under the data dir: the sqlite log, the rocksdb store, the aggregates file, the
 JobDB and the checkpoints, so a second run adds to the first.
@@ -199,12 +200,14 @@ def send(
     resend_rate: float = 0.02,
     rate: float | None = None,
     on_sent: Callable[[float, int], None] | None = None,
+    on_accepted: Callable[[float, list[dict[str, Any]]], None] | None = None,
 ) -> Traffic:
     """Send ``events`` through ``/v1/batch`` from ``clients`` threads; some batches twice.
 
     A resent batch is the same request again (same messageIds), as a client whose first attempt
     timed out would send it. ``rate`` (events/s over all clients) paces the clients;
-    ``on_sent(started, n)`` is told the start time of each accepted batch of ``n`` new events.
+    ``on_sent(started, n)`` is told the start time of each accepted batch of ``n`` new events;
+    ``on_accepted(started, events)`` the same with the batch's events (to count some of them).
     """
     traffic = Traffic()
     lock = threading.Lock()
@@ -248,6 +251,8 @@ def send(
             sent += len(chunk)
             if on_sent is not None:
                 on_sent(started, len(chunk))
+            if on_accepted is not None:
+                on_accepted(started, chunk)
         with lock:
             traffic.distinct += count
 
@@ -290,6 +295,7 @@ class LakeCheck:
     distinct: int  # distinct messageIds among them
     events: int  # records in the events topic
     by_event: Any  # pyarrow.Table: LAKE_QUERY's answer
+    segment: list[tuple[str, Any]] = field(default_factory=list)  # SEGMENT_QUERIES, answered
 
     @property
     def exact(self) -> bool:
@@ -297,6 +303,12 @@ class LakeCheck:
 
 
 LAKE_QUERY = "select type, event, count(*) as n from events group by all order by n desc"
+# Segment's tables beside events (the segment layout): typed columns, users' newest traits
+SEGMENT_QUERIES = (
+    "select count(*) as orders, round(sum(revenue), 2) as revenue, "
+    "round(avg(revenue), 2) as average from order_completed",
+    "select plan, count(*) as users from users group by plan order by users desc",
+)
 
 
 @dataclass
@@ -415,9 +427,11 @@ def check_lake(settings: Settings) -> LakeCheck:
             table, "select count(*) as n, count(distinct messageId) as d from events"
         ).to_pylist()
         by_event = query(table, LAKE_QUERY)
-    return LakeCheck(
-        table.url, counts["n"], counts["d"], topic_size(settings.log_url, "events"), by_event
-    )
+        segment = []
+        if settings.lake.layout == "segment":
+            segment = [(text, query(table, text, siblings=True)) for text in SEGMENT_QUERIES]
+    events = topic_size(settings.log_url, "events")
+    return LakeCheck(table.url, counts["n"], counts["d"], events, by_event, segment)
 
 
 def _counted(settings: Settings) -> int:

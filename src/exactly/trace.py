@@ -16,7 +16,11 @@
 4. **landed** (with a lake table): the table version whose batch's end offsets first pass the
    kept record's ``events`` offset (:meth:`~exactly.lake.base.LakeTable.landed_in`: Delta's
    versions searched by their ``txn`` end offsets, Iceberg's snapshot summaries); PostgreSQL
-   keeps no versions, so only whether the table's newest batch passed it;
+   keeps no versions, so only whether the table's newest batch passed it. With ``[lake] layout
+   = "segment"`` the same for each of Segment's tables the kept event has a row in, named by the
+   layout's own rules (:func:`~exactly.lake.segment.tables_of`; ``users`` and ``accounts``
+   by the id it merges into): each table commits its batches with their end offsets, and only
+   those with rows for it, so the first version passing the offset is the batch that wrote it;
 5. **delivered**: each job of the message in the JobDB (index ``jobs_N_message`` of a closed
    dataset; the newest is scanned) with every transition (a batching destination's job: the
    batch it was sent in and the batch's steps, one per attempt, with their status codes); jobs
@@ -33,7 +37,7 @@ import calendar
 import dataclasses
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -43,6 +47,9 @@ from exactly.errors import NotIndexed
 from exactly.events.partition import partition_for
 from exactly.log import Log, LogRecord, open_log
 from exactly.urls import embedded_path
+
+if TYPE_CHECKING:
+    from exactly.lake.base import LakeTable
 
 REJECTED_HEADER = "exactly.rejected"  # as the dedupe task writes it (exactly.dedupe.task)
 EVENTS = "events"
@@ -89,6 +96,8 @@ class Landed:
     landed: bool  # False: not landed yet
     version: int | None = None  # None: landed, in a table that keeps no versions
     exact: bool = True  # False: "at or before" (older versions expired)
+    name: str = EVENTS  # the table's name in the lake: events, or one of Segment's tables
+    key: str | None = None  # users, accounts: the row (user id, group id) it merged into
 
 
 @dataclass(frozen=True)
@@ -157,22 +166,27 @@ def trace(settings: Settings, message_id: str) -> Trace:
     if _missing(settings.log_url):
         result.notes.append(f"no log at {settings.log_url} yet")
         return result
+    kept_events: dict[tuple[int, int], bytes] = {}
     with open_log(settings.log_url, max_record_bytes=settings.log.max_record_bytes) as log:
         if raw not in log.topics():
             result.notes.append(f"no topic {raw!r} in the log yet")
         else:
-            _accepted(log, raw, key, settings, result)
+            kept_events = _accepted(log, raw, key, settings, result)
     kept = [
         (c.partition, c.verdict.events_offset) for c in result.copies if c.verdict.outcome == "kept"
     ]
     if kept:
         _counted(settings, kept, result)
-        _landed(settings, kept, result)
+        _landed(settings, kept, result, kept_events)
     _delivered(settings, message_id, result)
     return result
 
 
-def _accepted(log: Log, raw: str, key: bytes, settings: Settings, result: Trace) -> None:
+def _accepted(
+    log: Log, raw: str, key: bytes, settings: Settings, result: Trace
+) -> dict[tuple[int, int], bytes]:
+    """The copies of the message with their verdicts, into ``result``; returns the kept
+    events' records by (partition, ``events`` offset)."""
     partitions = log.topic_info(raw).partitions
     partition = result.partition = partition_for(key, partitions)
     raws = _find(log, raw, partition, key)
@@ -216,6 +230,7 @@ def _accepted(log: Log, raw: str, key: bytes, settings: Settings, result: Trace)
                     "duplicate", reason="dropped by dedupe; the kept copy is not in events"
                 )
         result.copies.append(Copy(partition, offset, source, received, record.timestamp, verdict))
+    return {(partition, r.offset): r.value for r in events}
 
 
 def _find(log: Log, topic: str, partition: int, key: bytes) -> list[LogRecord]:
@@ -286,26 +301,59 @@ def _counted(settings: Settings, kept: list[tuple[int, int | None]], result: Tra
         result.notes.append("no aggregate query has counted events yet")
 
 
-def _landed(settings: Settings, kept: list[tuple[int, int | None]], result: Trace) -> None:
+def _landed(
+    settings: Settings,
+    kept: list[tuple[int, int | None]],
+    result: Trace,
+    events: dict[tuple[int, int], bytes],
+) -> None:
     """The lake table's version of each kept record: with a ``[lake] url``, or once the default
-    table exists."""
-    from exactly.lake import open_table
+    table exists; with the segment layout, each of its tables' too (``events``: the kept
+    records, by partition and offset)."""
+    from exactly.lake.warehouse import Warehouse
 
     if not settings.has_lake:
         return
-    from exactly.text import place
-
-    with open_table(settings.lake_url) as table:
-        where = place(table.url, settings.data_dir)
-        end = table.end_offsets() or {}
+    with Warehouse.open(settings.lake_url) as warehouse:
+        existing = set(warehouse.tables()) if settings.lake.layout == "segment" else set()
         for partition, offset in kept:
             if offset is None:
                 continue
-            landing = table.landed_in(partition, offset)
-            if landing is not None:
-                result.lake.append(Landed(table.url, where, True, landing.version, landing.exact))
-            else:
-                result.lake.append(Landed(table.url, where, end.get(partition, 0) > offset))
+            result.lake.append(_landing(settings, warehouse.events, partition, offset))
+            if settings.lake.layout != "segment":
+                continue
+            for name, key in _rows_of(events.get((partition, offset))):
+                if name in existing:
+                    found = _landing(settings, warehouse.table(name), partition, offset)
+                    result.lake.append(dataclasses.replace(found, name=name, key=key))
+                else:
+                    result.notes.append(f"lake: no table {name} (the table limit held it back?)")
+
+
+def _landing(settings: Settings, table: LakeTable, partition: int, offset: int) -> Landed:
+    """Where ``table`` holds the ``events`` record at (``partition``, ``offset``)."""
+    from exactly.text import place
+
+    where = place(table.url, settings.data_dir)
+    landing = table.landed_in(partition, offset)
+    if landing is not None:
+        return Landed(table.url, where, True, landing.version, landing.exact, table.name)
+    end = table.end_offsets() or {}
+    return Landed(table.url, where, end.get(partition, 0) > offset, name=table.name)
+
+
+def _rows_of(value: bytes | None) -> list[tuple[str, str | None]]:
+    """The segment layout's tables an ``events`` record has a row in, as the lake query shapes
+    it, each with the merged row's id for ``users`` and ``accounts``."""
+    from exactly.lake.segment import MERGED, rows_of
+
+    try:
+        event = orjson.loads(value) if value else None
+    except orjson.JSONDecodeError:
+        return []
+    if not isinstance(event, dict):
+        return []
+    return [(name, key if name in MERGED else None) for name, key in rows_of(event)]
 
 
 def _delivered(settings: Settings, message_id: str, result: Trace) -> None:
@@ -418,13 +466,19 @@ def render(found: Trace) -> str:
                 )
                 lines.append(_cut(f"    committed {counted.committed_at}"))
     for landed in found.lake:
-        lines.append(_cut(f"lake {landed.where}"))
-        if not landed.landed:
-            lines.append("  not landed yet")
-        elif landed.version is None:
-            lines.append("  landed (the table keeps no versions)")
+        if landed.name == EVENTS:
+            lines.append(_cut(f"lake {landed.where}"))
+            head = "  "
         else:
-            lines.append(f"  {'' if landed.exact else 'at or before '}version {landed.version}")
+            row = "" if landed.key is None else f" (row {landed.key})"
+            head = f"  {landed.name}{row}: "
+        if not landed.landed:
+            lines.append(_cut(f"{head}not landed yet"))
+        elif landed.version is None:
+            lines.append(_cut(f"{head}landed (the table keeps no versions)"))
+        else:
+            at = "" if landed.exact else "at or before "
+            lines.append(_cut(f"{head}{at}version {landed.version}"))
     lines.append(
         f"delivered: {len(found.deliveries)} job(s)" if found.deliveries else "delivered: no jobs"
     )

@@ -11,6 +11,7 @@ if os.environ.get("EXACTLY_TEST_SHORT_READS"):
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from tests.short_reads import RATE, RECORD, install
+    from tests.short_reads import RATE, RECORD, install, rates
 
-    install(float(os.environ[RATE]), record=os.environ.get(RECORD))
+    rate, endings = rates(os.environ[RATE])
+    install(rate, record=os.environ.get(RECORD), endings=endings)

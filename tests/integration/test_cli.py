@@ -132,6 +132,12 @@ def test_demo_small(tmp_path: Path) -> None:
     assert "lake: 3,000 rows, 3,000 distinct messageIds, as in events: exact" in result.stdout
     by_kind = re.findall(r"^(track|page|identify) .* ([\d,]+) *$", result.stdout, re.MULTILINE)
     assert sum(int(n.replace(",", "")) for _, n in by_kind) == 3000, result.stdout
+    # and two queries over Segment's tables beside it: order_completed holds every order once,
+    # with revenue a number; users one row per identified user, by their newest plan
+    (orders,) = re.findall(r"^track +Order Completed +([\d,]+) *$", result.stdout, re.MULTILINE)
+    assert re.search(rf"^ *{orders} +[\d.]+ +[\d.]+ *$", result.stdout, re.MULTILINE), orders
+    plans = re.findall(r"^(free|pro) +([\d,]+) *$", result.stdout, re.MULTILINE)
+    assert {plan for plan, _ in plans} == {"free", "pro"}, result.stdout
     assert jvm_lines(result.stdout + result.stderr) == []  # nothing from the JVM (issue 32)
     # every line within 80 columns (issue 32), the counts table with its total
     assert max(len(line) for line in (result.stdout + result.stderr).splitlines()) <= 80

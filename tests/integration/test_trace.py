@@ -146,15 +146,22 @@ def test_a_kept_id_names_its_events_offset_batch_and_attempts(pipeline: Settings
 
 
 def test_a_kept_id_names_the_lake_version_that_landed_it(pipeline: Settings) -> None:
-    (landed,) = trace(pipeline, KEPT).lake
+    landed, *tables = trace(pipeline, KEPT).lake
     assert landed.landed and landed.exact and landed.where == "delta lake/events"
     assert landed.version is not None and landed.version > 0
 
-    def holds(version: int) -> bool:  # read by deltalake and polars, not by exactly
-        table = DeltaTable(str(pipeline.data_dir / "lake" / "events"), version=version)
-        return KEPT in pl.from_arrow(table.to_pyarrow_table())["messageId"].to_list()
+    def holds(name: str, version: int) -> bool:  # read by deltalake and polars, not by exactly
+        table = DeltaTable(str(pipeline.data_dir / "lake" / name), version=version)
+        key = "messageId" if name == "events" else "id"
+        return KEPT in pl.from_arrow(table.to_pyarrow_table())[key].to_list()
 
-    assert holds(landed.version) and not holds(landed.version - 1)
+    assert holds("events", landed.version) and not holds("events", landed.version - 1)
+    # the segment layout (the default): its tables and the versions that hold the message
+    assert [table.name for table in tables] == ["tracks", "signed_up"]
+    for table in tables:
+        assert table.landed and table.exact and table.version is not None, table
+        assert holds(table.name, table.version), table
+        assert table.version == 0 or not holds(table.name, table.version - 1), table
 
 
 def test_a_duplicate_names_the_kept_copy(pipeline: Settings) -> None:

@@ -12,8 +12,7 @@ import random
 import signal
 import subprocess
 import sys
-from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,18 +22,14 @@ import pytest
 from exactly.lake import Marker
 from exactly.lake.delta import DeltaLakeTable
 from exactly.lake.iceberg import IcebergTable
-from exactly.lake.postgres import PostgresTable
-from exactly.lake.segment import merge_all, profile_rows, profiles, schema_kinds
 from exactly.lake.warehouse import Warehouse
 from tests.archives import MotoServer
 from tests.lake_tables import S3_CASES, lake_url
+from tests.warehouse_checks import TABLES, expected, ids, kinds, read_back, recomputed_users, rows
 from tests.warehouse_child import LOADED, SIZE
 from tests.warehouse_events import sdk_event, sdk_events
 
 CASES = ("delta", "iceberg", "iceberg+postgresql", "postgresql")
-SLUGS = {"Order Completed": "order_completed", "Product Viewed": "product_viewed"}
-TABLES = {"identify": "identifies", "page": "pages", "screen": "screens", "group": "groups"}
-TABLES["alias"] = "aliases"
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -60,62 +55,18 @@ def batch_events(batch: int) -> list[dict[str, Any]]:
     return sdk_events(batch * SIZE, SIZE)
 
 
-def expected(events: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
-    """Each table's ids after ``events``, sorted: one row per event, one per user and group."""
-    found: dict[str, list[str]] = defaultdict(list)
-    merged: dict[str, set[str]] = defaultdict(set)
-    for event in events:
-        if event["type"] == "track":
-            found["tracks"].append(event["messageId"])
-            found[SLUGS[event["event"]]].append(event["messageId"])
-        else:
-            found[TABLES[event["type"]]].append(event["messageId"])
-        if event["type"] == "identify":
-            merged["users"].add(event["userId"])
-        if event["type"] == "group":
-            merged["accounts"].add(event["groupId"])
-    return {name: sorted(ids) for name, ids in {**found, **merged}.items()}
-
-
-def ids(warehouse: Warehouse) -> dict[str, list[str]]:
-    """Each table's ids as stored, sorted: a duplicate shows."""
-    return {
-        name: sorted(warehouse.read(name).column("id").to_pylist()) for name in warehouse.tables()
-    }
-
-
-def rows(warehouse: Warehouse, name: str) -> list[dict[str, Any]]:
-    found = warehouse.read(name).to_pylist()
-    return sorted(found, key=lambda row: (row["id"], str(row.get("uuid_ts"))))
-
-
 def by_id(warehouse: Warehouse, name: str) -> dict[str, dict[str, Any]]:
     return {row["id"]: row for row in rows(warehouse, name)}
-
-
-def kinds(warehouse: Warehouse, name: str) -> dict[str, str]:
-    schema = warehouse.table(name).schema()
-    assert schema is not None, name
-    return schema_kinds(schema)
-
-
-def recomputed_users(warehouse: Warehouse, events: Sequence[dict[str, Any]]) -> list[Any]:
-    """``users`` from every identify of ``events`` at once, typed as the table's columns."""
-    merged = merge_all(profiles(events, table="users").values())
-    typed = profile_rows(
-        merged.values(),
-        kinds(warehouse, "users"),
-        table="users",
-        can_widen=warehouse.can_widen,
-    )
-    return sorted(typed.rows.to_pylist(), key=lambda row: row["id"])
 
 
 def test_sdk_events_go_to_their_tables_with_typed_columns(warehouse: Warehouse) -> None:
     events = batch_events(0)
     outcomes = warehouse.write(events, Marker("q1", 0), loaded_at=LOADED)
     want = expected(events)
-    assert set(want) == {*SLUGS.values(), "tracks", *TABLES.values(), "users", "accounts"}
+    assert set(want) == {"order_completed", "product_viewed", "tracks", *TABLES.values()} | {
+        "users",
+        "accounts",
+    }
     assert sorted(outcomes) == sorted(want)
     assert all(outcome.committed for outcome in outcomes.values())
     assert outcomes["tracks"].rows == len(want["tracks"])
@@ -307,32 +258,13 @@ def test_users_equal_a_recomputation_after_batches_in_any_order_and_replays(
     assert found[0] == found[1]
 
 
-def reader_args(warehouse: Warehouse) -> list[str]:
-    """How the fresh process finds the tables without exactly's code."""
-    events = warehouse.events
-    if isinstance(events, DeltaLakeTable):
-        return ["delta", events.uri.rsplit("/", 1)[0]]
-    if isinstance(events, IcebergTable):
-        return ["iceberg", events.catalog_uri, events.warehouse]
-    assert isinstance(events, PostgresTable)
-    return ["postgresql", events.conninfo]
-
-
 def test_every_table_reads_back_in_a_fresh_process_with_its_own_library(
     warehouse: Warehouse,
 ) -> None:
     events = batch_events(0) + batch_events(1)
     for batch in range(2):
         warehouse.write(batch_events(batch), Marker("q1", batch), loaded_at=LOADED)
-    found = subprocess.run(
-        [sys.executable, "-m", "tests.warehouse_child", *reader_args(warehouse)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    tables = json.loads(found.stdout)
+    tables = read_back(warehouse)
     assert {name: table["ids"] for name, table in tables.items()} == expected(events)
     types = tables["order_completed"]["types"]
     assert types["revenue"] == "int64" and types["total"] == "double"

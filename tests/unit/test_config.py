@@ -264,3 +264,9 @@ def test_lake_columns_are_checked_when_loaded(tmp_path: Path) -> None:
     path.write_text('[lake]\nretention = "forever"\n')
     with pytest.raises(ConfigError, match=r"lake\.retention"):
         load_settings(path)
+    path.write_text("[lake]\nmax_columns = 2000\n")  # PostgreSQL stops at 1,600
+    with pytest.raises(ConfigError, match=r"lake\.max_columns.*1600"):
+        load_settings(path)
+    path.write_text('[lake]\nlayout = "wide"\n')
+    with pytest.raises(ConfigError, match=r"lake\.layout.*'events' or 'segment'"):
+        load_settings(path)

@@ -53,6 +53,8 @@ url = "http://127.0.0.1:9/hook"
 url = "delta://{tmp}/table"
 retention = "3d"
 columns = {{ plan = "properties.plan string" }}
+max_tables = 40
+max_columns = 200
 """
 
 
@@ -113,6 +115,8 @@ def test_the_plans_hold_what_the_config_says(config: Path) -> None:
     assert route.jobdb_url.endswith("jobs") and route.dataset_rows == 10
     assert lake.table_url.endswith("table") and lake.retention.days == 3
     assert [column.name for column in lake.columns] == ["plan"]
+    assert lake.layout == "segment"  # the default
+    assert (lake.limits.tables, lake.limits.columns) == (40, 200)
     for stage in STAGES:  # the trigger bound when none is given, declared once per stage
         assert up[stage.name].max_records_per_trigger == stage.max_records_per_trigger
 

@@ -18,6 +18,7 @@ from exactly.urls import embedded_path
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from exactly.config import Settings
     from exactly.lake.audit import LakeAudit
 
 DB = typer.Option(
@@ -181,7 +182,8 @@ def audit(
     topic: Annotated[str, TOPIC] = "events",
 ) -> None:
     """Recount every table from TOPIC (a batch Spark read) and compare with the database;
-    with a lake table ([lake] url, or the default one once it exists), recount it per day too.
+    with a lake table ([lake] url, or the default one once it exists), recount it per day too,
+    and with [lake] layout = "segment" each of Segment's tables up to its own end offsets.
 
     Exits 1 and prints the differing rows when any differ. Each recount stops where the
     database's counting (the lake's landing) stopped, so it can run beside the pipeline.
@@ -204,7 +206,7 @@ def audit(
         spark = build_session(settings, app_name="exactly-audit")
         specs = check(spark, configured_tables(settings))
         result = run_audit(spark, settings.log_url, topic, database, specs)
-        landed = _audit_lake(spark, settings.log_url, topic, settings.lake_url) if lake else None
+        landed = _audit_lake(spark, settings, topic) if lake else None
         spark.stop()
     for line in render(result, specs):
         print(line)
@@ -217,9 +219,10 @@ def audit(
         raise typer.Exit(1)
 
 
-def _audit_lake(spark: SparkSession, log_url: str, topic: str, table_url: str) -> LakeAudit:
-    from exactly.lake import open_table
+def _audit_lake(spark: SparkSession, settings: Settings, topic: str) -> LakeAudit:
     from exactly.lake.audit import audit_lake
+    from exactly.lake.warehouse import Warehouse
 
-    with open_table(table_url) as table:
-        return audit_lake(spark, log_url, topic, table)
+    with Warehouse.open(settings.lake_url) as warehouse:
+        segment = warehouse if settings.lake.layout == "segment" else None
+        return audit_lake(spark, settings.log_url, topic, warehouse.events, segment)

@@ -65,6 +65,12 @@ def demo(
         console.print(wrap(f"  {LAKE_QUERY}", "    "), highlight=False)
         sys.stdout.flush()
         show_rows(lake.by_event, "table", STATS_ROWS)
+        if lake.segment:
+            console.print("and Segment's tables beside it (docs/segment.md):", highlight=False)
+        for text, rows in lake.segment:
+            console.print(wrap(f"  {text}", "    "), highlight=False)
+            sys.stdout.flush()
+            show_rows(rows, "table", STATS_ROWS)
     exact = (
         result.audit.exact
         and result.events == traffic.distinct

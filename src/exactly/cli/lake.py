@@ -132,7 +132,13 @@ def vacuum(
 @app.command()
 def sql(
     ctx: typer.Context,
-    query: Annotated[str, typer.Argument(help="The SQL; the table is called events.")],
+    query: Annotated[
+        str,
+        typer.Argument(
+            help='The SQL; the table is called events, and with [lake] layout = "segment" '
+            "each of Segment's tables (tracks, order_completed, users ...) by its name."
+        ),
+    ],
     table: Annotated[str | None, TABLE] = None,
     output: Annotated[
         str, typer.Option("--format", help="table (at most --max-rows rows), csv or json.")
@@ -141,7 +147,11 @@ def sql(
 ) -> None:
     """Run QUERY with DuckDB over the table's current version, called events in it.
 
+    With [lake] layout = "segment", Segment's tables beside it are read by their names: those
+    the query names are registered (SHOW TABLES lists only those).
+
     For example: exactly lake sql "select event, count(*) from events group by 1 order by 2 desc"
+    or exactly lake sql "select sum(revenue) from order_completed"
     """
     from exactly.errors import ConfigError
     from exactly.lake import open_table
@@ -151,7 +161,7 @@ def sql(
         raise ConfigError(f"--format {output!r}: use table, csv or json")
     settings = with_flags(ctx, {"lake.url": table}).settings
     with open_table(settings.lake_url) as opened:
-        rows = run_query(opened, query)
+        rows = run_query(opened, query, siblings=settings.lake.layout == "segment")
     show_rows(rows, output, max_rows)
 
 

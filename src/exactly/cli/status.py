@@ -11,7 +11,9 @@ crash:
 * **aggregate**: the newest micro-batch the aggregate database committed (its marker);
 * **delivery**: per destination, the JobDB's jobs by state, the oldest queued, the last error;
 * **lake** (with a ``[lake] url``, or the default Delta table once it exists): the table's
-  version, the records of ``events`` it holds and its lag behind them.
+  version, the records of ``events`` it holds and its lag behind them; with ``[lake] layout =
+  "segment"`` each of Segment's tables, its lag behind the events table and the values its
+  ``_rejected`` keeps per column (:mod:`exactly.lake.status`).
 
 A stage that never ran (an embedded database that does not exist yet) is left out, and nothing
 is created by looking; when no stage ran, one line says so (exit status 1). Stores and databases

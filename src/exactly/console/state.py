@@ -18,7 +18,12 @@ keeps it durable, so it is right after any crash:
   (:func:`exactly.up.watch.starting`);
 * end-to-end latency, accepted → counted and → delivered, p50/p99 over the last minute: the
   aggregate markers against the log times of what they counted, and the JobDB's newest
-  successes against their events' ``receivedAt`` (:class:`Latencies`).
+  successes against their events' ``receivedAt`` (:class:`Latencies`);
+* the lake (with a lake table): what ``exactly status`` shows of it (:mod:`exactly.lake.status`),
+  with the segment layout each table's version, rows, lag behind ``events`` and ``_rejected``
+  values per column; read at most every :data:`LAKE_EVERY` seconds and at most
+  :data:`LAKE_SHARE` of the time (it reads each table's ``_rejected`` column), its ``read_at``
+  saying when.
 
 A source that cannot be read (a database down) leaves its part of the document empty and adds a
 line to ``problems``; the rest is still shown. A reader is used from one thread at a time (it
@@ -28,6 +33,7 @@ keeps the log and the aggregate database open between calls).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import json
 import time
@@ -54,6 +60,8 @@ FRESH = 0.9  # seconds a document is served again instead of reading anew
 LATENCY_SPAN = 60.0  # seconds of latencies the percentiles are over
 LATENCY_SAMPLES = 8  # events read per partition of each counted micro-batch
 LATENCY_DELIVERIES = 500  # newest successful deliveries read per call
+LAKE_EVERY = 15.0  # seconds a reading of the lake is shown again instead of reading anew
+LAKE_SHARE = 0.1  # at most this share of the time reading it (300 Iceberg tables: ~15 s a read)
 
 # the part each stage runs in
 PART_OF = {"collector": "collector", "dedupe": "pipeline", "aggregate": "pipeline"}
@@ -121,6 +129,7 @@ class Reader:
         self._aggregates: AggregateDB | None = None
         self._jobdb = watch.JobDBReader(settings)
         self.archived = ArchivedDeliveries(settings.archive_url)
+        self._lake: tuple[float, dict[str, Any] | None] | None = None  # (next read, entry)
 
     def close(self) -> None:
         for resource in (self._log, self._aggregates):
@@ -177,6 +186,7 @@ class Reader:
             "dedupe": self._dedupe(now, problems),
             "destinations": destinations,
             "counts": chart,
+            "lake": self._lake_entry(problems),
             "problems": problems,
         }
 
@@ -267,6 +277,31 @@ class Reader:
             entry |= {"warnings": [], "updated_at": None}
         except (OSError, ValueError, KeyError, TypeError) as error:
             problems.append(f"dedupe status {path}: {error}")
+        return entry
+
+    def _lake_entry(self, problems: list[str]) -> dict[str, Any] | None:
+        """The lake as ``exactly status`` reads it (None without one), read anew at most every
+        :data:`LAKE_EVERY` seconds, and so that reading takes at most :data:`LAKE_SHARE` of the
+        time; a lake that cannot be read keeps the last reading."""
+        now = time.time()
+        if self._lake is not None and now < self._lake[0]:
+            return self._lake[1]
+        if not self.settings.has_lake:
+            return None
+        try:
+            from exactly.lake.status import read
+
+            found = read(self.settings)
+            entry = None if found is None else {**dataclasses.asdict(found), "read_at": now}
+        except Exception as error:  # noqa: BLE001 - a client library's own: say it, show the rest
+            from exactly.urls import redact
+
+            problems.append(
+                f"lake {redact(self.settings.lake_url)}: {type(error).__name__}: {error}"
+            )
+            entry = None if self._lake is None else self._lake[1]  # tried again in a while
+        took = time.time() - now
+        self._lake = (now + max(LAKE_EVERY, took / LAKE_SHARE), entry)
         return entry
 
     def _counts(self, problems: list[str]) -> tuple[int | None, dict[str, Any]]:

@@ -47,7 +47,15 @@ from exactly.errors import LakeError
 from exactly.lake.columns import conform
 from exactly.lake.files import DataFile, FileWriter
 
-__all__ = ["Compaction", "DataFile", "FileWriter", "LakeTable", "Marker", "end_offsets_from"]
+__all__ = [
+    "Compaction",
+    "DataFile",
+    "FileWriter",
+    "LakeTable",
+    "Marker",
+    "Standing",
+    "end_offsets_from",
+]
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,15 @@ class Landing:
 
     version: int
     exact: bool = True
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where a table stands, read at once: its version, rows and newest end offsets."""
+
+    version: int | None
+    rows: int
+    end_offsets: dict[int, int] | None
 
 
 @dataclass(frozen=True)
@@ -212,6 +229,30 @@ class LakeTable(ABC):
         """The current version for a query engine (``exactly lake sql``'s DuckDB): a lazy Arrow
         dataset where the format gives one (Delta), else :meth:`read`'s rows."""
         return self.read()
+
+    def standing(self) -> Standing:
+        """:meth:`version`, :meth:`rows` and :meth:`end_offsets` (``exactly status``), from one
+        load of the table where the format allows."""
+        return Standing(self.version(), self.rows(), self.end_offsets())
+
+    def rows(self) -> int:
+        """How many rows the current version holds (0 without a table): from the files' or
+        snapshot's metadata where the format keeps the count."""
+        source = self.dataset()
+        count = getattr(source, "count_rows", None)
+        return int(count()) if count is not None else int(source.num_rows)
+
+    def present(self, column: str) -> pa.Array:
+        """The values of ``column`` that are not null, in no order (none when the table or the
+        column does not exist): one column read, not the rows (``exactly status`` counts the
+        segment layout's ``_rejected`` values so)."""
+        source = self.dataset()
+        if column not in source.schema.names:
+            return pa.array([], pa.string())
+        if hasattr(source, "to_table"):
+            found = source.to_table(columns=[column], filter=pc.field(column).is_valid())
+            return found.column(column).combine_chunks()
+        return source.column(column).drop_null().combine_chunks()
 
     @abstractmethod
     def version(self) -> int | None:

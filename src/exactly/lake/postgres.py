@@ -15,7 +15,9 @@ Per batch, one SQL transaction:
 4. the marker upserted; then ``COMMIT``.
 
 A sibling (:meth:`~PostgresTable.sibling`, the segment layout's tables) is the table of that
-name in the same schema, on the same connection (its transactions one after another).
+name in the same schema, on the same connection (its transactions one after another); the
+siblings listed are those with a batch in ``exactly_lake_batches``, so that other tables of the
+schema (the aggregates) are none of the layout's.
 
 Guarantee: each batch's rows are in the table exactly once, even with concurrent writers of the
 same query (the lock and the marker are checked inside the transaction). A killed batch is
@@ -106,10 +108,14 @@ class PostgresTable(LakeTable):
         return PostgresTable(self.conninfo, name, url, base=pa.schema([]), shared=self.connection)
 
     def siblings(self) -> list[str]:
+        """The tables of the schema that hold a batch: the schema may hold other tables too (the
+        aggregates beside a lake table), which are no siblings."""
         rows = self.connection.execute(
-            "SELECT table_name FROM information_schema.tables"
-            " WHERE table_schema = current_schema() AND table_name <> %s ORDER BY 1",
-            (MARKERS,),
+            sql.SQL(
+                "SELECT DISTINCT m.table_name FROM {} m JOIN information_schema.tables t"
+                " ON t.table_name = m.table_name AND t.table_schema = current_schema()"
+                " ORDER BY 1"
+            ).format(sql.Identifier(MARKERS))
         ).fetchall()
         return [str(row[0]) for row in rows]
 
@@ -249,6 +255,23 @@ class PostgresTable(LakeTable):
         return pa.Table.from_pylist(
             [dict(zip(schema.names, row, strict=True)) for row in rows], schema
         )
+
+    def rows(self) -> int:
+        if self.schema() is None:
+            return 0
+        query = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(self.table))
+        row = self.connection.execute(query).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def present(self, column: str) -> pa.Array:
+        schema = self.schema()
+        if schema is None or column not in schema.names:
+            return pa.array([], pa.string())
+        query = sql.SQL("SELECT {0} FROM {1} WHERE {0} IS NOT NULL").format(
+            sql.Identifier(column), sql.Identifier(self.table)
+        )
+        values = [row[0] for row in self.connection.execute(query).fetchall()]
+        return pa.array(values, schema.field(column).type)
 
     def version(self) -> int | None:
         return None

@@ -62,6 +62,7 @@ from exactly.lake.columns import (
     target_schema,
 )
 from exactly.lake.files import FileWriter
+from exactly.lake.segment import Limits
 from exactly.lake.settings import RECORDS_PER_TRIGGER
 from exactly.lake.warehouse import Warehouse
 from exactly.log import open_log
@@ -99,7 +100,8 @@ class LakePlan:
     read_records: int = 10_000
     compact_every: int = 100  # commits between two upkeeps (optimize, expire); 0: none
     retention: timedelta = timedelta(days=7)
-    layout: str = "events"  # "segment": Segment's tables beside the table (step 4b)
+    layout: str = "segment"  # "events": the table alone; "segment": Segment's beside it (4b)
+    limits: Limits = field(default_factory=Limits)  # the segment layout's
     shaping: str = "executors"  # where step 4b shapes: "executors", or "driver" (one thread)
 
 
@@ -145,6 +147,7 @@ def configured_plan(
         compact_every=settings.lake.compact_every,
         retention=timedelta(milliseconds=parse_duration(settings.lake.retention, "retention")),
         layout=settings.lake.layout,
+        limits=Limits(tables=settings.lake.max_tables, columns=settings.lake.max_columns),
     )
 
 
@@ -198,7 +201,8 @@ class BatchAppender(BatchFunction):
         self.plan = plan
         self.on_batch = on_batch
         self.commits = 0  # this run's, for the upkeep every ``compact_every``
-        self.warehouse = Warehouse(table) if plan.layout == "segment" else None
+        segment = plan.layout == "segment"
+        self.warehouse = Warehouse(table, limits=plan.limits) if segment else None
 
     def process(self, records: DataFrame, batch_id: int) -> None:
         end = spark_checkpoint.batch_end(self.plan.checkpoint, batch_id)

@@ -30,10 +30,23 @@ class LakeSettings(BaseModel):
         "bigint, boolean or timestamp); adding one adds a column, older rows read null",
     )
     layout: Literal["events", "segment"] = Field(
-        "events",
+        "segment",
         description='"segment": Segment\'s warehouse tables (tracks, one per event, identifies, '
         "pages, screens, groups, aliases, users, accounts) beside the events table, each batch "
         'exactly once in each (docs/segment.md); "events": the events table alone',
+    )
+    max_tables: int = Field(
+        500,
+        ge=0,
+        description="the segment layout's most per-event tables; the events of names past it go "
+        "to tracks alone, counted by exactly status",
+    )
+    max_columns: int = Field(
+        1000,
+        ge=32,
+        le=1600,
+        description="the segment layout's most columns per table (PostgreSQL stops at 1,600); "
+        "values of columns past it are kept in the row's _rejected, counted by exactly status",
     )
     compact_every: int = Field(
         100,

@@ -37,6 +37,7 @@ log or metadata file); PostgreSQL's tables share one connection and commit one a
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ from functools import partial
 from types import TracebackType
 from typing import Any
 
+import orjson
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from exactly.lake import open_table
@@ -61,9 +63,9 @@ from exactly.lake.segment import (
     schema_kinds,
     shape,
 )
-from exactly.lake.segment.users import Merged
+from exactly.lake.segment.table import REJECTED
+from exactly.lake.segment.users import MERGED, Merged
 
-MERGED: tuple[Merged, ...] = ("users", "accounts")
 KEY = "id"
 
 
@@ -133,6 +135,20 @@ class Warehouse:
         """Per table that exists, the last batch of ``query_id`` it committed (None: none),
         so that ``exactly status`` shows each table's lag behind ``events``."""
         return {name: self.table(name).committed(query_id) for name in self.tables()}
+
+    def rejects(self, name: str) -> dict[str, int]:
+        """The values table ``name`` keeps in ``_rejected``, counted per column (the key they
+        are kept under: a column's name, or the dotted path of a value that lost its column to
+        another value of its row), for ``exactly status``. Reads that one column."""
+        counted: Counter[str] = Counter()
+        for text in self.table(name).present(REJECTED).to_pylist():
+            try:
+                found = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(found, dict):
+                counted.update(found.keys())
+        return dict(sorted(counted.items()))
 
     def schemas(self) -> dict[str, dict[str, str]]:
         """Each existing table's columns as kinds, read once and then kept from the commits."""

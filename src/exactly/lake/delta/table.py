@@ -17,7 +17,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from exactly.errors import LakeConflict, LakeError
-from exactly.lake.base import Compaction, DataFile, LakeTable, Landing, Marker
+from exactly.lake.base import Compaction, DataFile, LakeTable, Landing, Marker, Standing
 from exactly.lake.columns import BASE_SCHEMA, PARTITION
 from exactly.lake.delta.txn import END, END_PARTITIONS, commit_properties
 from exactly.lake.files import FileWriter
@@ -85,11 +85,13 @@ class DeltaLakeTable(LakeTable):
     def end_offsets(self) -> dict[int, int] | None:
         """From the ``txn`` actions of the newest batch (in the snapshot: no history read)."""
         table = self._table()
-        count = None if table is None else table.transaction_version(END_PARTITIONS)
-        if table is None or count is None:
-            return None
-        found = {p: table.transaction_version(f"{END}.{p}") for p in range(count)}
-        return {p: offset for p, offset in found.items() if offset is not None}
+        return None if table is None else _end_offsets(table)
+
+    def standing(self) -> Standing:
+        table = self._table()
+        if table is None:
+            return Standing(None, 0, None)
+        return Standing(table.version(), _rows(table), _end_offsets(table))
 
     def schema(self) -> pa.Schema | None:
         table = self._table()
@@ -201,6 +203,28 @@ class DeltaLakeTable(LakeTable):
         end = table.transaction_version(f"{END}.{partition}")
         return end is not None and end > offset
 
+    def rows(self) -> int:
+        """The ``num_records`` of the version's files (its log: no data file read)."""
+        table = self._table()
+        return 0 if table is None else _rows(table)
+
+    def present(self, column: str) -> pa.Array:
+        """Read only when the files' statistics say some row has a value: a table whose
+        ``_rejected`` is null everywhere costs its log alone."""
+        table = self._table()
+        if table is None or column not in pa.schema(table.schema()).names:
+            return pa.array([], pa.string())
+        adds = pa.table(table.get_add_actions(flatten=True))
+        nulls = f"null_count.{column}"
+        if {nulls, "num_records"} <= set(adds.column_names):
+            counted, total = adds.column(nulls), adds.column("num_records")
+            if not counted.null_count and not total.null_count and counted.equals(total):
+                return pa.array([], pa.schema(table.schema()).field(column).type)
+        found = table.to_pyarrow_dataset().to_table(
+            columns=[column], filter=pc.field(column).is_valid()
+        )
+        return found.column(column).combine_chunks()
+
     def dataset(self) -> pa.Table | pa.dataset.Dataset:
         """The current version as deltalake's Arrow dataset: DuckDB reads only the files and
         columns a query needs."""
@@ -266,3 +290,19 @@ def _relative(path: str, root_uri: str) -> str:
         if path.startswith(prefix):
             return path[len(prefix) :].lstrip("/")
     return path.lstrip("/")
+
+
+def _end_offsets(table: DeltaTable) -> dict[int, int] | None:
+    count = table.transaction_version(END_PARTITIONS)
+    if count is None:
+        return None
+    found = {p: table.transaction_version(f"{END}.{p}") for p in range(count)}
+    return {p: offset for p, offset in found.items() if offset is not None}
+
+
+def _rows(table: DeltaTable) -> int:
+    adds = pa.table(table.get_add_actions(flatten=True))
+    counts = adds.column("num_records") if "num_records" in adds.column_names else None
+    if counts is None or counts.null_count:
+        return int(table.to_pyarrow_dataset().count_rows())
+    return int(pc.sum(counts).as_py() or 0)

@@ -11,11 +11,19 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchNamespaceError, NoSuchTableError
-from pyiceberg.expressions import In
+from pyiceberg.expressions import In, NotNull
 from pyiceberg.table import Table, Transaction
 
 from exactly.errors import LakeConflict
-from exactly.lake.base import Compaction, DataFile, LakeTable, Landing, Marker, end_offsets_from
+from exactly.lake.base import (
+    Compaction,
+    DataFile,
+    LakeTable,
+    Landing,
+    Marker,
+    Standing,
+    end_offsets_from,
+)
 from exactly.lake.columns import BASE_SCHEMA, PARTITION
 from exactly.lake.files import FileWriter
 from exactly.lake.iceberg.urls import where, with_table
@@ -123,15 +131,20 @@ class IcebergTable(LakeTable):
         if table is None:
             return None
         snapshots = sorted(table.snapshots(), key=lambda s: s.sequence_number or 0)
+        ends = [
+            None if s.summary is None else s.summary.additional_properties.get(END)
+            for s in snapshots
+        ]
         for index, snapshot in enumerate(snapshots):
-            summary = snapshot.summary
-            text = None if summary is None else summary.additional_properties.get(END)
-            end = end_offsets_from(text)
+            end = end_offsets_from(ends[index])
             if end is not None and end.get(partition, 0) > offset:
                 # the oldest kept snapshot may be later than the one that landed it
-                return Landing(
-                    snapshot.snapshot_id, exact=index > 0 or snapshot.parent_snapshot_id is None
-                )
+                exact = index > 0 or snapshot.parent_snapshot_id is None
+                # a keyed commit (users) is a delete and an append, each with the end offsets:
+                # the rows are in the transaction's last snapshot
+                while index + 1 < len(snapshots) and ends[index + 1] == ends[index]:
+                    index += 1
+                return Landing(snapshots[index].snapshot_id, exact=exact)
         return None
 
     def schema(self) -> pa.Schema | None:
@@ -237,6 +250,26 @@ class IcebergTable(LakeTable):
             return self._empty()
         return table.scan(row_filter=In(term=key, literals=tuple(values))).to_arrow()
 
+    def rows(self) -> int:
+        """The current snapshot's ``total-records`` (its metadata: no data file read)."""
+        table = self._table()
+        return 0 if table is None else _rows(table)
+
+    def standing(self) -> Standing:
+        table = self._table()
+        if table is None:
+            return Standing(None, 0, None)
+        snapshot = table.current_snapshot()
+        version = None if snapshot is None else snapshot.snapshot_id
+        return Standing(version, _rows(table), end_offsets_from(table.properties.get(END)))
+
+    def present(self, column: str) -> pa.Array:
+        table = self._table()
+        if table is None or column not in table.schema().column_names:
+            return pa.array([], pa.string())
+        scan = table.scan(row_filter=NotNull(term=column), selected_fields=(column,))
+        return scan.to_arrow().column(column).combine_chunks()
+
     def version(self) -> int | None:
         table = self._table()
         snapshot = None if table is None else table.current_snapshot()
@@ -315,3 +348,11 @@ def _committed(table: Table | None, query_id: str) -> int | None:
     """The last batch of ``query_id`` in ``table``'s properties."""
     found = None if table is None else table.properties.get(MARKER + query_id)
     return None if found is None else int(found)
+
+
+def _rows(table: Table) -> int:
+    snapshot = table.current_snapshot()
+    if snapshot is None or snapshot.summary is None:
+        return 0
+    total = snapshot.summary.additional_properties.get("total-records")
+    return int(total) if total is not None else int(table.scan().to_arrow().num_rows)

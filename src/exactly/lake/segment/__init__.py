@@ -18,32 +18,42 @@ from __future__ import annotations
 
 from exactly.lake.segment.limits import Limits
 from exactly.lake.segment.names import BUILT_IN_TABLES, event_table, flatten, snake
-from exactly.lake.segment.shape import Shaped, own_columns, shape
+from exactly.lake.segment.shape import Shaped, day_of, own_columns, shape, tables_of
 from exactly.lake.segment.table import TableBatch, schema_kinds
 from exactly.lake.segment.users import (
+    MERGED,
+    Merged,
     Profile,
     merge,
     merge_all,
+    merged_key,
     profile_of_row,
     profile_rows,
     profiles,
+    rows_of,
 )
 
 __all__ = [
     "BUILT_IN_TABLES",
+    "MERGED",
     "Limits",
+    "Merged",
     "Profile",
     "Shaped",
     "TableBatch",
+    "day_of",
     "event_table",
     "flatten",
     "merge",
     "merge_all",
+    "merged_key",
     "own_columns",
     "profile_of_row",
     "profile_rows",
     "profiles",
+    "rows_of",
     "schema_kinds",
     "shape",
     "snake",
+    "tables_of",
 ]

@@ -41,9 +41,7 @@ from exactly.lake.columns import KINDS
 from exactly.lake.segment.limits import Limits
 from exactly.lake.segment.shape import Shaped, drafts, held_tables, own_columns
 from exactly.lake.segment.table import Columns, TableBatch, Tally, decide, typed
-from exactly.lake.segment.users import Merged, Profile, merge_all, profiles
-
-MERGED: tuple[Merged, ...] = ("users", "accounts")
+from exactly.lake.segment.users import MERGED, Merged, Profile, merge_all, profiles
 
 
 @dataclass(frozen=True)

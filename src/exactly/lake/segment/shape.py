@@ -27,12 +27,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
+from exactly.lake.segment.kinds import instant
 from exactly.lake.segment.limits import Limits, admit
 from exactly.lake.segment.names import (
     BUILT_IN_TABLES,
+    NAME_LIMIT,
     column_name,
     context_name,
     event_table,
@@ -163,6 +165,36 @@ def held_tables(
     return {table: new[table] for table in sorted(held)}
 
 
+def tables_of(event: Mapping[str, Any], *, limit: int = NAME_LIMIT) -> list[str]:
+    """The appended tables ``event`` has a row in, as :func:`shape` puts it there (``limit``:
+    ``Limits.name_bytes``): its type's table, and for a track its event's table too (none for
+    a name with no word). A table ``Limits.tables`` held back does not exist: its events are in
+    ``tracks`` alone. ``users`` and ``accounts``: :func:`~.users.merged_key`."""
+    found = _TABLES.get(str(event.get("type")))
+    if found is None:
+        return []
+    slug = _slug(event, limit) if found[0] == "tracks" else None
+    return [found[0]] if slug is None else [found[0], slug]
+
+
+def day_of(event: Mapping[str, Any]) -> date | None:
+    """The UTC day of ``event``'s rows: of their ``timestamp`` column, else of ``received_at``
+    (as stored: text that is no ISO-8601 time is null there), as the events table's ``date``
+    is of ``timestamp``, else ``receivedAt``. ``exactly audit`` counts each table's rows per
+    this day."""
+    for field in ("timestamp", "receivedAt"):
+        value = event.get(field)
+        at = instant(value) if isinstance(value, str) else None
+        if at is not None:
+            return at.date()
+    return None
+
+
+def _slug(event: Mapping[str, Any], limit: int) -> str | None:
+    name = event.get("event")
+    return None if name is None else event_table(str(name), limit=limit)
+
+
 def _rows(event: Mapping[str, Any], loaded_at: datetime, limit: int) -> list[tuple[str, Draft]]:
     """The tables ``event`` has a row in, each with that row."""
     found = _TABLES.get(str(event.get("type")))
@@ -179,7 +211,7 @@ def _rows(event: Mapping[str, Any], loaded_at: datetime, limit: int) -> list[tup
         return [(table, _draft(base, context, event, source, table, limit))]
     name = event.get("event")
     text = None if name is None else str(name)
-    slug = None if text is None else event_table(text, limit=limit)
+    slug = _slug(event, limit)
     base.update(event=slug, event_text=text)
     rows = [("tracks", _draft(base, context, event, None, table, limit))]
     if slug is not None:

@@ -38,11 +38,12 @@ import orjson
 
 from exactly.lake.segment.kinds import instant, json_text
 from exactly.lake.segment.limits import Limits
-from exactly.lake.segment.names import column_name, leaves, place, reserved
-from exactly.lake.segment.shape import fields
+from exactly.lake.segment.names import NAME_LIMIT, column_name, leaves, place, reserved
+from exactly.lake.segment.shape import fields, tables_of
 from exactly.lake.segment.table import REJECTED, Draft, TableBatch, build
 
 Merged = Literal["users", "accounts"]
+MERGED: tuple[Merged, ...] = ("users", "accounts")
 STAMPS = "_stamps"
 OWN = {"id": "string", "received_at": "timestamp", STAMPS: "string", REJECTED: "string"}
 _SOURCE = {  # table -> (event type, the id's field, the table whose trait names it shares)
@@ -103,18 +104,41 @@ def merge_all(*groups: Iterable[Profile]) -> dict[str, Profile]:
     return dict(sorted(merged.items()))
 
 
+def merged_key(event: Mapping[str, Any], table: Merged) -> str | None:
+    """The row of ``table`` that ``event`` merges into: an identify's ``userId`` for ``users``,
+    a group's ``groupId`` for ``accounts``; None when it merges into none."""
+    kind, id_field, _ = _SOURCE[table]
+    key = event.get(id_field)
+    if event.get("type") != kind or key is None or key == "":
+        return None
+    return str(key)
+
+
+def rows_of(event: Mapping[str, Any], *, limit: int = NAME_LIMIT) -> list[tuple[str, str]]:
+    """Each table ``event`` has a row in, with that row's ``id``: its messageId in the appended
+    tables (:func:`~exactly.lake.segment.shape.tables_of`), the user (group) id in ``users``
+    (``accounts``). What ``exactly audit`` recounts and ``exactly trace`` looks up."""
+    message_id = str(event.get("messageId"))
+    found = [(table, message_id) for table in tables_of(event, limit=limit)]
+    for table in MERGED:
+        key = merged_key(event, table)
+        if key is not None:
+            found.append((table, key))
+    return found
+
+
 def profiles(
     events: Iterable[Mapping[str, Any]], *, table: Merged, limits: Limits | None = None
 ) -> dict[str, Profile]:
     """The profiles of ``table`` a batch of events makes (its identifies or its groups), their
     traits named as :func:`~exactly.lake.segment.shape.shape` names them with ``limits``."""
     limit = (limits or Limits()).name_bytes
-    kind, id_field, names_from = _SOURCE[table]
+    names_from = _SOURCE[table][2]
     taken = reserved(names_from)
     found = []
     for event in events:
-        key = event.get(id_field)
-        if event.get("type") != kind or key is None or key == "":
+        key = merged_key(event, table)
+        if key is None:
             continue
         at = instant(str(event.get("timestamp"))) or instant(str(event.get("receivedAt")))
         stamp = Stamp(at or _NEVER, str(event.get("messageId") or ""))
