@@ -11,10 +11,11 @@ A Spark streaming query from the ``exactly`` source with ``foreachBatch``. Per m
    collects the files' descriptions;
 4. the driver commits those files with the marker (query id, batch id) in one table
    transaction (:meth:`~exactly.lake.base.LakeTable.append_files`);
-   4b. with ``[lake] layout = "segment"``, the driver shapes the batch's events into Segment's
-   tables and commits each with the marker in its own transaction
-   (:class:`~exactly.lake.warehouse.Warehouse`); a batch whose events table has it already
-   (the run was killed between the tables) still reaches the tables that have not;
+   4b. with ``[lake] layout = "segment"``, the executors shape the batch's events into
+   Segment's tables (:mod:`exactly.lake.shaping`) and the driver commits each with the marker
+   in its own transaction (:class:`~exactly.lake.warehouse.Warehouse`); a batch whose events
+   table has it already (the run was killed between the tables) still reaches the tables that
+   have not;
 5. Spark commits the batch (``commits/<batch id>``).
 
 A crash anywhere repeats at most the last batch, whose marker stops it at 2 (or inside 4). The
@@ -101,6 +102,7 @@ class LakePlan:
     retention: timedelta = timedelta(days=7)
     layout: str = "segment"  # "events": the table alone; "segment": Segment's beside it (4b)
     limits: Limits = field(default_factory=Limits)  # the segment layout's
+    shaping: str = "executors"  # where step 4b shapes: "executors", or "driver" (one thread)
 
 
 @dataclass
@@ -236,17 +238,28 @@ class BatchAppender(BatchFunction):
                 self.upkeep()
 
     def land_tables(self, records: DataFrame, marker: Marker) -> None:
-        """4b. The segment layout: the batch's events shaped into Segment's tables on the driver
-        and committed, each table in its own transaction with ``marker``
+        """4b. The segment layout: the batch's events shaped into Segment's tables on the
+        executors (:func:`~exactly.lake.shaping.shape_batch`; ``shaping = "driver"``: in the
+        driver's thread, :meth:`~exactly.lake.warehouse.Warehouse.shape`, the same rows) and
+        committed, each table in its own transaction with ``marker``
         (:class:`~exactly.lake.warehouse.Warehouse`); a table that has the batch already (a
-        replay after a kill between two tables) is skipped."""
-        from pyspark.sql import functions as F
-
+        replay after a kill between two tables) is skipped. Every row of the batch has one
+        ``uuid_ts``, the driver's clock when it lands the batch."""
         assert self.warehouse is not None
-        values = records.select(F.col("value").cast("string").alias("v")).toArrow().column("v")
-        events = [orjson.loads(value) for value in values.to_pylist() if value]
-        if events:
-            self.warehouse.write(events, marker, loaded_at=datetime.now(UTC))
+        loaded_at = datetime.now(UTC)
+        if self.plan.shaping == "driver":
+            from pyspark.sql import functions as F
+
+            values = records.select(F.col("value").cast("string").alias("v")).toArrow()
+            found = [orjson.loads(v) for v in values.column("v").to_pylist() if v]
+            if found:
+                self.warehouse.write(found, marker, loaded_at=loaded_at)
+            return
+        from exactly.lake.shaping import shape_batch
+
+        batch = shape_batch(records, self.warehouse, loaded_at=loaded_at)
+        if batch.tables:
+            self.warehouse.commit(batch, marker)
 
     def upkeep(self) -> None:
         """Compact the small files the batches added and expire old versions, between two

@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -81,12 +81,18 @@ def value_kind(value: Any) -> str | None:
 
 def infer(values: Iterable[Any]) -> str | None:
     """The kind of a new column holding ``values`` (module docstring); None when all are null."""
-    counts = Counter(kind for kind in map(value_kind, values) if kind is not None)
-    if not counts:
+    return infer_counts(Counter(kind for kind in map(value_kind, values) if kind is not None))
+
+
+def infer_counts(counts: Mapping[str, int]) -> str | None:
+    """:func:`infer` from the values' kinds counted (kind -> values): a sum of counts gives
+    the kind of the union, so parts of a batch counted apart infer what the whole does."""
+    found = Counter({kind: n for kind, n in counts.items() if n})
+    if not found:
         return None
-    if counts["double"] and counts["bigint"]:
-        counts["double"] += counts.pop("bigint")
-    return max(KIND_ORDER, key=lambda kind: (counts[kind], -KIND_ORDER.index(kind)))
+    if found["double"] and found["bigint"]:
+        found["double"] += found.pop("bigint")
+    return max(KIND_ORDER, key=lambda kind: (found[kind], -KIND_ORDER.index(kind)))
 
 
 def fits(value: Any, kind: str) -> bool:
@@ -132,10 +138,13 @@ def widen(kind: str, values: Iterable[Any], *, can_widen: bool) -> str:
     given a value only a double holds, where the format allows (``can_widen``); else ``kind``."""
     if kind != "bigint" or not can_widen:
         return kind
-    for value in values:
-        if not fits(value, "bigint") and fits(value, "double"):
-            return "double"
-    return kind
+    return "double" if any(map(needs_double, values)) else kind
+
+
+def needs_double(value: Any) -> bool:
+    """Whether ``value`` is one a double column holds and a bigint column does not (``12.5``):
+    what makes :func:`widen` widen."""
+    return not fits(value, "bigint") and fits(value, "double")
 
 
 def json_text(value: Any) -> str:

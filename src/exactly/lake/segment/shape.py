@@ -104,9 +104,9 @@ class Shaped:
 
 def own_columns(table: str) -> dict[str, str]:
     """The columns every row of ``table`` has, in order, with their kinds; ``table`` is a
-    built-in table's name or ``event`` for a per-event table."""
+    built-in table's name, or a per-event table's (``event`` stands for any)."""
     extras = {name: columns for name, columns, _ in _TABLES.values()}
-    extra = extras["tracks" if table == "event" else table]
+    extra = extras[table] if table in BUILT_IN_TABLES else extras["tracks"]
     head, tail = list(COMMON.items())[:3], list(COMMON.items())[3:]
     return dict([*head, *((column, "string") for column in extra), *tail])
 
@@ -125,27 +125,44 @@ def shape(
     yet). ``loaded_at`` is every row's ``uuid_ts``. ``can_widen``: the format can change a bigint
     column to double."""
     limits = limits or Limits()
-    drafts: dict[str, list[Draft]] = {}
-    for event in events:
-        for table, draft in _rows(event, loaded_at, limits.name_bytes):
-            drafts.setdefault(table, []).append(draft)
-    known_events = {t for t in schemas if t not in BUILT_IN_TABLES}
-    arriving = {t: len(rows) for t, rows in drafts.items() if t not in BUILT_IN_TABLES}
-    new = {t: n for t, n in arriving.items() if t not in known_events}
-    _, held = admit(new, limits.tables - len(known_events))
+    found = drafts(events, loaded_at=loaded_at, limits=limits)
+    held = held_tables({t: len(rows) for t, rows in found.items()}, schemas, limits)
     tables = {
         table: build(
             table,
-            drafts[table],
-            own_columns(table if table in BUILT_IN_TABLES else "event"),
+            found[table],
+            own_columns(table),
             schemas.get(table),
             limits=limits,
             can_widen=can_widen,
         )
-        for table in sorted(drafts)
+        for table in sorted(found)
         if table not in held
     }
-    return Shaped(tables, {table: new[table] for table in sorted(held)})
+    return Shaped(tables, held)
+
+
+def drafts(
+    events: Iterable[Mapping[str, Any]], *, loaded_at: datetime, limits: Limits
+) -> dict[str, list[Draft]]:
+    """Each table's rows of ``events`` before typing, in the events' order: each event's rows
+    follow from the event alone (and ``loaded_at``), never from the rest of the batch."""
+    found: dict[str, list[Draft]] = {}
+    for event in events:
+        for table, draft in _rows(event, loaded_at, limits.name_bytes):
+            found.setdefault(table, []).append(draft)
+    return found
+
+
+def held_tables(
+    rows: Mapping[str, int], schemas: Mapping[str, Mapping[str, str]], limits: Limits
+) -> dict[str, int]:
+    """The tables of a batch (table -> its rows) that ``Limits.tables`` holds back, by name,
+    with their events: new per-event tables past the room left, the most rows first."""
+    known_events = {t for t in schemas if t not in BUILT_IN_TABLES}
+    new = {t: n for t, n in rows.items() if t not in BUILT_IN_TABLES and t not in known_events}
+    _, held = admit(new, limits.tables - len(known_events))
+    return {table: new[table] for table in sorted(held)}
 
 
 def tables_of(event: Mapping[str, Any], *, limit: int = NAME_LIMIT) -> list[str]:

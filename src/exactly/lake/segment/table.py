@@ -30,7 +30,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 
 from exactly.errors import LakeError
 from exactly.lake.columns import KINDS
-from exactly.lake.segment.kinds import cell, fits, infer, json_text, widen
+from exactly.lake.segment.kinds import cell, fits, infer_counts, json_text, needs_double, value_kind
 from exactly.lake.segment.limits import Limits, admit
 
 REJECTED = "_rejected"
@@ -85,6 +85,49 @@ def schema_kinds(schema: pa.Schema) -> dict[str, str]:
     return kinds
 
 
+@dataclass
+class Tally:
+    """What decides a table's columns in a batch (:func:`decide`), counted from its drafts:
+    ``rows``; per column the non-null values by kind; the columns given a value only a double
+    holds (:func:`~exactly.lake.segment.kinds.needs_double`). Tallies of the parts of a batch
+    add up (:meth:`add`) to the whole batch's, in any order."""
+
+    rows: int = 0
+    kinds: dict[str, Counter[str]] = field(default_factory=dict)
+    doubles: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, drafts: Sequence[Draft]) -> Tally:
+        found = cls(len(drafts))
+        for draft in drafts:
+            for column, value in draft.cells.items():
+                kind = value_kind(value)
+                if kind is None:
+                    continue
+                found.kinds.setdefault(column, Counter())[kind] += 1
+                if kind == "double" and column not in found.doubles and needs_double(value):
+                    found.doubles.add(column)
+        return found
+
+    def add(self, other: Tally) -> Tally:
+        """This tally and ``other`` (of another part of the batch) as one."""
+        kinds = {column: Counter(found) for column, found in self.kinds.items()}
+        for column, found in other.kinds.items():
+            kinds.setdefault(column, Counter()).update(found)
+        return Tally(self.rows + other.rows, kinds, self.doubles | other.doubles)
+
+
+@dataclass(frozen=True)
+class Columns:
+    """What a table's columns become with a batch (:func:`decide`, steps 1-2 of the module
+    docstring); given them, each row types alone (:func:`typed`)."""
+
+    kinds: dict[str, str]  # every column of the table after the batch -> its kind, in order
+    new_columns: dict[str, str]  # the columns to add, in order -> kind
+    widened: dict[str, str]  # the known columns whose kind changes -> the new kind
+    held_back: tuple[str, ...] = ()  # new columns past Limits.columns (values in _rejected)
+
+
 def build(
     table: str,
     drafts: Sequence[Draft],
@@ -95,26 +138,44 @@ def build(
     can_widen: bool,
 ) -> TableBatch:
     """``drafts`` typed for ``table`` (module docstring, steps 1-3)."""
+    found = decide(Tally.of(drafts), own, known, limits=limits, can_widen=can_widen)
+    return typed(table, drafts, found)
+
+
+def decide(
+    tally: Tally,
+    own: Mapping[str, str],
+    known: Mapping[str, str] | None,
+    *,
+    limits: Limits,
+    can_widen: bool,
+) -> Columns:
+    """The table's columns after a batch whose drafts counted ``tally`` (module docstring,
+    steps 1-2): a function of the counts alone."""
     known = dict(known or {})
     own = {**own, REJECTED: own.get(REJECTED, "string")}  # every table keeps its rejects
-    values: dict[str, list[Any]] = {}
-    for draft in drafts:
-        for column, value in draft.cells.items():
-            if value is not None:
-                values.setdefault(column, []).append(value)
     # 1. columns admitted
     fixed = {**known, **{name: kind for name, kind in own.items() if name not in known}}
-    wanted = {column: len(found) for column, found in values.items() if column not in fixed}
+    wanted = {c: sum(found.values()) for c, found in tally.kinds.items() if c not in fixed}
     admitted, held_back = admit(wanted, limits.columns - len(fixed))
     # 2. kinds
     kinds = {
-        column: widen(kind, values.get(column, ()), can_widen=can_widen)
+        column: "double" if can_widen and kind == "bigint" and column in tally.doubles else kind
         for column, kind in fixed.items()
     }
-    new_data = {column: infer(values[column]) or "string" for column in sorted(admitted)}
+    new_data = {
+        column: infer_counts(tally.kinds[column]) or "string" for column in sorted(admitted)
+    }
     kinds.update(new_data)
     new_columns = {c: k for c, k in kinds.items() if c not in known}
     widened = {c: k for c, k in kinds.items() if c in known and known[c] != k}
+    return Columns(kinds, new_columns, widened, tuple(held_back))
+
+
+def typed(table: str, drafts: Sequence[Draft], columns: Columns) -> TableBatch:
+    """``drafts`` as rows of ``table`` with ``columns`` (module docstring, step 3): row by
+    row, so the rows of a batch's parts typed apart are the rows of the whole."""
+    kinds = columns.kinds
     # 3. cells
     rejects: Counter[str] = Counter()
     rejected = [{key: value for key, (_, value) in draft.lost.items()} for draft in drafts]
@@ -124,16 +185,22 @@ def build(
             if value is not None and (column not in kinds or not fits(value, kinds[column])):
                 kept[column] = value
                 rejects[column] += 1
-    columns = {
+    cells = {
         column: [
             None if column in kept else cell(draft.cells.get(column), kind)
             for draft, kept in zip(drafts, rejected, strict=True)
         ]
         for column, kind in kinds.items()
     }
-    columns[REJECTED] = [json_text(kept) if kept else None for kept in rejected]
+    cells[REJECTED] = [json_text(kept) if kept else None for kept in rejected]
     schema = pa.schema([pa.field(column, KINDS[kind]) for column, kind in kinds.items()])
-    rows = pa.Table.from_pydict(columns, schema=schema)
+    rows = pa.Table.from_pydict(cells, schema=schema)
     return TableBatch(
-        table, rows, kinds, new_columns, widened, dict(sorted(rejects.items())), tuple(held_back)
+        table,
+        rows,
+        kinds,
+        columns.new_columns,
+        columns.widened,
+        dict(sorted(rejects.items())),
+        columns.held_back,
     )
