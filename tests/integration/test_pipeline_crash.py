@@ -21,8 +21,9 @@ kill is recorded as inside a micro-batch or between two, read from the four chec
 run is dead, and at least three quarters must land inside one; four more kill themselves right
 after a database commit and before Spark's (two after the aggregate's SQL commit, two after the
 route's JobDB commit, and on the stacks with a lake two after the lake's table commit), so the
-next run replays a batch the database already holds. ``raw`` grows meanwhile, with duplicates
-and records without a usable messageId; raw has more partitions than the application has cores,
+next run replays a batch the database already holds. ``raw`` grows meanwhile (for its first
+1,000 appends of 20, far past what the killed runs work off), with duplicates and records
+without a usable messageId; raw has more partitions than the application has cores,
 and the claim stores get Arrow batches far smaller than a task's rows, so that batches span
 partitions as they do in production. At the end:
 
@@ -77,6 +78,11 @@ KILLS = 20
 SELF_KILLS = {3: "aggregate:1", 8: "route:2", 13: "aggregate:2", 18: "route:1"}  # by run
 LAKE_SELF_KILLS = {5: "lake:1", 15: "lake:2"}  # by run, on the stacks with a lake
 SHARD_RESTARTS = (120, 300, 480)  # at these appends to raw (every 0.25 s)
+# raw stops growing after this many appends of 20 (about 4 minutes): the queries are far behind
+# by then, so every later kill still finds batches to land in, and the catch-up and the drain
+# stay the same size however slow a loaded machine makes the runs (they had grown to 67,000
+# events and a drain past its 300 s)
+APPENDS = 1000
 PARTITIONS = 4  # more than the application's 2 cores: a read task reads several
 STACKS = ["embedded", "spark-state", "scale-out"]
 
@@ -181,6 +187,8 @@ def test_pipeline_killed_at_random_points_stays_exact(
 
         def grow(log: Log) -> None:
             nonlocal appends, rejects
+            if appends == APPENDS:
+                return
             appends += 1
             append(log, RAW, PARTITIONS, stream.chunk(20))
             if appends % 25 == 0:  # no usable messageId: to raw.rejected
