@@ -28,6 +28,7 @@ SLUGS = {
     "Order Completed": "order_completed",
     "Product Viewed": "product_viewed",
     "Signed Up": "signed_up",
+    "Cart Updated": "cart_updated",
 }
 TABLES = {"identify": "identifies", "page": "pages", "screen": "screens", "group": "groups"}
 TABLES["alias"] = "aliases"

@@ -5,8 +5,7 @@ two partitions of a batch would decide apart."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,16 +19,13 @@ from exactly.lake.warehouse import Warehouse
 from exactly.log import open_log
 from tests.aggregate_stream import append
 from tests.integration.test_lake_segment import forget_last_commit
+from tests.warehouse_checks import expected
 from tests.warehouse_events import sdk_events
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 PARTITIONS = 2
-SLUGS = {"Order Completed": "order_completed", "Product Viewed": "product_viewed"}
-SLUGS["Cart Updated"] = "cart_updated"
-TABLES = {"identify": "identifies", "page": "pages", "screen": "screens", "group": "groups"}
-TABLES["alias"] = "aliases"
 
 
 def split_kinds(count: int) -> list[dict[str, Any]]:
@@ -50,22 +46,6 @@ def split_kinds(count: int) -> list[dict[str, Any]]:
             }
         )
     return found
-
-
-def expected(events: Iterable[dict[str, Any]]) -> dict[str, list[str]]:
-    """Each table's ids after ``events``, sorted (as ``tests/warehouse_checks.py`` has them)."""
-    found: dict[str, set[str]] = defaultdict(set)
-    for event in events:
-        if event["type"] == "track":
-            found["tracks"].add(event["messageId"])
-            found[SLUGS[event["event"]]].add(event["messageId"])
-        else:
-            found[TABLES[event["type"]]].add(event["messageId"])
-        if event["type"] == "identify":
-            found["users"].add(event["userId"])
-        if event["type"] == "group":
-            found["accounts"].add(event["groupId"])
-    return {name: sorted(ids) for name, ids in found.items()}
 
 
 def land(spark: SparkSession, log_url: str, where: Path, shaping_on: str) -> Progress:

@@ -52,6 +52,15 @@ Day = tuple[int, int]  # (rows, distinct messageIds)
 _ROWS = pa.schema([("table", pa.string()), ("day", pa.date32()), ("id", pa.string())])
 
 
+def differences(
+    days: dict[date | None, tuple[Day | None, int]],
+) -> dict[date | None, tuple[Day | None, int]]:
+    """The days whose rows or distinct ids differ from the recount."""
+    return {
+        day: (lake, recount) for day, (lake, recount) in days.items() if lake != (recount, recount)
+    }
+
+
 @dataclass
 class TableAudit:
     """One table of the segment layout against its recount. ``days``: day -> ((rows, distinct
@@ -69,11 +78,7 @@ class TableAudit:
 
     @property
     def differences(self) -> dict[date | None, tuple[Day | None, int]]:
-        return {
-            day: (lake, recount)
-            for day, (lake, recount) in self.days.items()
-            if lake != (recount, recount)
-        }
+        return differences(self.days)
 
 
 @dataclass
@@ -86,11 +91,7 @@ class LakeAudit:
 
     @property
     def differences(self) -> dict[date | None, tuple[Day | None, int]]:
-        return {
-            day: (lake, recount)
-            for day, (lake, recount) in self.days.items()
-            if lake != (recount, recount)
-        }
+        return differences(self.days)
 
     @property
     def exact(self) -> bool:
