@@ -125,10 +125,11 @@ def anchor_paths(document: dict[str, Any], base: Path) -> dict[str, Any]:
     The paths: ``data_dir`` (``.exactly`` when not given), the embedded stores' URLs (``[log]
     url`` and ``[delivery] jobdb`` as ``sqlite://DIR``, ``[aggregate] url`` as
     ``sqlite://FILE``, ``[dedupe] store`` as ``rocksdb://DIR`` or ``spark-state://DIR``,
-    ``[lake] url`` as ``delta://DIR`` or ``iceberg://DIR``) and ``[delivery] archive`` (a
-    directory or ``file://DIR``). A server's URL is left as written, and so are ``file:PATH``
-    secret references, which each process (a Spark executor too) reads from its own working
-    directory.
+    ``[lake] url`` as ``delta://DIR`` or ``iceberg://DIR``), ``[delivery] archive`` (a
+    directory or ``file://DIR``) and a destination's ``transform_dir`` (the file's directory
+    when the destination has a ``transform``). A server's URL is left as written, and so are
+    ``file:PATH`` secret references, which each process (a Spark executor too) reads from its
+    own working directory.
     """
     found = dict(document)
     data_dir = found.get("data_dir", ".exactly")
@@ -144,6 +145,16 @@ def anchor_paths(document: dict[str, Any], base: Path) -> dict[str, Any]:
         table = found.get(section)
         if isinstance(table, dict) and isinstance(table.get(key), str):
             found[section] = {**table, key: _anchored_url(table[key], base, schemes)}
+    destinations = found.get("destinations")
+    if isinstance(destinations, list):  # a transform's module is looked for beside the file
+        found["destinations"] = [
+            {**entry, "transform_dir": _anchored(entry.get("transform_dir", "."), base)}
+            if isinstance(entry, dict)
+            and "transform" in entry
+            and isinstance(entry.get("transform_dir", "."), str)
+            else entry
+            for entry in destinations
+        ]
     return found
 
 

@@ -30,28 +30,29 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from exactly.delivery.jobdb.base import NewJob
+from exactly.delivery.choosing import Choosing
+from exactly.delivery.jobdb.base import NewJob, RouteCounts
 from exactly.delivery.jobdb.faces import RouterJobs
 from exactly.delivery.patience import Patience
 from exactly.delivery.settings import ROUTE_RECORDS_PER_TRIGGER, DestinationSettings
+from exactly.delivery.transforms import DROPPED, SENT
 from exactly.errors import ConfigError, ExactlyError, StreamError
 from exactly.spark import checkpoint as spark_checkpoint
 from exactly.spark.batches import BatchFunction, run_batches
 from exactly.spark.datasource import offsets
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from exactly.config import Settings
 
-# The fields routing reads; the payload is the record's value itself, byte for byte.
-FIELDS = "sourceId string, event string, messageId string, userId string, anonymousId string"
 OnBatch = Callable[[int, int, int, bool], None]  # batch id, events routed, jobs, added
+EVENT_COLUMNS = ("source", "name", "message_id", "user_id", "value", "partition", "offset")
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,14 @@ class Progress:
         return sum(1 for _, _, added in self.batches.values() if not added)
 
 
+class Outcome(NamedTuple):
+    """A transform's result on one event (:mod:`exactly.delivery.transforms`)."""
+
+    outcome: int
+    body: bytes | None
+    error: str | None
+
+
 @dataclass(frozen=True)
 class EventColumns:
     """A micro-batch's events as columns, in log order: what the route query collects (an
@@ -120,13 +129,20 @@ class EventColumns:
     payload: Sequence[bytes]
     partition: Sequence[int]
     offset: Sequence[int]
+    # per destination, whether it takes each event (empty: by its sources and events lists)
+    takes: Sequence[Sequence[bool]] = ()
+    # per destination with a transform: each event's (outcome, body, error)
+    shaped: Mapping[int, Sequence[Outcome | None]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, events: Sequence[Event]) -> EventColumns:
         """The columns of ``events`` (rows made elsewhere, as in the tests)."""
         if not events:
             return cls([], [], [], [], [], [], [])
-        return cls(*(list(column) for column in zip(*events, strict=True)))
+        source, name, message_id, user_id, payload, partition, offset = (
+            list(column) for column in zip(*events, strict=True)
+        )
+        return cls(source, name, message_id, user_id, payload, partition, offset)
 
     def __len__(self) -> int:
         return len(self.payload)
@@ -135,8 +151,13 @@ class EventColumns:
 def jobs_for(
     events: EventColumns, destinations: Sequence[DestinationSettings], now: float
 ) -> list[NewJob]:
-    """One job per (event, destination whose filters match): each destination's jobs in turn,
-    in the events' order (a bucket's jobs keep log order; a job's id orders it in its bucket).
+    """One job per (event, destination that takes it): each destination's jobs in turn, in the
+    events' order (a bucket's jobs keep log order; a job's id orders it in its bucket).
+
+    A destination takes an event when ``events.takes`` says so (the route query's columns), or
+    with no such column, when its ``sources`` and ``events`` lists match. With a transform,
+    the job's payload is the body it returned; a dropped event makes no job, and a failed one
+    a job carrying its error (added as ``failed``, never sent).
 
     Pure: the route query's rule, tested without Spark. An event without a ``messageId`` (the
     collector always sets one) is named by its place in the log, which a replay sees again.
@@ -150,38 +171,49 @@ def jobs_for(
     sources = [source or "" for source in events.source]
     columns = (sources, events.payload, message_ids, events.user_id)
     jobs: list[NewJob] = []
-    for destination in destinations:
+    for index, destination in enumerate(destinations):
         name, expire_at = destination.name, now + destination.window
-        if destination.sources is None and destination.events is None:
+        takes = _takes(events, index, destination)
+        shaped = events.shaped.get(index)
+        if shaped is None:
             jobs += [
                 NewJob(source, name, payload, message_id, user_id, expire_at)
-                for source, payload, message_id, user_id in zip(*columns, strict=True)
+                for source, payload, message_id, user_id, take in zip(*columns, takes, strict=True)
+                if take
             ]
             continue
-        takes = destination.matches
-        jobs += [
-            NewJob(source, name, payload, message_id, user_id, expire_at)
-            for source, payload, message_id, user_id, given, event in zip(
-                *columns, events.source, events.name, strict=True
-            )
-            if takes(given, event)
-        ]
+        for source, payload, message_id, user_id, take, result in zip(
+            *columns, takes, shaped, strict=True
+        ):
+            if not take or result is None or result.outcome == DROPPED:
+                continue
+            if result.outcome == SENT and result.body is not None:
+                jobs.append(NewJob(source, name, result.body, message_id, user_id, expire_at))
+            else:
+                error = result.error or "the transform gave no body"
+                jobs.append(NewJob(source, name, payload, message_id, user_id, expire_at, error))
     return jobs
 
 
-def matching(destinations: Sequence[DestinationSettings]) -> Column:
-    """A Spark condition true for the events some destination takes (its filters, as Spark)."""
-    from pyspark.sql import functions as F
+def _takes(events: EventColumns, index: int, destination: DestinationSettings) -> Sequence[bool]:
+    if events.takes:
+        return events.takes[index]
+    if destination.sources is None and destination.events is None:
+        return [True] * len(events)
+    return [
+        destination.matches(source, name)
+        for source, name in zip(events.source, events.name, strict=True)
+    ]
 
-    anyone = F.lit(False)
-    for destination in destinations:
-        takes = F.lit(True)
-        if destination.sources is not None:
-            takes = takes & F.coalesce(F.col("e.sourceId").isin(*destination.sources), F.lit(False))
-        if destination.events is not None:
-            takes = takes & F.coalesce(F.col("e.event").isin(*destination.events), F.lit(False))
-        anyone = anyone | takes
-    return anyone
+
+def dropped(events: EventColumns, destinations: Sequence[DestinationSettings]) -> dict[str, int]:
+    """Per destination with a transform, the events it took whose transform returned None."""
+    return {
+        destinations[index].name: sum(
+            1 for result in shaped if result is not None and result.outcome == DROPPED
+        )
+        for index, shaped in events.shaped.items()
+    }
 
 
 def configured_plan(
@@ -228,47 +260,83 @@ def starting_offsets(jobdb: RouterJobs, plan: RoutePlan) -> str:
 class BatchRouter(BatchFunction):
     """The ``foreachBatch`` function: steps 2 to 4 of the module docstring."""
 
-    def __init__(self, jobdb: RouterJobs, plan: RoutePlan, on_batch: OnBatch | None = None) -> None:
+    def __init__(
+        self,
+        jobdb: RouterJobs,
+        plan: RoutePlan,
+        choosing: Choosing,
+        on_batch: OnBatch | None = None,
+    ) -> None:
         super().__init__(plan.checkpoint)
         self.jobdb = jobdb
         self.plan = plan
+        self.choosing = choosing
         self.on_batch = on_batch
 
     def process(self, records: DataFrame, batch_id: int) -> None:
+        from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
+        # a value that does not fit a filter's comparison makes it null (nothing sent), not a
+        # failed batch: on this query's own session (foreachBatch's clone), not up's others
+        records.sparkSession.conf.set("spark.sql.ansi.enabled", "false")
         # 2. the events some destination takes, in log order: collected as Arrow (no row
-        # objects to unpickle, no sort stage in Spark) and put in order here
-        parsed = records.select(
-            F.from_json(F.col("value").cast("string"), FIELDS).alias("e"),
-            "value",
-            "partition",
-            "offset",
-        )
-        table = (  # the columns in the order of Event's fields
-            parsed.where(matching(self.plan.destinations))
-            .select(
-                F.col("e.sourceId").alias("source"),
-                F.col("e.event").alias("name"),
-                F.col("e.messageId").alias("message_id"),
-                F.coalesce("e.userId", "e.anonymousId").alias("user_id"),
+        # objects to unpickle, no sort stage in Spark) and put in order here; the events none
+        # takes are only counted, by an observation of the same job
+        observation = Observation(f"route-{batch_id}")
+        parsed = self.choosing.observed(self.choosing.parse(records), observation)
+        taken = self.choosing.taken(parsed)
+        flags = [f"take_{index}" for index in range(len(self.plan.destinations))]
+        shaped = [f"shaped_{index}" for index in self.choosing.transforms]
+        table = (
+            taken.select(
+                F.col("sourceId").alias("source"),
+                F.col("event").alias("name"),
+                F.col("messageId").alias("message_id"),
+                F.coalesce("userId", "anonymousId").alias("user_id"),
                 "value",
                 "partition",
                 "offset",
+                *flags,
+                *shaped,
             )
             .toArrow()
             .sort_by([("partition", "ascending"), ("offset", "ascending")])
         )
-        events = EventColumns(*(column.to_pylist() for column in table.columns))
-        # 3. one job per (event, matching destination)
+        source, name, message_id, user_id, payload, partition, offset = (
+            table.column(column).to_pylist() for column in EVENT_COLUMNS
+        )
+        events = EventColumns(
+            source,
+            name,
+            message_id,
+            user_id,
+            payload,
+            partition,
+            offset,
+            takes=[table.column(flag).to_pylist() for flag in flags],
+            shaped={
+                index: [
+                    None if found is None else Outcome(**found)
+                    for found in table.column(f"shaped_{index}").to_pylist()
+                ]
+                for index in self.choosing.transforms
+            },
+        )
+        # 3. one job per (event, destination that takes it), and what was not sent, counted
         jobs = jobs_for(events, self.plan.destinations, time.time())
-        # 4. the jobs and the marker in one transaction; a replay adds nothing
-        taken = self._add(jobs, self.query_id, batch_id)
+        counts = self.choosing.counts(observation)
+        for name, more in dropped(events, self.plan.destinations).items():
+            counts[name] = counts[name] + RouteCounts(dropped=more)
+        # 4. the jobs, the counts and the marker in one transaction; a replay adds nothing
+        taken_ = self._add(jobs, counts, self.query_id, batch_id)
         # ``on_batch`` runs after the JobDB's commit and before Spark's (step 5)
         if self.on_batch is not None:
-            self.on_batch(batch_id, len(events), len(jobs), taken)
+            self.on_batch(batch_id, len(events), len(jobs), taken_)
 
-    def _add(self, jobs: list[NewJob], query: str, batch_id: int) -> bool:
+    def _add(
+        self, jobs: list[NewJob], counts: dict[str, RouteCounts], query: str, batch_id: int
+    ) -> bool:
         """Step 4, tried again while the JobDB fails; False when the batch was there (a replay).
 
         A retry after a commit whose answer was lost finds the marker and adds nothing (it is
@@ -290,6 +358,7 @@ class BatchRouter(BatchFunction):
                     batch_id=batch_id,
                     stream=self.plan.stream,
                     end_offsets=end,
+                    counts=counts,
                 )
                 return before is None or before < batch_id
             except ExactlyError:  # decided: the JobDB refused in words of its own
@@ -307,6 +376,7 @@ def run(
     jobdb: RouterJobs,
     start: str = "earliest",
     on_batch: OnBatch | None = None,
+    choosing: Choosing | None = None,
 ) -> Progress:
     """Run the query until caught up (``until_caught_up``) or stopped; returns progress.
 
@@ -319,7 +389,9 @@ def run(
         if on_batch is not None:
             on_batch(batch_id, events, jobs, added)
 
-    router = BatchRouter(jobdb, plan, note)
+    if choosing is None:
+        choosing = Choosing.compile(spark, plan.destinations)
+    router = BatchRouter(jobdb, plan, choosing, note)
     columns = ("partition", "offset", "value")
     run_batches(spark, "route", plan, router, columns, start=start, failed=StreamError)
     return progress
@@ -346,9 +418,10 @@ def drive(
     with checkpoint_lock(plan.checkpoint, "route query"):
         with open_log(plan.log_url) as log:
             log.topic_info(plan.topic)  # a missing topic fails here, in one line
+        choosing = Choosing.compile(spark, plan.destinations)  # a bad filter fails here
         start = starting_offsets(jobdb, plan)
         say(describe(plan, jobdb, start))
-        return run(spark, plan, jobdb, start, on_batch)
+        return run(spark, plan, jobdb, start, on_batch, choosing)
 
 
 def describe(plan: RoutePlan, jobdb: RouterJobs, start: str) -> str:

@@ -28,6 +28,8 @@ from exactly.urls import redact, scrub
 NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")  # fullmatch
 HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")  # an RFC 9110 token
 MAX_SECRETS = 10
+MAX_FILTER = 5_000  # characters in a filter at most (Segment's FQL limit)
+TRANSFORM = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*")  # fullmatch
 # The route query's micro-batch bound when none is given (--max-records-per-trigger): a batch's
 # jobs are held in the driver.
 ROUTE_RECORDS_PER_TRIGGER = 50_000
@@ -153,6 +155,24 @@ class DestinationSettings(BaseModel):
     url: str = Field(description="http:// or https:// endpoint receiving one POST per event")
     sources: tuple[str, ...] | None = Field(None, description="only events of these sources")
     events: tuple[str, ...] | None = Field(None, description="only these track event names")
+    filter: str | None = Field(
+        None,
+        description="only events for which this Spark SQL condition is true, over the event's "
+        "fields: \"type = 'identify' or properties.plan = 'pro'\"",
+    )
+    transform: str | None = Field(
+        None,
+        description="MODULE:FUNCTION called with each event as a dict; returns the body to "
+        "send (a dict) or None to send nothing",
+    )
+    transform_dir: str | None = Field(
+        None,
+        description="where transform's module is looked for first (default: the config "
+        "file's directory)",
+    )
+    ignore_integrations: bool = Field(
+        False, description="send whatever the event's Segment `integrations` object says"
+    )
     secret: SecretStr | tuple[SecretStr, ...] | None = Field(
         None,
         description="Standard Webhooks signing key, whsec_...; or a list of up to "
@@ -203,6 +223,31 @@ class DestinationSettings(BaseModel):
             raise ValueError(
                 f"destination name {value!r} is not allowed: "
                 "use 1 to 100 letters, digits, '.', '_' or '-'"
+            )
+        if value == "All":
+            raise ValueError(
+                "destination name 'All' is not allowed: Segment's integrations object uses it "
+                "for every destination"
+            )
+        return value
+
+    @field_validator("filter")
+    @classmethod
+    def _filter(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        if not value.strip():
+            raise ValueError("filter is blank: write a condition, or leave filter out")
+        if len(value) > MAX_FILTER:
+            raise ValueError(f"filter has {len(value):,} characters; at most {MAX_FILTER:,}")
+        return value
+
+    @field_validator("transform")
+    @classmethod
+    def _transform(cls, value: str | None) -> str | None:
+        if value is not None and not TRANSFORM.fullmatch(value):
+            raise ValueError(
+                f"transform {value!r} is not MODULE:FUNCTION (such as 'shapes:to_crm')"
             )
         return value
 

@@ -251,15 +251,21 @@ def package_zip(directory: Path) -> Path:
     changed package is shipped under a new name and executors never run a stale copy)."""
     import exactly
 
-    root = Path(exactly.__file__).resolve().parent
+    return tree_zip(directory, Path(exactly.__file__).resolve().parent, "exactly")
+
+
+def tree_zip(directory: Path, root: Path, name: str) -> Path:
+    """``root`` (a package directory, or one module's file) as a zip under ``directory`` that
+    puts it on a Python worker's path, named ``NAME-DIGEST.zip``."""
+    paths = sorted(root.rglob("*")) if root.is_dir() else [root]
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path in sorted(root.rglob("*")):
+        for path in paths:
             if path.is_file() and "__pycache__" not in path.parts:
                 info = zipfile.ZipInfo(str(path.relative_to(root.parent)), (1980, 1, 1, 0, 0, 0))
                 archive.writestr(info, path.read_bytes(), zipfile.ZIP_DEFLATED)
     data = buffer.getvalue()
-    path = directory / f"exactly-{hashlib.sha256(data).hexdigest()[:16]}.zip"
+    path = directory / f"{name}-{hashlib.sha256(data).hexdigest()[:16]}.zip"
     if not path.exists():
         directory.mkdir(parents=True, exist_ok=True)
         staged = path.with_suffix(f".{os.getpid()}")

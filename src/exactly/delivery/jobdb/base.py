@@ -62,10 +62,11 @@ SUCCEEDED = "succeeded"
 DISCARDED = "discarded"
 AWAITING_RETRY = "awaiting-retry"
 EXPIRED = "expired"
+FAILED = "failed"  # the destination's transform failed on the event: never sent, never replayed
 ARCHIVING = "archiving"
 ARCHIVED = "archived"
 PENDING = (AWAITING_SCHEDULING, EXECUTING, AWAITING_RETRY)
-TERMINAL = (SUCCEEDED, DISCARDED, EXPIRED)
+TERMINAL = (SUCCEEDED, DISCARDED, EXPIRED, FAILED)
 STATES = (*PENDING, *TERMINAL, ARCHIVING, ARCHIVED)
 MAX_RESPONSE = 1024  # characters of a response body kept with a transition
 
@@ -89,10 +90,30 @@ class NewJob:
     message_id: str
     user_id: str | None = None
     expire_at: float = 0.0  # seconds since the epoch; 0 means created + 4 h
+    error: str | None = None  # the transform failed: the job is added as failed, with this
 
     @property
     def bucket(self) -> str:
         return bucket_of(self.source, self.destination)
+
+
+@dataclass(frozen=True)
+class RouteCounts:
+    """Events routing chose not to send to one destination, by why (``exactly deliveries``)."""
+
+    filtered: int = 0  # its filter (or its sources and events) was not true
+    skipped: int = 0  # the event's integrations object left it out
+    dropped: int = 0  # its transform returned None
+
+    def __add__(self, other: RouteCounts) -> RouteCounts:
+        return RouteCounts(
+            self.filtered + other.filtered,
+            self.skipped + other.skipped,
+            self.dropped + other.dropped,
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self.filtered or self.skipped or self.dropped)
 
 
 @dataclass(slots=True, unsafe_hash=True)
@@ -244,6 +265,7 @@ class Summary:
     last_error_at: float | None = None
     succeeded_last_minute: int = 0
     sending: str = "yes"  # or "paused", "paused (failing since HH:MM:SS)": :func:`sending`
+    withheld: RouteCounts = RouteCounts()  # events routing chose not to send it
 
     @property
     def queued(self) -> int:

@@ -31,6 +31,7 @@ from exactly.delivery.jobdb.base import (
     Members,
     NewJob,
     OpenBatch,
+    RouteCounts,
     Summary,
     Transition,
 )
@@ -55,10 +56,13 @@ class RouterJobs(Protocol):
         batch_id: int,
         stream: str | None = None,
         end_offsets: Mapping[int, int] | None = None,
+        counts: Mapping[str, RouteCounts] | None = None,
+        origin: str = "route",
     ) -> int:
         """Add a micro-batch's jobs with its marker in one transaction; how many were added.
         A batch id not above the marker of ``query_id`` adds nothing. ``stream`` and
-        ``end_offsets`` (partition -> next offset) are kept with the marker."""
+        ``end_offsets`` (partition -> next offset) are kept with the marker; ``counts`` (per
+        destination) are added to ``origin``'s in the same transaction."""
         ...
 
     def marker(self, query_id: str) -> int | None:
@@ -271,6 +275,10 @@ class JobReader(Protocol):
 
     def jobs_with(self, message_id: str) -> list[tuple[Job, list[Transition]]]:
         """Every job of ``message_id`` in the live datasets, each with its transitions."""
+        ...
+
+    def route_counts(self) -> dict[str, RouteCounts]:
+        """Per destination, the events routing (and backfill) chose not to send it."""
         ...
 
     def batch_of(self, destination: str, job_id: int) -> str | None:

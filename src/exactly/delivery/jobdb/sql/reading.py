@@ -16,9 +16,11 @@ from exactly.delivery.jobdb.base import (
     AWAITING_SCHEDULING,
     DISCARDED,
     EXPIRED,
+    FAILED,
     PENDING,
     SUCCEEDED,
     Job,
+    RouteCounts,
     Summary,
     Transition,
     sending,
@@ -191,6 +193,8 @@ class Reading(Controls):
                     self._succeeded_lately(cursor, n, now, found)
             for number in set(self._parts) - {dataset.number for dataset in datasets}:
                 del self._parts[number]  # archived and dropped
+            for destination, counts in self._route_counts(cursor).items():
+                found.setdefault(destination, Summary(destination, {})).withheld = counts
             for destination, (n, step) in last.items():
                 self._execute(
                     cursor,
@@ -205,6 +209,24 @@ class Reading(Controls):
                 found[destination].last_error_at = float(at)
             self._connection.commit()
         return found
+
+    def route_counts(self) -> dict[str, RouteCounts]:
+        """Per destination, the events routing (and backfill) chose not to send it."""
+        with self._mutex:
+            found = self._route_counts(self._cursor())
+            self._connection.commit()
+            return found
+
+    def _route_counts(self, cursor: Any) -> dict[str, RouteCounts]:
+        self._execute(
+            cursor,
+            "SELECT destination, SUM(filtered), SUM(skipped), SUM(dropped) "
+            "FROM jobdb_route_counts GROUP BY destination",
+        )
+        return {
+            str(name): RouteCounts(int(filtered), int(skipped), int(dropped))
+            for name, filtered, skipped, dropped in cursor.fetchall()
+        }
 
     def _part(self, cursor: Any, n: int, version: tuple[int, int, int]) -> _Part:
         """Dataset ``n``'s jobs per destination and latest state, its oldest pending job's
@@ -222,9 +244,9 @@ class Reading(Controls):
         self._execute(
             cursor,
             f"SELECT j.destination, MAX(t.id) FROM job_state_transitions_{n} t JOIN "
-            f"jobs_{n} j ON j.id = t.job_id WHERE t.state IN (?, ?, ?) AND (t.status_code "
+            f"jobs_{n} j ON j.id = t.job_id WHERE t.state IN (?, ?, ?, ?) AND (t.status_code "
             "IS NOT NULL OR t.error_type IS NOT NULL) GROUP BY j.destination",
-            (AWAITING_RETRY, DISCARDED, EXPIRED),
+            (AWAITING_RETRY, DISCARDED, EXPIRED, FAILED),
         )
         part.errors = {str(destination): int(step) for destination, step in cursor}
         return part

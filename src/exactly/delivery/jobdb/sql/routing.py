@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from exactly.delivery.jobdb.base import Dataset, NewJob
+from exactly.delivery.jobdb.base import FAILED, Dataset, NewJob, RouteCounts
 from exactly.delivery.jobdb.sql.rows import JOB_COLUMNS
 from exactly.delivery.jobdb.sql.schema import SQLSchema
 
@@ -23,13 +23,17 @@ class Routing(SQLSchema):
         batch_id: int,
         stream: str | None = None,
         end_offsets: Mapping[int, int] | None = None,
+        counts: Mapping[str, RouteCounts] | None = None,
+        origin: str = "route",
     ) -> int:
         """Add a micro-batch's jobs with its marker in one transaction; how many were added.
 
         1. lock the newest dataset's row (the router's turn);
         2. read the marker: a batch id not above it was committed before, so add nothing;
         3. insert the jobs into the newest dataset, or into a new one when it is full or old;
-        4. move the marker to ``batch_id``, with ``stream`` and ``end_offsets``; commit.
+           a job whose transform failed (``error``) gets its ``failed`` transition with it;
+        4. add ``counts`` to ``origin``'s counts of events not sent, per destination;
+        5. move the marker to ``batch_id``, with ``stream`` and ``end_offsets``; commit.
         """
         offsets = None
         if end_offsets is not None:
@@ -52,7 +56,7 @@ class Routing(SQLSchema):
                         self._load_datasets(cursor)
                         continue
                 try:
-                    added = self._add(cursor, jobs, marker)
+                    added = self._add(cursor, jobs, marker, counts or {}, origin)
                 except _Retry:
                     self._connection.rollback()
                     self._load_datasets(cursor)
@@ -69,7 +73,12 @@ class Routing(SQLSchema):
         return dataset.rows > 0 and (dataset.rows + adding > self.dataset_rows or old)
 
     def _add(
-        self, cursor: Any, jobs: Sequence[NewJob], marker: tuple[str, int, str | None, str | None]
+        self,
+        cursor: Any,
+        jobs: Sequence[NewJob],
+        marker: tuple[str, int, str | None, str | None],
+        counts: Mapping[str, RouteCounts],
+        origin: str,
     ) -> int:
         query_id, batch_id = marker[0], marker[1]
         self._begin(cursor)
@@ -122,14 +131,57 @@ class Routing(SQLSchema):
                 ),
                 rows_,
             )
+        failed = [
+            (target.first_id + target.rows + i, now, 0, FAILED, "transform", job.error)
+            for i, job in enumerate(jobs)
+            if job.error is not None
+        ]
+        if failed:
+            cursor.executemany(
+                self._sql(
+                    f"INSERT INTO job_state_transitions_{target.number} "
+                    "(job_id, time, attempt, state, error_type, response) "
+                    "VALUES (?, ?, ?, ?, ?, ?)"
+                ),
+                failed,
+            )
         self._execute(
             cursor,
             "UPDATE jobdb_datasets SET n_rows = ? WHERE number = ?",
             (target.rows + len(jobs), target.number),
         )
-        # 4. the marker
+        # 4. the counts: under the dataset row's lock, so a read then a write is safe
+        for destination, more in sorted(counts.items()):
+            if more:
+                self._add_counts(cursor, destination, origin, more, now)
+        # 5. the marker
         self._execute(cursor, self._upsert_marker(), (*marker, now))
         return len(jobs)
+
+    def _add_counts(
+        self, cursor: Any, destination: str, origin: str, more: RouteCounts, now: float
+    ) -> None:
+        key = (destination, origin)
+        self._execute(
+            cursor,
+            "SELECT 1 FROM jobdb_route_counts WHERE destination = ? AND origin = ?",
+            key,
+        )
+        values = (more.filtered, more.skipped, more.dropped, now)
+        if cursor.fetchone() is None:
+            self._execute(
+                cursor,
+                "INSERT INTO jobdb_route_counts (destination, origin, filtered, skipped, "
+                "dropped, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (*key, *values),
+            )
+        else:
+            self._execute(
+                cursor,
+                "UPDATE jobdb_route_counts SET filtered = filtered + ?, skipped = skipped + ?, "
+                "dropped = dropped + ?, updated_at = ? WHERE destination = ? AND origin = ?",
+                (*values, *key),
+            )
 
     def marker(self, query_id: str) -> int | None:
         """The last batch id committed for ``query_id``, or None."""

@@ -199,6 +199,13 @@ class SQLSchema(ABC):
             f"batch_id {t['id']} NOT NULL, stream {t['body']}, end_offsets {t['body']}, "
             f"committed_at {t['real']})",
         )
+        self._execute(
+            cursor,
+            "CREATE TABLE IF NOT EXISTS jobdb_route_counts (destination "
+            f"{t['text']} NOT NULL, origin {t['text']} NOT NULL, filtered {t['id']} NOT NULL, "
+            f"skipped {t['id']} NOT NULL, dropped {t['id']} NOT NULL, updated_at {t['real']} "
+            "NOT NULL, PRIMARY KEY (destination, origin))",
+        )
         self._connection.commit()
         self._create_batch_tables(cursor)
         self._add_marker_columns(cursor)
