@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import random
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -318,3 +321,48 @@ def test_a_transform_that_cannot_load_is_refused_at_start_in_one_line(
         Choosing.compile(spark, [crm])
     assert str(raised.value).startswith("destinations[0] (crm).transform: ")
     assert says in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_exactly_transform_prints_what_a_destination_would_get(tmp_path: Path) -> None:
+    (tmp_path / "shapes.py").write_text(SHAPES)
+    config = tmp_path / "exactly.toml"
+    config.write_text(
+        '[[destinations]]\nname = "shaped"\nurl = "http://127.0.0.1:9/s"\n'
+        "filter = \"type = 'track' and properties.revenue > 100\"\n"
+        'transform = "shapes:to_crm"\n'
+    )
+    events = [
+        {"messageId": "m00001", "type": "track", "properties": {"plan": "pro", "revenue": "150"}},
+        {"messageId": "m00002", "type": "track", "properties": {"plan": "pro", "revenue": 5}},
+        {"messageId": "m00004", "type": "track", "properties": {"plan": "free", "revenue": 500}},
+        {"messageId": "m00007", "type": "track", "properties": {"plan": "pro", "revenue": 500}},
+        {
+            "messageId": "m00008",
+            "type": "track",
+            "properties": {"revenue": 500},
+            "integrations": {"All": False},
+        },
+    ]
+    lines = [json.dumps(event) for event in events] + ["[1, 2]"]
+    (tmp_path / "events.jsonl").write_text("\n".join(lines) + "\n")
+    command = [sys.executable, "-m", "exactly", "--config", str(config), "transform", "shaped"]
+    done = subprocess.run(
+        [*command, str(tmp_path / "events.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "JDK_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"},
+    )
+    assert done.returncode == 0, done.stderr
+    printed = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(line.get("messageId"), line["outcome"]) for line in printed] == [
+        ("m00001", "sent"),
+        ("m00002", "filtered"),
+        ("m00004", "dropped"),
+        ("m00007", "failed"),
+        ("m00008", "skipped"),
+        (None, "invalid"),
+    ]
+    assert printed[0]["body"] == {"id": "m00001", "what": None, "plan": "pro"}
+    assert printed[3]["error"].startswith("ValueError: boom on 7")
+    assert printed[5]["error"] == "line 6 is not a JSON object"

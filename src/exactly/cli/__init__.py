@@ -169,6 +169,7 @@ def _register() -> None:
         sink,
         status,
         trace,
+        transform,
         up,
     )
 
@@ -192,6 +193,7 @@ def _register() -> None:
     app.command("pipeline", hidden=True)(up.pipeline)
     app.command("replay")(replay.replay)
     app.command("trace")(trace.trace)
+    app.command("transform")(transform.transform)
 
 
 _register()

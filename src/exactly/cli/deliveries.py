@@ -6,7 +6,7 @@ import json
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Column
@@ -38,7 +38,10 @@ def deliveries(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Per destination: queued, retrying, succeeded, discarded, expired, oldest queued, rate,
-    whether sending is paused, last error.
+    whether sending is paused, last error; and, when a destination filters or transforms,
+    the events not sent to it: filtered (its filter, sources or events), skipped (the event's
+    integrations object), dropped (its transform returned None), failed (its transform
+    failed; shown by exactly trace).
 
     Read from the JobDB's live datasets; jobs of archived (dropped) datasets are not counted. The
     rate is the deliveries of the last minute per second, beside the destination's ``rate`` limit.
@@ -171,6 +174,37 @@ def _print_table(found: dict[str, Summary], limits: dict[str, float | None]) -> 
     shown.print(states)
     shown.print()
     shown.print(flow)
+    chosen = _chosen_table(found)
+    if chosen is not None:
+        shown.print()
+        shown.print(chosen)
+
+
+def _chosen_table(found: dict[str, Summary]) -> Any:
+    """What routing did not send, by why, when any destination filters or transforms."""
+    from exactly.delivery.jobdb.base import FAILED
+
+    rows = [
+        (name, entry.states.get(FAILED, 0), entry.withheld) for name, entry in sorted(found.items())
+    ]
+    if not any(failed or withheld for _, failed, withheld in rows):
+        return None
+    chosen = table(
+        "destination",
+        *(
+            Column(header, justify="right")
+            for header in ("filtered", "skipped", "dropped", "failed")
+        ),
+    )
+    for name, failed, withheld in rows:
+        chosen.add_row(
+            name,
+            count(withheld.filtered),
+            count(withheld.skipped),
+            count(withheld.dropped),
+            count(failed),
+        )
+    return chosen
 
 
 def _jobdb_file(url: str) -> Path | None:

@@ -171,7 +171,8 @@ def _destinations(document: dict[str, Any]) -> str:
                     figure(document, f"{at}.per_second", "r"),
                     figure(document, f"{at}.sending", "t"),
                     figure(document, f"{at}.last_error", "t"),
+                    figure(document, f"{at}.not_sent", "t"),
                 ]
             )
         )
-    return "\n".join(rows) or '<tr><td colspan="10">no destinations configured</td></tr>'
+    return "\n".join(rows) or '<tr><td colspan="11">no destinations configured</td></tr>'

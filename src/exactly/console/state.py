@@ -464,7 +464,14 @@ def with_parts(stages: list[dict[str, Any]], parts: list[dict[str, Any]]) -> lis
 def destination_entry(entry: Summary, archived: int = 0) -> dict[str, Any]:
     """One destination from its JobDB :class:`~exactly.delivery.jobdb.base.Summary` and the jobs
     that succeeded in its archived datasets."""
-    from exactly.delivery.jobdb.base import AWAITING_RETRY, DISCARDED, EXPIRED, SUCCEEDED
+    from exactly.delivery.jobdb.base import (
+        AWAITING_RETRY,
+        DISCARDED,
+        EXPIRED,
+        FAILED,
+        SUCCEEDED,
+    )
+    from exactly.delivery.status import not_sent
 
     states = entry.states
     age = entry.oldest_pending_seconds
@@ -475,6 +482,11 @@ def destination_entry(entry: Summary, archived: int = 0) -> dict[str, Any]:
         "succeeded": states.get(SUCCEEDED, 0) + archived,
         "discarded": states.get(DISCARDED, 0),
         "expired": states.get(EXPIRED, 0),
+        "failed": states.get(FAILED, 0),  # its transform failed on the event
+        "filtered": entry.withheld.filtered,
+        "skipped": entry.withheld.skipped,  # by the event's integrations object
+        "dropped": entry.withheld.dropped,  # its transform returned None
+        "not_sent": not_sent(entry),  # the four above, in words
         "oldest_queued_seconds": None if age is None else round(age, 1),
         "per_second": round(entry.rate_per_second, 1),
         "last_error": entry.last_error,

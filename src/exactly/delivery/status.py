@@ -47,7 +47,26 @@ def render(destinations: list[Summary], url: str, data_dir: Path) -> str:
                 "    ",
             )
         )
+        said = not_sent(entry)
+        if said is not None:
+            lines.append(wrap(f"    not sent: {said}", "      "))
         if entry.last_error:
             error = " ".join(entry.last_error.split())[:160]
             lines.append(wrap(f"    last error: {error}", "      "))
     return "\n".join(lines)
+
+
+def not_sent(entry: Summary) -> str | None:
+    """The events routing chose not to send to a destination, by why, in words; None when
+    there are none."""
+    from exactly.delivery.jobdb.base import FAILED
+
+    withheld = entry.withheld
+    parts = [
+        (withheld.filtered, "filtered"),
+        (withheld.skipped, "skipped"),
+        (withheld.dropped, "dropped"),
+        (entry.states.get(FAILED, 0), "failed"),
+    ]
+    said = [f"{count:,} {why}" for count, why in parts if count]
+    return ", ".join(said) or None
