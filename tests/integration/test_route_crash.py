@@ -6,10 +6,16 @@ The route runs are real Spark job processes (``tests/route_job_child.py``, the s
 Spark's, so the next run replays a batch the JobDB already holds. Meanwhile a thread starts
 ``exactly deliver`` and SIGKILLs it once it is sending (0 to 0.3 s after the receivers got a
 request of its own), twenty times, while two of the three receivers flip between 503 and 200.
-Afterwards one route run catches up and one director drains:
+Two destinations choose and shape: ``filtered`` has a Spark SQL ``filter``, ``shaped`` a
+Python ``transform`` beside the config (it drops some events and fails on others), and some
+events carry a Segment ``integrations`` object that leaves destinations out. Afterwards one route
+run catches up and one director drains:
 
-* the JobDB holds exactly one job per (event, matching destination), all succeeded;
-* every receiver got 2xx for exactly the events its destination's filters match;
+* the JobDB holds exactly one job per (event, destination that takes it), all succeeded but the
+  events the transform failed on (``failed``, never sent); the counts of events filtered,
+  skipped and dropped are each counted once, whatever the replays;
+* every receiver got 2xx for exactly the events its destination takes, ``shaped`` the body the
+  transform makes of each;
 * a message succeeds twice at a destination only if it was ``executing`` there at a director's
   kill, once more per such kill (``tests/requests_in_flight.py``), and at most kills x requests
   it may have out in all;
@@ -30,12 +36,14 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 from standardwebhooks.webhooks import Webhook
 
 from exactly.delivery.jobdb import open_jobdb
-from exactly.delivery.jobdb.base import SUCCEEDED
+from exactly.delivery.jobdb.base import FAILED, SUCCEEDED, RouteCounts
 from exactly.log import Log, open_log
 from tests.aggregate_stream import EventStream, append
 from tests.batches_in_flight import Checkpoints
@@ -55,7 +63,23 @@ FILTERS = {  # destination: (sources, events), as in the config below
     "all": (None, None),
     "orders": (None, ["Order Completed"]),
     "ios": (["ios"], None),
+    "filtered": (None, None),
+    "shaped": (None, None),
 }
+CHOOSING = {  # the two that choose and shape, as in the config below
+    "filtered": "filter = \"properties.plan = 'pro' or properties.revenue > 100\"\n",
+    "shaped": 'filter = "type = \'track\'"\ntransform = "shapes:to_crm"\n',
+}
+SHAPES = """
+def to_crm(event):
+    properties = event.get("properties") or {}
+    if properties.get("plan") == "free":
+        return None
+    if event["messageId"].endswith(("7", "b")):
+        raise ValueError("no crm id for " + event["messageId"])
+    return {"messageId": event["messageId"], "plan": properties.get("plan"), "kind": event["type"]}
+"""
+INTEGRATIONS = ({"All": False, "filtered": True}, {"shaped": False}, {"orders": False})
 
 
 def config(path: Path, urls: dict[str, str]) -> Path:
@@ -66,23 +90,94 @@ def config(path: Path, urls: dict[str, str]) -> Path:
             f'timeout = "1s"\nmax_in_flight = {MAX_IN_FLIGHT}\n'
             + (f"sources = {json.dumps(sources)}\n" if sources else "")
             + (f"events = {json.dumps(events)}\n" if events else "")
+            + CHOOSING.get(name, "")
             + '[destinations.backoff]\nmin = "50ms"\nmax = "300ms"\n'
         )
     path.write_text(text)
+    (path.parent / "shapes.py").write_text(SHAPES)
     return path
 
 
-def expected(values: list[bytes]) -> dict[str, set[str]]:
-    """Per destination, the message ids its filters take (plain Python, not the route code)."""
-    out: dict[str, set[str]] = {name: set() for name in FILTERS}
-    for value in values:
-        event = json.loads(value)
-        for name, (sources, events) in FILTERS.items():
-            if (sources is None or event["sourceId"] in sources) and (
-                events is None or event.get("event") in events
-            ):
-                out[name].add(event["messageId"])
+def with_integrations(records: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+    """Every fifth event with an integrations object that leaves some destinations out."""
+    out = []
+    for message_id, value in records:
+        number = int(message_id.encode().hex(), 16)
+        if number % 5 == 0:
+            event = json.loads(value)
+            event["integrations"] = INTEGRATIONS[number // 5 % len(INTEGRATIONS)]
+            value = json.dumps(event).encode()
+        out.append((message_id, value))
     return out
+
+
+def takes(integrations: dict[str, Any] | None, name: str) -> bool:
+    """Segment's rule, written again (a key false, or no key and All false, leaves it out)."""
+    if integrations is None:
+        return True
+    if integrations.get(name) is not None:
+        return integrations[name] is not False
+    return integrations.get("All") is not False
+
+
+def chooses(name: str, event: dict[str, Any]) -> bool:
+    sources, events = FILTERS[name]
+    if sources is not None and event["sourceId"] not in sources:
+        return False
+    if events is not None and event.get("event") not in events:
+        return False
+    if name == "filtered":
+        revenue = event["properties"].get("revenue")
+        if isinstance(revenue, str):
+            try:
+                revenue = float(revenue)
+            except ValueError:
+                revenue = None
+        number = isinstance(revenue, int | float) and not isinstance(revenue, bool)
+        return event["properties"]["plan"] == "pro" or (number and revenue > 100)
+    return name != "shaped" or event["type"] == "track"
+
+
+class Truth:
+    """What each destination must get, worked out in plain Python (not the route's code)."""
+
+    def __init__(self, values: list[bytes]) -> None:
+        namespace: dict[str, Any] = {}
+        exec(SHAPES, namespace)  # the test's own transform, as the route imports it
+        to_crm = namespace["to_crm"]
+        self.ids: dict[str, set[str]] = {name: set() for name in FILTERS}
+        self.failed: set[str] = set()
+        self.bodies: dict[str, bytes] = {}
+        self.counts: dict[str, RouteCounts] = {}
+        for name in FILTERS:
+            filtered = skipped = dropped = 0
+            for value in values:
+                event = json.loads(value)
+                message_id = event["messageId"]
+                if not chooses(name, event):
+                    filtered += 1
+                elif not takes(event.get("integrations"), name):
+                    skipped += 1
+                elif name != "shaped":
+                    self.ids[name].add(message_id)
+                else:
+                    try:
+                        body = to_crm(event)
+                    except ValueError:
+                        self.failed.add(message_id)
+                        continue
+                    if body is None:
+                        dropped += 1
+                    else:
+                        self.ids[name].add(message_id)
+                        self.bodies[message_id] = orjson.dumps(body)
+            if filtered or skipped or dropped:
+                self.counts[name] = RouteCounts(filtered, skipped, dropped)
+
+    def states(self) -> dict[str, dict[str, int]]:
+        found = {name: {SUCCEEDED: len(ids)} for name, ids in self.ids.items() if ids}
+        found["shaped"][FAILED] = len(self.failed)
+        return found
 
 
 class Verifier:
@@ -189,7 +284,7 @@ def test_route_and_deliver_killed_20_times_each_deliver_every_event(
         return {KILL_AFTER_COMMIT: str(starts % 3 + 1)} if starts in (3, 8, 13, 18) else {}
 
     def grow(log: Log) -> None:
-        records = list(stream.chunk(4))
+        records = with_integrations(list(stream.chunk(4)))
         values.extend(value for _, value in records)
         append(log, "events", PARTITIONS, records)
 
@@ -197,9 +292,23 @@ def test_route_and_deliver_killed_20_times_each_deliver_every_event(
         Receiver(delay=0.02) as steady,
         Receiver(delay=0.02) as orders,
         Receiver(delay=0.02) as ios,
+        Receiver(delay=0.02) as filtered,
+        Receiver(delay=0.02) as shaped,
     ):
-        receivers = {"all": steady, "orders": orders, "ios": ios}
-        urls = {"all": steady.url + "/ok", "orders": orders.url + "/flap", "ios": ios.url + "/flap"}
+        receivers = {
+            "all": steady,
+            "orders": orders,
+            "ios": ios,
+            "filtered": filtered,
+            "shaped": shaped,
+        }
+        urls = {
+            "all": steady.url + "/ok",
+            "orders": orders.url + "/flap",
+            "ios": ios.url + "/flap",
+            "filtered": filtered.url + "/ok",
+            "shaped": shaped.url + "/flap",
+        }
         config_path = config(tmp_path / "exactly.toml", urls)
         with open_log(log_url) as log:
             log.create_topic("events", PARTITIONS)
@@ -212,7 +321,7 @@ def test_route_and_deliver_killed_20_times_each_deliver_every_event(
             while flapping.is_set():
                 time.sleep(director_rng.uniform(0.1, 0.5))
                 orders.down = not orders.down
-                ios.down = not orders.down
+                ios.down = shaped.down = not orders.down
 
         verifiers = {name: Verifier(receiver) for name, receiver in receivers.items()}
 
@@ -247,7 +356,7 @@ def test_route_and_deliver_killed_20_times_each_deliver_every_event(
             checking.join(30)
         assert directors.failure is None, directors.failure
         assert not directors.thread.is_alive()
-        orders.down = ios.down = False
+        orders.down = ios.down = shaped.down = False
         final = subprocess.run(
             [*directors.command, "--until-drained"], capture_output=True, timeout=300
         )
@@ -256,15 +365,19 @@ def test_route_and_deliver_killed_20_times_each_deliver_every_event(
             verifier.check()
         took = time.monotonic() - began
 
-        truth = expected(values)
+        truth = Truth(values)
         with open_jobdb(jobdb) as db:
-            assert db.states() == {name: {SUCCEEDED: len(ids)} for name, ids in truth.items()}
-        duplicates = {name: verifiers[name].duplicates(truth[name]) for name in FILTERS}
+            assert db.states() == truth.states()
+            assert db.route_counts() == truth.counts  # each counted once, replays and all
+        assert truth.ids["filtered"] and truth.ids["shaped"] and truth.failed
+        duplicates = {name: verifiers[name].duplicates(truth.ids[name]) for name in FILTERS}
+        assert verifiers["shaped"].bodies == truth.bodies  # the transform's body, once made
         # per message: a copy only for each kill that found it executing
         directors.requests.check_duplicates({n: r.successes() for n, r in receivers.items()})
     total = sum(duplicates.values())
     print(
-        f"{len(values)} events, jobs { ({n: len(i) for n, i in truth.items()}) }; route SIGKILLed "
+        f"{len(values)} events, jobs { ({n: len(i) for n, i in truth.ids.items()}) }, "
+        f"{len(truth.failed)} failed, not sent {truth.counts}; route SIGKILLed "
         f"{KILLS + SELF_KILLS - self_kills} times + {self_kills} self-kills after a JobDB commit, "
         f"deliver {directors.kills} times, in {took:.0f} s; executing at the director's kills "
         f"{sum(directors.requests.left_executing.values())}, duplicates {duplicates}"
