@@ -1,13 +1,16 @@
 """The route query's events/s: ``events`` into a sqlite JobDB, one job per event.
 
-    .venv/bin/python bench/route.py [--events 300000] [--per-batch 50000]
+    .venv/bin/python bench/route.py [--events 300000] [--per-batch 50000] [--shape MODE]
 
 ``bench/aggregate.py``'s fill (the demo's events, ~300 B, 4 partitions of the embedded sqlite
 log), then the route query as ``exactly route --until-caught-up`` runs it (one Spark session,
 ``local[2]``, micro-batches of ``--per-batch`` records) with one destination that takes every
 event, into an empty sqlite JobDB. Prints the steady rate: the events of the micro-batches after
-the first over the time since the first ended. The ``exactly`` imported is the first on
-``PYTHONPATH``, so two checkouts compare in turn with ``bench/pairs.py``.
+the first over the time since the first ended. ``--shape`` gives the destination a ``filter``
+true for every event (``filter``: ``type is not null``) or also a Python ``transform`` that
+copies three fields (``transform``), so the three runs make the same jobs; ``none``: neither.
+The ``exactly`` imported is the first on ``PYTHONPATH``, so two checkouts compare in turn with
+``bench/pairs.py``.
 """
 
 from __future__ import annotations
@@ -26,18 +29,30 @@ from exactly.delivery import route
 from exactly.delivery.jobdb import open_jobdb
 from exactly.spark.session import build_session
 
+SHAPES = {
+    "none": "",
+    "filter": 'filter = "type is not null"\n',
+    "transform": 'filter = "type is not null"\ntransform = "bench_shapes:shape"\n',
+}
+TRANSFORM = """
+def shape(event):
+    return {"id": event["messageId"], "type": event["type"], "user": event.get("userId")}
+"""
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=300_000)
     parser.add_argument("--per-batch", type=int, default=50_000)
+    parser.add_argument("--shape", choices=SHAPES, default="none")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="exactly-route-") as work:
         home = Path(work)
         (home / "exactly.toml").write_text(
             f'data_dir = "{home / "data"}"\n'
-            '[[destinations]]\nname = "all"\nurl = "http://127.0.0.1:9/in"\n'
+            '[[destinations]]\nname = "all"\nurl = "http://127.0.0.1:9/in"\n' + SHAPES[args.shape]
         )
+        (home / "bench_shapes.py").write_text(TRANSFORM)
         settings = load_settings(home / "exactly.toml")
         fill(settings.log_url, args.events)
         spark = build_session(settings, app_name="bench-route")
@@ -55,7 +70,7 @@ def main() -> None:
     rate = sum(n for _, n in steady) / (steady[-1][0] - marks[0][0])
     assert jobs == args.events, (jobs, args.events)
     print(f"{len(marks)} micro-batches, {jobs:,} jobs", flush=True)
-    print(f"route {rate:,.0f} events/s")
+    print(f"route ({args.shape}) {rate:,.0f} events/s")
 
 
 if __name__ == "__main__":

@@ -5,12 +5,15 @@ installed PySpark, whose executors run a Python without ``exactly`` (the driver 
 Kafka-protocol log on Tansu; the redis dedupe store over two Redis servers; aggregates and the
 JobDB in a PostgreSQL database of the test's own; ``exactly up`` (collector, the Spark
 application, the director) with ``--master spark://...``; a real HTTP receiver; ``exactly audit``.
-Then the rocksdb store on the same cluster: ``exactly dedupe`` and ``exactly up`` refuse it.
+A third destination has a filter and a transform whose module sits only beside the config, so
+its arriving shaped proves the module was shipped to the workers. Then the rocksdb store on the
+same cluster: ``exactly dedupe`` and ``exactly up`` refuse it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -106,9 +109,28 @@ events = ["Order Completed"]
 [destinations.backoff]
 min = "200ms"
 max = "1s"
+
+[[destinations]]
+name = "shaped"
+url = "{receiver}/shaped"
+filter = "type = 'track' and event = 'Order Completed'"
+transform = "shapes:to_crm"
+[destinations.backoff]
+min = "200ms"
+max = "1s"
 """
     )
+    # beside the config only: the executors' Python has neither it nor exactly (both shipped)
+    (directory / "shapes.py").write_text(SHAPES)
     return config
+
+
+SHAPES = """
+import platform
+
+def to_crm(event):
+    return {"messageId": event["messageId"], "crm": True, "python": platform.python_version()}
+"""
 
 
 class ClusterUp(UpService):
@@ -153,7 +175,8 @@ def wait_for(
     while time.monotonic() < deadline:
         delivered = set(receiver.successes("/ok")) >= ids
         ordered = set(receiver.successes("/flaky/1")) >= orders
-        if delivered and ordered and counted(database) >= len(ids):
+        shaped = set(receiver.successes("/shaped")) >= orders
+        if delivered and ordered and shaped and counted(database) >= len(ids):
             return
         assert service.process is not None and service.process.poll() is None, service.stderr()
         time.sleep(1)
@@ -233,6 +256,11 @@ def test_pipeline_on_a_cluster_survives_a_lost_worker_and_a_killed_driver(
             # the director never died: a job once in the JobDB (exactly once, whatever the
             # driver's crash replayed) is sent until its first 2xx, and never after it
             assert max(got.values()) == 1, f"{path}: {sum(got.values()) - len(got)} copies"
+        shaped = [json.loads(r.body) for r in receiver.requests if r.path == "/shaped"]
+        assert {body["messageId"] for body in shaped} == orders
+        assert all(
+            body["crm"] is True and set(body) == {"messageId", "crm", "python"} for body in shaped
+        )
         service.kill()
 
         # The rocksdb store on this cluster (two workers, two work dirs): refused with one line.
