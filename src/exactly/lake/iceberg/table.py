@@ -277,10 +277,13 @@ class IcebergTable(LakeTable):
 
     def optimize(self) -> Compaction:
         """Each day holding more than one data file rewritten as one, all days in one
-        transaction (a concurrent append makes it fail: run it again)."""
+        transaction (a concurrent append makes it fail: run it again); a table of Segment's
+        layout, which has no partition, rewritten whole once it has more than one file."""
         table = self._table()
         if table is None:
             return Compaction(0, 0)
+        if self.partition is None:
+            return self._optimize_whole(table)
         files = table.inspect.files().select(["partition"]).to_pylist()
         per_day: dict[Any, int] = {}
         for row in files:
@@ -298,6 +301,17 @@ class IcebergTable(LakeTable):
         except CommitFailedException as error:
             raise LakeConflict(f"lake table {self.url}: optimize lost to a commit") from error
         return Compaction(sum(per_day[day] for day in days), len(days))
+
+    def _optimize_whole(self, table: Table) -> Compaction:
+        count = len(table.inspect.files())
+        if count <= 1:
+            return Compaction(0, 0)
+        try:
+            with table.transaction() as transaction:
+                transaction.overwrite(table.scan().to_arrow())
+        except CommitFailedException as error:
+            raise LakeConflict(f"lake table {self.url}: optimize lost to a commit") from error
+        return Compaction(count, 1)
 
     def vacuum(self, older_than: timedelta) -> list[str]:
         """Data files under the table's ``data/`` that no snapshot refers to."""
