@@ -63,7 +63,8 @@ from tests.batches_in_flight import Checkpoints
 from tests.conftest import require
 from tests.dedupe_stream import RAW, assert_deduplicated
 from tests.integration.test_aggregate import assert_exact
-from tests.integration.test_route_crash import FILTERS, expected
+from tests.integration.test_route_crash import LISTS as FILTERS
+from tests.integration.test_route_crash import expected
 from tests.job_child import kill_at_random_points
 from tests.jobdb import mysql_database, mysql_missing
 from tests.pipeline_job_child import KILL_AFTER_COMMIT

@@ -59,13 +59,12 @@ KILLS = 20
 SELF_KILLS = 4
 MAX_IN_FLIGHT = 4
 PARTITIONS = 2
-FILTERS = {  # destination: (sources, events), as in the config below
+LISTS = {  # destination: (sources, events), as in the config below
     "all": (None, None),
     "orders": (None, ["Order Completed"]),
     "ios": (["ios"], None),
-    "filtered": (None, None),
-    "shaped": (None, None),
 }
+FILTERS = {**LISTS, "filtered": (None, None), "shaped": (None, None)}
 CHOOSING = {  # the two that choose and shape, as in the config below
     "filtered": "filter = \"properties.plan = 'pro' or properties.revenue > 100\"\n",
     "shaped": 'filter = "type = \'track\'"\ntransform = "shapes:to_crm"\n',
@@ -96,6 +95,20 @@ def config(path: Path, urls: dict[str, str]) -> Path:
     path.write_text(text)
     (path.parent / "shapes.py").write_text(SHAPES)
     return path
+
+
+def expected(values: list[bytes]) -> dict[str, set[str]]:
+    """Per destination of :data:`LISTS`, the message ids its lists take (plain Python, not the
+    route code; the pipeline crash test's destinations)."""
+    out: dict[str, set[str]] = {name: set() for name in LISTS}
+    for value in values:
+        event = json.loads(value)
+        for name, (sources, events) in LISTS.items():
+            if (sources is None or event["sourceId"] in sources) and (
+                events is None or event.get("event") in events
+            ):
+                out[name].add(event["messageId"])
+    return out
 
 
 def with_integrations(records: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
