@@ -415,7 +415,8 @@ def _delivery(
             state = "executing"
             continue
         if step["state"] in ("archiving", "archived"):
-            state = step["state"] if state not in ("succeeded", "discarded", "expired") else state
+            terminal = ("succeeded", "discarded", "expired", "failed")
+            state = step["state"] if state not in terminal else state
             continue
         state = step["state"]
         latency = None if started is None else round((step["time"] - started) * 1000, 1)
