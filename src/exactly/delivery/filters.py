@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from exactly.errors import ConfigError
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from exactly.delivery.settings import DestinationSettings
 
@@ -187,11 +187,26 @@ def _leaf_kinds(spark: SparkSession, root: _Node, conditions: Sequence[str]) -> 
     as a condition, ``boolean``; else text."""
     from pyspark.sql import functions as F
 
-    frame = spark.createDataFrame([], _schema(root, typed=False))
+    frame = _empty(spark, _schema(root, typed=False))
 
     for condition in conditions:
         analysed = frame.select(F.expr(condition))._jdf.queryExecution().analyzed()
         _walk(analysed.projectList().apply(0), root)
+
+
+def _empty(spark: SparkSession, ddl: str) -> DataFrame:
+    """No rows, with the columns of ``ddl``, made in the JVM alone: ``createDataFrame`` would
+    wrap a Python function, which races with ``exactly up``'s other queries starting in threads
+    of the same driver (PySpark iterates the context's environment unlocked)."""
+    from pyspark.sql import functions as F
+
+    parsed = F.from_json(F.lit("{}"), f"struct<{_struct_fields(ddl)}>").alias("e")
+    return spark.range(0).select(parsed).select("e.*")
+
+
+def _struct_fields(ddl: str) -> str:
+    """``a string, b double`` as the fields of a struct type: ``a: string, b: double``."""
+    return re.sub(r"`([^`]*)` ", r"`\1`: ", ddl)
 
 
 def _walk(node: Any, root: _Node) -> None:
@@ -261,7 +276,7 @@ def compile_filters(spark: SparkSession, destinations: Sequence[DestinationSetti
     written = [condition for condition in conditions if condition is not None]
     with contextlib.suppress(PySparkException):  # the check below names the one that fails
         _leaf_kinds(session, root, written)
-    frame = session.createDataFrame([], _schema(root, typed=True))
+    frame = _empty(session, _schema(root, typed=True))
     for index, destination in enumerate(destinations):
         if destination.filter is None:
             continue

@@ -41,8 +41,10 @@ if TYPE_CHECKING:
 SENT, DROPPED, FAILED = 0, 1, 2
 RESULT = "struct<outcome: tinyint, body: binary, error: string>"
 MAX_ERROR = 200  # characters of an error kept with its job
+SHIPPED = "exactly-transform"  # the name of the zips shipped to the executors
 Shape = Callable[[dict[str, Any]], Any]
 _loaded: dict[tuple[str, str, str | None], Shape] = {}  # per process (a Python worker's too)
+_directories: set[Path] = set()  # the config directories modules were imported from
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,9 @@ def resolve(index: int, destination: DestinationSettings) -> Transform:
     where = f"destinations[{index}] ({destination.name}).transform"
     module, _, function = destination.transform.partition(":")
     directory = _beside(destination.transform_dir, module)
-    if directory is None and importlib.util.find_spec(module.split(".")[0]) is None:
+    if directory is None:
+        _forget_elsewhere(Transform(module, function, ""))  # one beside another config
+    if directory is None and not _importable(module.split(".")[0]):
         beside = destination.transform_dir or Path.cwd()
         raise ConfigError(
             f"{where}: {module.split('.')[0]}.py is not in {beside}, and no module "
@@ -118,6 +122,8 @@ def load(transform: Transform) -> Shape:
     with _path(transform.directory):
         _forget_elsewhere(transform)
         module = importlib.import_module(transform.module)
+    if transform.directory is not None:
+        _directories.add(Path(transform.directory).resolve())
     function = getattr(module, transform.function, None)
     if function is None:
         raise ConfigError(f"{transform.module} has no {transform.function}")
@@ -129,16 +135,31 @@ def load(transform: Transform) -> Shape:
 
 
 def _forget_elsewhere(transform: Transform) -> None:
-    """Drop a module of the same name imported before from another place (another config's
-    ``shapes.py``), so the one beside this config is imported."""
+    """Drop a module of the same name imported before from another config's directory, or
+    from a zip shipped for one (``addPyFile`` puts it on this process's path too), so the one
+    beside this config (``directory``; ``""``: none) is imported, or looked for anew."""
     if transform.directory is None:
         return
     top = transform.module.split(".")[0]
-    inside = Path(transform.directory)
     for name in [name for name in sys.modules if name == top or name.startswith(f"{top}.")]:
         origin = getattr(sys.modules[name], "__file__", None)
-        if origin is None or not Path(origin).resolve().is_relative_to(inside):
+        if origin is None:
+            continue
+        found = Path(origin).resolve()
+        inside = bool(transform.directory) and found.is_relative_to(Path(transform.directory))
+        if not inside and (found.parent in _directories or _shipped(origin)):
             del sys.modules[name]
+
+
+def _shipped(origin: str | None) -> bool:
+    """Whether ``origin`` is inside a zip :func:`ship` made."""
+    return origin is not None and f"{SHIPPED}-" in origin
+
+
+def _importable(module: str) -> bool:
+    """Whether ``import module`` finds it, other than in a zip shipped for another config."""
+    spec = importlib.util.find_spec(module)
+    return spec is not None and not _shipped(spec.origin)
 
 
 def one_line(error: BaseException) -> str:
@@ -175,7 +196,7 @@ def ship(spark: SparkSession, transforms: Sequence[Transform]) -> None:
         if source is None or source in shipped:
             continue
         shipped.add(source)
-        zipped = tree_zip(scratch, source, f"transform-{source.stem}")
+        zipped = tree_zip(scratch, source, f"{SHIPPED}-{source.stem}")
         spark.sparkContext.addPyFile(str(zipped))
 
 
