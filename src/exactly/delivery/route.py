@@ -3,15 +3,18 @@
 A Spark streaming query from the ``exactly`` source with ``foreachBatch``. Per micro-batch:
 
 1. Spark records the batch's offset range in its checkpoint (``offsets/<batch id>``);
-2. the events that some destination's ``sources`` and ``events`` filters match are collected to
-   the driver, in log order (partition, offset), with their stored JSON;
-3. :func:`jobs_for` makes one :class:`~exactly.delivery.jobdb.base.NewJob` per (event, matching
-   destination): the payload is the event's JSON as kept in ``events``, the message id its
-   ``messageId``, the destination its name (never its URL or headers: the director resolves
-   those when it sends), the expiry now + the destination's ``expire``;
-4. the jobs and the marker (query id, batch id, the stream, the end offsets of step 1) commit in
-   one JobDB transaction (:meth:`~exactly.delivery.jobdb.faces.RouterJobs.add`); a marker at or
-   past the batch id means a replay: nothing is added;
+2. the events some destination takes (its ``sources``, ``events`` and ``filter``, and the
+   event's ``integrations``: :mod:`exactly.delivery.choosing`) are collected to the driver, in
+   log order (partition, offset), with their stored JSON and, for a destination with a
+   ``transform``, its outcome; the others are only counted;
+3. :func:`jobs_for` makes one :class:`~exactly.delivery.jobdb.base.NewJob` per (event,
+   destination that takes it): the payload is the event's JSON as kept in ``events`` (or the
+   transform's body), the message id its ``messageId``, the destination its name (never its URL
+   or headers: the director resolves those when it sends), the expiry now + the destination's
+   ``expire``;
+4. the jobs, the counts and the marker (query id, batch id, the stream, the end offsets of step
+   1) commit in one JobDB transaction (:meth:`~exactly.delivery.jobdb.faces.RouterJobs.add`);
+   a marker at or past the batch id means a replay: nothing is added;
 5. Spark commits the batch (``commits/<batch id>``).
 
 A crash anywhere repeats at most the last batch, whose marker stops it at 4. A JobDB that fails
