@@ -12,6 +12,7 @@ connection per JobDB, used under a mutex.
 from __future__ import annotations
 
 import contextlib
+import random
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -25,6 +26,7 @@ from exactly.errors import JobDBError
 
 MARKER_COLUMNS = "query_id, batch_id, stream, end_offsets, committed_at"
 JOINED_COLUMNS = ", ".join(f"j.{column}" for column in JOB_COLUMNS.split(", "))
+SCHEMA_ATTEMPTS = 8  # passes at creating the JobDB's tables while others create them too
 
 
 class SQLSchema(ABC):
@@ -173,16 +175,17 @@ class SQLSchema(ABC):
         together (``exactly up`` starting the route query and its directors) race to create
         the same tables, and PostgreSQL fails all but one of concurrent ``CREATE TABLE IF NOT
         EXISTS`` with a unique violation in its catalog; every statement is idempotent, so the
-        next pass finds the tables the winner made."""
-        for attempt in range(1, 4):
+        next pass finds the tables the winner made. Each pass may lose on another table (eight
+        processes, seven tables), so it tries up to eight times, at jittered intervals."""
+        for attempt in range(1, SCHEMA_ATTEMPTS + 1):
             try:
                 self._create_schema()
                 return
             except Exception:
                 self._connection.rollback()
-                if attempt == 3:
+                if attempt == SCHEMA_ATTEMPTS:
                     raise
-                time.sleep(0.05 * attempt)
+                time.sleep(random.uniform(0.02, 0.05 * attempt))
 
     def _create_schema(self) -> None:
         t = self.types
