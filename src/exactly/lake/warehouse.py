@@ -103,6 +103,7 @@ class Warehouse:
         self, events: LakeTable, *, limits: Limits | None = None, workers: int = 4
     ) -> None:
         self.events = events
+        self.owns_events = False  # closed with the warehouse only when it opened it (open)
         self.limits = limits or Limits()
         self.can_widen = events.can_widen
         self.workers = workers if events.parallel_commits else 1
@@ -113,7 +114,9 @@ class Warehouse:
     def open(cls, events_url: str, **options: Any) -> Warehouse:
         """The warehouse beside the events table at ``events_url``
         (:func:`~exactly.lake.open_table`'s URLs)."""
-        return cls(open_table(events_url), **options)
+        warehouse = cls(open_table(events_url), **options)
+        warehouse.owns_events = True
+        return warehouse
 
     def table(self, name: str) -> LakeTable:
         """The table ``name`` of the layout, opened once."""
@@ -257,7 +260,8 @@ class Warehouse:
         for table in self._tables.values():
             table.close()
         self._tables.clear()
-        self.events.close()
+        if self.owns_events:  # the lake query's table is its caller's to close
+            self.events.close()
 
     def __enter__(self) -> Warehouse:
         return self
