@@ -43,6 +43,9 @@ import orjson
 
 KIND_ORDER = ("timestamp", "double", "bigint", "boolean", "string")  # ties go to the first
 _LOW, _HIGH = -(2**63), 2**63 - 1
+_UNSEEN = object()
+_INSTANTS_KEPT = 100_000  # texts whose time (or none) is kept for the next ask
+_instants: dict[str, datetime | None] = {}
 _INSTANT = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}(:[0-9]{2}([.,][0-9]{1,9})?)?"
     r"([Zz]|[+-][0-9]{2}(:?[0-9]{2})?)?"
@@ -50,7 +53,24 @@ _INSTANT = re.compile(
 
 
 def instant(text: str) -> datetime | None:
-    """``text`` as a UTC time when it is an ISO-8601 date and time of day, else None."""
+    """``text`` as a UTC time when it is an ISO-8601 date and time of day, else None.
+
+    A value is asked about several times as its batch is shaped (its kind counted, checked
+    against its column, stored), so the times found are kept for the next asks (a bounded
+    dict, emptied when full); most text is not a time and is told so by its first characters.
+    """
+    if len(text) < 16 or text[4] != "-" or not text[0].isdigit():
+        return None
+    found = _instants.get(text, _UNSEEN)
+    if found is not _UNSEEN:
+        return found  # type: ignore[return-value]
+    if len(_instants) >= _INSTANTS_KEPT:
+        _instants.clear()
+    found = _instants[text] = _parsed(text)
+    return found
+
+
+def _parsed(text: str) -> datetime | None:
     if not _INSTANT.fullmatch(text):
         return None
     try:

@@ -109,13 +109,25 @@ def snake(name: str) -> str:
 def leaves(value: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
     """Each scalar inside ``value`` with its path of original keys: objects are walked, an array
     is one leaf (its JSON text), null is kept (a caller decides what it means)."""
-    if isinstance(value, Mapping):
+    found: list[tuple[tuple[str, ...], Any]] = []
+    _leaves(value, path, found)
+    return iter(found)
+
+
+def _leaves(value: Any, path: tuple[str, ...], found: list[tuple[tuple[str, ...], Any]]) -> None:
+    """:func:`leaves` into ``found``: no generator per object (shaping walks every value)."""
+    if isinstance(value, dict):
         for key, inner in value.items():
-            yield from leaves(inner, (*path, str(key)))
+            _leaves(inner, (*path, str(key)), found)
+    elif value is None or isinstance(value, str | int | float):  # before the slower checks
+        found.append((path, value))
     elif isinstance(value, list | tuple):
-        yield path, json_text(value)
+        found.append((path, json_text(value)))
+    elif isinstance(value, Mapping):
+        for key, inner in value.items():
+            _leaves(inner, (*path, str(key)), found)
     else:
-        yield path, value
+        found.append((path, value))
 
 
 def flat_name(path: Sequence[str]) -> str:
@@ -205,10 +217,12 @@ def place(
 
     Nulls take no column. Of several values for one column the one kept is the same whatever
     their order (module docstring)."""
+    given = [found for found in values if found[2] is not None]
+    if len({column for column, _, _ in given}) == len(given):  # no column twice: the usual row
+        return {column: value for column, _, value in sorted(given, key=_first)}, {}
     by_column: dict[str, list[tuple[tuple[str, ...], Any]]] = {}
-    for column, path, value in values:
-        if value is not None:
-            by_column.setdefault(column, []).append((path, value))
+    for column, path, value in given:
+        by_column.setdefault(column, []).append((path, value))
     cells: dict[str, Any] = {}
     lost: dict[str, tuple[str, Any]] = {}
     for column, found in sorted(by_column.items()):
@@ -221,6 +235,10 @@ def place(
                 key += "#"
             lost[key] = (column, value)
     return cells, lost
+
+
+def _first(found: tuple[str, tuple[str, ...], Any]) -> str:
+    return found[0]
 
 
 def _is_snake(path: Sequence[str]) -> bool:

@@ -99,14 +99,18 @@ class Tally:
     @classmethod
     def of(cls, drafts: Sequence[Draft]) -> Tally:
         found = cls(len(drafts))
+        kinds, doubles = found.kinds, found.doubles
         for draft in drafts:
             for column, value in draft.cells.items():
                 kind = value_kind(value)
                 if kind is None:
                     continue
-                found.kinds.setdefault(column, Counter())[kind] += 1
-                if kind == "double" and column not in found.doubles and needs_double(value):
-                    found.doubles.add(column)
+                counts = kinds.get(column)  # not setdefault: a Counter made per cell costs
+                if counts is None:
+                    counts = kinds[column] = Counter()
+                counts[kind] += 1
+                if kind == "double" and column not in doubles and needs_double(value):
+                    doubles.add(column)
         return found
 
     def add(self, other: Tally) -> Tally:
@@ -179,19 +183,19 @@ def typed(table: str, drafts: Sequence[Draft], columns: Columns) -> TableBatch:
     # 3. cells
     rejects: Counter[str] = Counter()
     rejected = [{key: value for key, (_, value) in draft.lost.items()} for draft in drafts]
-    for draft, kept in zip(drafts, rejected, strict=True):
+    # one pass over the cells a row has (not over every column of every row: rows are sparse)
+    cells: dict[str, list[Any]] = {column: [None] * len(drafts) for column in kinds}
+    for at, (draft, kept) in enumerate(zip(drafts, rejected, strict=True)):
         rejects.update(column for column, _ in draft.lost.values())
         for column, value in draft.cells.items():
-            if value is not None and (column not in kinds or not fits(value, kinds[column])):
+            if value is None:
+                continue
+            kind = kinds.get(column)
+            if kind is None or not fits(value, kind):
                 kept[column] = value
                 rejects[column] += 1
-    cells = {
-        column: [
-            None if column in kept else cell(draft.cells.get(column), kind)
-            for draft, kept in zip(drafts, rejected, strict=True)
-        ]
-        for column, kind in kinds.items()
-    }
+            elif column not in kept:
+                cells[column][at] = cell(value, kind)
     cells[REJECTED] = [json_text(kept) if kept else None for kept in rejected]
     schema = pa.schema([pa.field(column, KINDS[kind]) for column, kind in kinds.items()])
     rows = pa.Table.from_pydict(cells, schema=schema)
