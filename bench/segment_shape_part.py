@@ -15,10 +15,10 @@ import time
 from datetime import UTC, datetime
 
 import orjson
+from tests.warehouse_events import sdk_events
 
 from exactly.lake.segment.limits import Limits
 from exactly.lake.segment.parts import shape_part
-from tests.warehouse_events import sdk_events
 
 
 def main() -> None:
