@@ -134,7 +134,11 @@ class ArchiveError(ExactlyError):
 
 
 class PartKeepsDying(ExactlyError):
-    """A part of ``exactly up`` died ``patience`` times in a row soon after starting."""
+    """A part of ``exactly up`` died ``patience`` times in a row soon after starting, or once
+    refusing its configuration (:data:`CONFIG_REFUSED`)."""
+
+
+CONFIG_REFUSED = 78  # a part's exit status when it refuses its configuration (sysexits' EX_CONFIG)
 
 
 class LakeError(ExactlyError):

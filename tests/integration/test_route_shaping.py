@@ -8,10 +8,12 @@ transform is the same user module, imported directly).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -366,3 +368,35 @@ def test_exactly_transform_prints_what_a_destination_would_get(tmp_path: Path) -
     assert printed[0]["body"] == {"id": "m00001", "what": None, "plan": "pro"}
     assert printed[3]["error"].startswith("ValueError: boom on 7")
     assert printed[5]["error"] == "line 6 is not a JSON object"
+
+
+def test_exactly_up_stops_at_once_on_a_filter_it_cannot_run(tmp_path: Path) -> None:
+    """The pipeline part refuses the filter in one line, and ``up`` stops with it at its first
+    death, not after the restarts a crash gets."""
+    from tests.servers import free_port
+
+    config = tmp_path / "exactly.toml"
+    config.write_text(
+        f'data_dir = "{tmp_path / "data"}"\n[console]\nport = 0\n'
+        f'[collector]\nport = {free_port()}\n[collector.sources]\nweb = "key-0123"\n'
+        '[[destinations]]\nname = "crm"\nurl = "http://127.0.0.1:9/c"\nfilter = "userid = \'a\'"\n'
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "exactly", "--config", str(config), "up", "--no-live"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "JDK_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"},
+    )
+    try:
+        _, stderr = process.communicate(timeout=300)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 1, stderr
+    said = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(said) == 1, stderr
+    assert "the pipeline part refused the configuration" in said[0]
+    assert "events have no field 'userid'" in stderr
+    assert "times in a row" not in stderr

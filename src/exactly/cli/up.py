@@ -106,9 +106,15 @@ def pipeline(
 ) -> None:
     """The Spark part of `exactly up`: every stage the config enables (dedupe, aggregate, and
     route and the lake when configured) as queries of one application."""
+    from exactly.errors import CONFIG_REFUSED, ConfigError
+    from exactly.text import message
     from exactly.up.pipeline import run
 
-    run(with_master(ctx, master).settings, trigger_seconds)
+    try:
+        run(with_master(ctx, master).settings, trigger_seconds)
+    except ConfigError as error:  # a filter or transform refused: restarting cannot help
+        print(message(f"error: {error}"), file=sys.stderr)
+        sys.exit(CONFIG_REFUSED)
 
 
 def _console(

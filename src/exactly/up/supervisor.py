@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO
 
 from exactly.backoff import ceiling
-from exactly.errors import PartKeepsDying
+from exactly.errors import CONFIG_REFUSED, PartKeepsDying
 
 
 @dataclass(frozen=True)
@@ -140,6 +140,11 @@ class Supervisor:
         running.quick_deaths = running.quick_deaths + 1 if lasted < self.healthy_after else 1
         how = f"exit status {code}" if code >= 0 else f"signal {-code}"
         words = f": {running.last_words}" if running.last_words else ""
+        if code == CONFIG_REFUSED:  # the same configuration would be refused again
+            raise PartKeepsDying(
+                f"the {running.part.name} part refused the configuration{words}; see "
+                f"{self.log_dir / running.part.name}.log"
+            )
         if running.quick_deaths >= self.patience:
             raise PartKeepsDying(
                 f"the {running.part.name} part died {running.quick_deaths} times in a row, each "
