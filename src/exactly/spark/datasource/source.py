@@ -26,6 +26,7 @@ positions, not counts: on Kafka, transaction markers leave gaps that no record f
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -53,6 +54,7 @@ from exactly.log import LogRecord
 from exactly.spark.datasource import offsets
 from exactly.spark.datasource.options import SourceOptions, shared_log
 
+END_RECHECKS = 5  # reads of the ends, a second apart, before a partition behind stops a query
 SCHEMA_WITHOUT_HEADERS = (
     "partition int, offset bigint, key binary, value binary, timestamp timestamp"
 )
@@ -251,11 +253,24 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
         begin = offsets.from_json(start)
-        self._latest = shared_log(self.options.log).end_offsets(self.options.topic)
+        self._latest = self._ends_from(begin)
         end = offsets.limit_to(begin, offsets.advance(begin, self._latest), self._target)
         if isinstance(limit, ReadMaxRows):
             end = offsets.cap(begin, end, limit.max_rows)
         return offsets.to_json(end, self.options.read_tasks)
+
+    def _ends_from(self, begin: offsets.Offsets) -> offsets.Offsets:
+        """The topic's end offsets, read again for a few seconds while a partition seems to end
+        before ``begin``, where this query stopped: a Kafka-protocol broker restarting parts
+        under load once answered a partition's end as 0. A topic really deleted and recreated
+        still stops the query (:func:`~exactly.spark.datasource.offsets.advance`)."""
+        log = shared_log(self.options.log)
+        for _ in range(END_RECHECKS):
+            ends = log.end_offsets(self.options.topic)
+            if all(ends.get(partition, at) >= at for partition, at in begin.items()):
+                break
+            time.sleep(1.0)
+        return ends
 
     def reportLatestOffset(self) -> dict[str, int] | None:
         return None if self._latest is None else offsets.to_json(self._latest)
