@@ -87,29 +87,36 @@ class Choosing:
         return taken(F.col("integrations"), destination.name)
 
     def observed(self, parsed: DataFrame, observation: Observation) -> DataFrame:
-        """``parsed`` counting, per destination, the events filtered and skipped."""
+        """``parsed`` with ``chosen_i`` and ``wanted_i`` per destination, each evaluated once
+        per event, counting the events filtered and skipped of each."""
         from pyspark.sql import functions as F
 
+        count = len(self.destinations)
+        flagged = parsed.select(
+            "*",
+            *(self.chosen(index).alias(f"chosen_{index}") for index in range(count)),
+            *(self.wanted(index).alias(f"wanted_{index}") for index in range(count)),
+        )
         tallies: list[Column] = []
-        for index in range(len(self.destinations)):
-            chosen, wanted = self.chosen(index), self.wanted(index)
+        for index in range(count):
+            chosen, wanted = F.col(f"chosen_{index}"), F.col(f"wanted_{index}")
             tallies.append(F.sum((~chosen).cast("long")).alias(f"filtered_{index}"))
             tallies.append(F.sum((chosen & ~wanted).cast("long")).alias(f"skipped_{index}"))
-        return parsed.observe(observation, *tallies)
+        return flagged.observe(observation, *tallies)
 
-    def taken(self, parsed: DataFrame) -> DataFrame:
-        """The events some destination takes, with ``take_i`` per destination and
-        ``shaped_i`` per destination with a transform."""
+    def taken(self, observed: DataFrame) -> DataFrame:
+        """The events of :meth:`observed` some destination takes, with ``take_i`` per
+        destination and ``shaped_i`` per destination with a transform."""
         from pyspark.sql import functions as F
 
         takes = [
-            (self.chosen(index) & self.wanted(index)).alias(f"take_{index}")
+            (F.col(f"chosen_{index}") & F.col(f"wanted_{index}")).alias(f"take_{index}")
             for index in range(len(self.destinations))
         ]
         anyone = F.lit(False)
-        for take in takes:
-            anyone = anyone | take
-        flagged = parsed.select("*", *takes).where(anyone)
+        for index in range(len(self.destinations)):
+            anyone = anyone | F.col(f"take_{index}")
+        flagged = observed.select("*", *takes).where(anyone)
         shaped = [
             column(transform, F.col("value"), F.col(f"take_{index}")).alias(f"shaped_{index}")
             for index, transform in self.transforms.items()
