@@ -104,6 +104,10 @@ def test_a_transform_sends_a_dict_drops_none_and_fails_anything_else_alone() -> 
     def boom(_: dict[str, Any]) -> Any:
         raise ValueError("first\nsecond " + "x" * 500)
 
+    def leaves(_: dict[str, Any]) -> Any:
+        raise SystemExit(3)  # a transform calling sys.exit() fails its event, not the worker
+
+    assert shape_one(leaves, event) == (FAILED, None, "SystemExit: 3")
     outcome, _, error = shape_one(boom, event)
     assert outcome == FAILED and error == one_line(ValueError("first\nsecond " + "x" * 500))
     assert error is not None and "\n" not in error and len(error) <= 200

@@ -179,7 +179,7 @@ def shape_one(function: Shape, payload: bytes) -> tuple[int, bytes | None, str |
         if not isinstance(result, dict):
             return FAILED, None, f"the transform returned {type(result).__name__}, not a dict"
         return SENT, orjson.dumps(result), None
-    except Exception as error:  # noqa: BLE001 (the user's code: that event alone fails)
+    except (Exception, SystemExit) as error:  # noqa: BLE001 (the user's code: that event alone)
         return FAILED, None, one_line(error)
 
 
