@@ -79,6 +79,9 @@ def test_offsets_dense_and_ordered_per_partition(log: Log, topic: str) -> None:
     assert values(read_all(log, topic, 0)) == [b"a", b"b", b"c"]
     assert values(read_all(log, topic, 1)) == [b"x"]
     assert log.end_offsets(topic) == {0: 3, 1: 1}
+    assert log.start_offsets(topic) == {0: 0, 1: 0}  # nothing removed by retention
+    with pytest.raises(UnknownTopic):
+        log.start_offsets(f"{topic}-missing")
     assert [log.end_offset(topic, p) for p in (0, 1)] == [3, 1]
 
 

@@ -154,6 +154,7 @@ def one_line(error: Exception) -> str | None:
 def _register() -> None:
     from exactly.cli import (
         aggregate,
+        backfill,
         collect,
         copy,
         dedupe,
@@ -192,6 +193,7 @@ def _register() -> None:
     app.command("up")(up.up)
     app.command("pipeline", hidden=True)(up.pipeline)
     app.command("replay")(replay.replay)
+    app.command("backfill")(backfill.backfill)
     app.command("trace")(trace.trace)
     app.command("transform")(transform.transform)
 

@@ -33,6 +33,7 @@ import contextlib
 import json
 import sys
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -219,6 +220,70 @@ def dropped(events: EventColumns, destinations: Sequence[DestinationSettings]) -
     }
 
 
+def collect_jobs(
+    records: DataFrame, choosing: Choosing, now: float
+) -> tuple[EventColumns, list[NewJob], dict[str, RouteCounts]]:
+    """Steps 2 and 3 of the module docstring over ``records`` (``value``, ``partition``,
+    ``offset``): the events some destination of ``choosing`` takes, their jobs, and per
+    destination the events it was not sent. What a micro-batch of the route query and a chunk
+    of ``exactly backfill`` both do."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    # a value that does not fit a filter's comparison makes it null (nothing sent), not a
+    # failed batch: on this query's own session (foreachBatch's clone), not up's others
+    records.sparkSession.conf.set("spark.sql.ansi.enabled", "false")
+    # 2. the events some destination takes, in log order: collected as Arrow (no row objects
+    # to unpickle, no sort stage in Spark) and put in order here; the events none takes are
+    # only counted, by an observation of the same job
+    destinations = choosing.destinations
+    observation = Observation(f"route-{uuid.uuid4().hex}")
+    taken = choosing.taken(choosing.observed(choosing.parse(records), observation))
+    flags = [f"take_{index}" for index in range(len(destinations))]
+    shaped = [f"shaped_{index}" for index in choosing.transforms]
+    table = (
+        taken.select(
+            F.col("sourceId").alias("source"),
+            F.col("event").alias("name"),
+            F.col("messageId").alias("message_id"),
+            F.coalesce("userId", "anonymousId").alias("user_id"),
+            "value",
+            "partition",
+            "offset",
+            *flags,
+            *shaped,
+        )
+        .toArrow()
+        .sort_by([("partition", "ascending"), ("offset", "ascending")])
+    )
+    source, name, message_id, user_id, payload, partition, offset = (
+        table.column(column).to_pylist() for column in EVENT_COLUMNS
+    )
+    events = EventColumns(
+        source,
+        name,
+        message_id,
+        user_id,
+        payload,
+        partition,
+        offset,
+        takes=[table.column(flag).to_pylist() for flag in flags],
+        shaped={
+            index: [
+                None if found is None else Outcome(**found)
+                for found in table.column(f"shaped_{index}").to_pylist()
+            ]
+            for index in choosing.transforms
+        },
+    )
+    # 3. one job per (event, destination that takes it), and what was not sent, counted
+    jobs = jobs_for(events, destinations, now)
+    counts = choosing.counts(observation)
+    for name_, more in dropped(events, destinations).items():
+        counts[name_] = counts[name_] + RouteCounts(dropped=more)
+    return events, jobs, counts
+
+
 def configured_plan(
     settings: Settings,
     *,
@@ -277,65 +342,12 @@ class BatchRouter(BatchFunction):
         self.on_batch = on_batch
 
     def process(self, records: DataFrame, batch_id: int) -> None:
-        from pyspark.sql import Observation
-        from pyspark.sql import functions as F
-
-        # a value that does not fit a filter's comparison makes it null (nothing sent), not a
-        # failed batch: on this query's own session (foreachBatch's clone), not up's others
-        records.sparkSession.conf.set("spark.sql.ansi.enabled", "false")
-        # 2. the events some destination takes, in log order: collected as Arrow (no row
-        # objects to unpickle, no sort stage in Spark) and put in order here; the events none
-        # takes are only counted, by an observation of the same job
-        observation = Observation(f"route-{batch_id}")
-        parsed = self.choosing.observed(self.choosing.parse(records), observation)
-        taken = self.choosing.taken(parsed)
-        flags = [f"take_{index}" for index in range(len(self.plan.destinations))]
-        shaped = [f"shaped_{index}" for index in self.choosing.transforms]
-        table = (
-            taken.select(
-                F.col("sourceId").alias("source"),
-                F.col("event").alias("name"),
-                F.col("messageId").alias("message_id"),
-                F.coalesce("userId", "anonymousId").alias("user_id"),
-                "value",
-                "partition",
-                "offset",
-                *flags,
-                *shaped,
-            )
-            .toArrow()
-            .sort_by([("partition", "ascending"), ("offset", "ascending")])
-        )
-        source, name, message_id, user_id, payload, partition, offset = (
-            table.column(column).to_pylist() for column in EVENT_COLUMNS
-        )
-        events = EventColumns(
-            source,
-            name,
-            message_id,
-            user_id,
-            payload,
-            partition,
-            offset,
-            takes=[table.column(flag).to_pylist() for flag in flags],
-            shaped={
-                index: [
-                    None if found is None else Outcome(**found)
-                    for found in table.column(f"shaped_{index}").to_pylist()
-                ]
-                for index in self.choosing.transforms
-            },
-        )
-        # 3. one job per (event, destination that takes it), and what was not sent, counted
-        jobs = jobs_for(events, self.plan.destinations, time.time())
-        counts = self.choosing.counts(observation)
-        for name, more in dropped(events, self.plan.destinations).items():
-            counts[name] = counts[name] + RouteCounts(dropped=more)
+        events, jobs, counts = collect_jobs(records, self.choosing, time.time())
         # 4. the jobs, the counts and the marker in one transaction; a replay adds nothing
-        taken_ = self._add(jobs, counts, self.query_id, batch_id)
+        taken = self._add(jobs, counts, self.query_id, batch_id)
         # ``on_batch`` runs after the JobDB's commit and before Spark's (step 5)
         if self.on_batch is not None:
-            self.on_batch(batch_id, len(events), len(jobs), taken_)
+            self.on_batch(batch_id, len(events), len(jobs), taken)
 
     def _add(
         self, jobs: list[NewJob], counts: dict[str, RouteCounts], query: str, batch_id: int
@@ -412,7 +424,8 @@ def drive(
     say: Callable[[str], None] = say_line,
     on_batch: OnBatch | None = None,
 ) -> Progress:
-    """Lock the checkpoint, check the topic, find where to start, run the query."""
+    """Lock the checkpoint, check the topic, find where to start, open the destinations'
+    route spans (:meth:`~exactly.delivery.jobdb.faces.RouterJobs.open_routes`), run."""
     from exactly.log import open_log
     from exactly.spark.streaming import checkpoint_lock
 
@@ -423,6 +436,9 @@ def drive(
             log.topic_info(plan.topic)  # a missing topic fails here, in one line
         choosing = Choosing.compile(spark, plan.destinations)  # a bad filter fails here
         start = starting_offsets(jobdb, plan)
+        # what each destination is routed from on, for backfill (``exactly backfill``)
+        names = [destination.name for destination in plan.destinations]
+        jobdb.open_routes(plan.stream, plan.topic, names)
         say(describe(plan, jobdb, start))
         return run(spark, plan, jobdb, start, on_batch, choosing)
 

@@ -377,6 +377,16 @@ class Log(ABC):
         self.topic_info(topic)
         return self._end_offsets(topic)
 
+    def start_offsets(self, topic: str) -> dict[int, int]:
+        """For each partition, the offset of its oldest record still held: 0 unless retention
+        (a Kafka topic's ``retention.ms``) removed older ones."""
+        info = self.topic_info(topic)
+        return self._start_offsets(topic, info.partitions)
+
+    def _start_offsets(self, topic: str, partitions: int) -> dict[int, int]:
+        """Default: a log that never removes records starts every partition at 0."""
+        return dict.fromkeys(range(partitions), 0)
+
     def end_offset(self, topic: str, partition: int) -> int:
         """The offset the next record appended to ``partition`` will get."""
         self._check_partition(topic, partition)

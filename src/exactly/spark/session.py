@@ -281,3 +281,12 @@ def read_tasks(spark: SparkSession) -> int:
     only add that cost (``bench/spark_batch_cost.py``).
     """
     return max(1, spark.sparkContext.defaultParallelism)
+
+
+def own_session(spark: SparkSession) -> SparkSession:
+    """A clone of ``spark``: its registrations (the ``exactly`` source), and settings of its
+    own, as the session ``foreachBatch`` hands a batch function. A batch job that changes a
+    setting for itself (ANSI off, as the route's choosing does) changes it there only."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession(spark.sparkContext, spark._jsparkSession.cloneSession())

@@ -46,6 +46,7 @@ holds what they share: the states, the data types and what a control means.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -55,7 +56,7 @@ PARTITIONS_HELD = (
     "directors, or let this one wait (a standby) without --no-wait"
 )
 STALE = 5.0  # seconds: a director whose heartbeat is older is not counted as live
-REPLAYING = "wait for it to finish, then replay again"
+RUNNING = "wait for it to finish, then run it again"
 AWAITING_SCHEDULING = "awaiting-scheduling"
 EXECUTING = "executing"
 SUCCEEDED = "succeeded"
@@ -114,6 +115,58 @@ class RouteCounts:
 
     def __bool__(self) -> bool:
         return bool(self.filtered or self.skipped or self.dropped)
+
+
+ROUTE, BACKFILL = "route", "backfill"  # the kinds of spans, and the origins of counts
+
+
+@dataclass(frozen=True)
+class Span:
+    """Offsets of a topic whose events were routed to one destination: what backfill skips.
+
+    The live route opens a ``route`` span for a destination when it starts routing with it
+    (from where its stream's routing had got to) and closes it when it starts without it. A
+    backfill run keeps one ``backfill`` span, extended with each chunk it commits, that holds
+    only the events whose ``receivedAt`` lies in its window. A partition missing from ``start``
+    starts at offset 0; one missing from ``end`` holds nothing; ``end`` None is open.
+    """
+
+    destination: str
+    topic: str
+    kind: str  # ROUTE or BACKFILL
+    owner: str  # the route query's stream, or the backfill's run
+    start: Mapping[int, int]
+    end: Mapping[int, int] | None = None
+    since_ms: int | None = None  # receivedAt window, backfill only; None: unbounded
+    until_ms: int | None = None
+
+    def begins(self, partition: int) -> int:
+        return self.start.get(partition, 0)
+
+    def ends(self, partition: int) -> int | None:
+        """Where the span ends in ``partition`` (None: open)."""
+        if self.end is None:
+            return None
+        return self.end.get(partition, self.begins(partition))
+
+    def within(self, since_ms: int | None, until_ms: int | None) -> bool:
+        """Whether every event of the window [since, until) is in this span's window."""
+        low = self.since_ms is None or (since_ms is not None and since_ms >= self.since_ms)
+        high = self.until_ms is None or (until_ms is not None and until_ms <= self.until_ms)
+        return low and high
+
+    def holds(self, partition: int, offset: int, received_ms: int | None) -> bool:
+        """Whether the event at ``offset`` of ``partition``, received then, is routed here."""
+        end = self.ends(partition)
+        if offset < self.begins(partition) or (end is not None and offset >= end):
+            return False
+        if self.since_ms is None and self.until_ms is None:
+            return True
+        if received_ms is None:
+            return False
+        return (self.since_ms is None or received_ms >= self.since_ms) and (
+            self.until_ms is None or received_ms < self.until_ms
+        )
 
 
 @dataclass(slots=True, unsafe_hash=True)

@@ -6,6 +6,8 @@ the methods that role calls; mypy holds each user to its face:
 
 * :class:`RouterJobs`: the route query (``route.py``, ``stages.py``) adds a micro-batch's jobs
   with its marker and finds where routing stopped;
+* :class:`BackfillJobs`: ``exactly backfill`` (``backfill.py``) reads what routing covered and
+  adds a chunk's jobs with the span it covers, under its lock;
 * :class:`ReplayJobs`: ``exactly replay`` (``replay.py``) reads finished jobs and enqueues them
   again, under its lock and with markers of its own;
 * :class:`DirectorJobs`: the director (``director/``) pages jobs in, records what happened to
@@ -32,6 +34,7 @@ from exactly.delivery.jobdb.base import (
     NewJob,
     OpenBatch,
     RouteCounts,
+    Span,
     Summary,
     Transition,
 )
@@ -73,11 +76,49 @@ class RouterJobs(Protocol):
         """Where the newest batch added from ``stream`` ended (by any query id), or None."""
         ...
 
+    def open_routes(self, stream: str, topic: str, destinations: Sequence[str]) -> None:
+        """Open a route span for each destination newly routed from ``stream``, from where its
+        newest batch ended, and close those of destinations it no longer routes."""
+        ...
+
+
+class BackfillJobs(Protocol):
+    """What ``exactly backfill`` calls: its lock, the spans, ``add`` with its span."""
+
+    def describe(self) -> str:
+        """The URL with its secrets masked, for messages."""
+        ...
+
+    def close(self) -> None:
+        """Close the connection (the next call opens another)."""
+        ...
+
+    def replay_lock(self, destination: str, kind: str = "replay") -> AbstractContextManager[None]:
+        """Hold ``destination``'s lock of ``kind`` while inside, or raise ReplayRunning."""
+        ...
+
+    def spans(self, destination: str, topic: str) -> list[Span]:
+        """Every span of ``destination`` over ``topic``: routes and backfills, open or not."""
+        ...
+
+    def add(
+        self,
+        jobs: Sequence[NewJob],
+        *,
+        query_id: str,
+        batch_id: int,
+        counts: Mapping[str, RouteCounts] | None = None,
+        origin: str = "route",
+        span: Span | None = None,
+    ) -> int:
+        """Add a chunk's jobs, counts and span with the marker of ``query_id``, at once."""
+        ...
+
 
 class ReplayJobs(Protocol):
     """What ``exactly replay`` calls: its lock, its markers, the live jobs, ``add``."""
 
-    def replay_lock(self, destination: str) -> AbstractContextManager[None]:
+    def replay_lock(self, destination: str, kind: str = "replay") -> AbstractContextManager[None]:
         """Hold ``destination``'s replay lock while inside, or raise ReplayRunning at once; the
         database or the kernel releases it when its holder dies, however it dies."""
         ...

@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlsplit
 
 import pymysql
 
-from exactly.delivery.jobdb.base import HELD, REPLAYING
+from exactly.delivery.jobdb.base import HELD, RUNNING
 from exactly.delivery.jobdb.sql import MARKER_COLUMNS, SQLJobDB
 from exactly.errors import DirectorLockHeld, ReplayRunning
 
@@ -139,19 +139,19 @@ class MySQLJobDB(SQLJobDB):
         cursor.fetchall()
 
     @contextlib.contextmanager
-    def replay_lock(self, destination: str) -> Iterator[None]:
+    def replay_lock(self, destination: str, kind: str = "replay") -> Iterator[None]:
         connection = pymysql.connect(**self._options(), autocommit=True)
         try:
             with connection.cursor() as cursor:  # lock names are 64 characters at most: a hash
                 cursor.execute(
-                    "SELECT GET_LOCK(CONCAT('exactly-replay:', "
+                    "SELECT GET_LOCK(CONCAT('exactly-', %s, ':', "
                     "SHA1(CONCAT(DATABASE(), ':', %s))), 0)",
-                    (destination,),
+                    (kind, destination),
                 )
                 if cursor.fetchone()[0] != 1:
                     raise ReplayRunning(
-                        f"another replay of {destination!r} is running on {self.describe()}; "
-                        f"{REPLAYING}"
+                        f"another {kind} of {destination!r} is running on {self.describe()}; "
+                        f"{RUNNING}"
                     )
             yield  # the lock goes with the connection
         finally:

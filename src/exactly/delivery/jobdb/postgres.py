@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import psycopg
 
-from exactly.delivery.jobdb.base import HELD, REPLAYING
+from exactly.delivery.jobdb.base import HELD, RUNNING
 from exactly.delivery.jobdb.sql import MARKER_COLUMNS, SQLJobDB
 from exactly.errors import DirectorLockHeld, ReplayRunning
 
@@ -110,16 +110,15 @@ class PostgresJobDB(SQLJobDB):
         cursor.fetchall()
 
     @contextlib.contextmanager
-    def replay_lock(self, destination: str) -> Iterator[None]:
+    def replay_lock(self, destination: str, kind: str = "replay") -> Iterator[None]:
         with psycopg.connect(self.url, autocommit=True, connect_timeout=10) as connection:
             taken = connection.execute(
-                "SELECT pg_try_advisory_lock(hashtext('exactly-replay:' || current_schema() || "
-                "':' || %s))",
-                (destination,),
+                "SELECT pg_try_advisory_lock(hashtext('exactly-' || %s || ':' || current_schema() "
+                "|| ':' || %s))",
+                (kind, destination),
             ).fetchone()
             if not (taken and taken[0]):
                 raise ReplayRunning(
-                    f"another replay of {destination!r} is running on {self.describe()}; "
-                    f"{REPLAYING}"
+                    f"another {kind} of {destination!r} is running on {self.describe()}; {RUNNING}"
                 )
             yield  # the lock goes with the connection

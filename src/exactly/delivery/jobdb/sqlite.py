@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from exactly.delivery.jobdb.base import HELD, REPLAYING
+from exactly.delivery.jobdb.base import HELD, RUNNING
 from exactly.delivery.jobdb.sql import MARKER_COLUMNS, SQLJobDB
 from exactly.errors import DirectorLockHeld, ReplayRunning
 
@@ -117,15 +117,15 @@ class SqliteJobDB(SQLJobDB):
         """An flock cannot be lost while its process lives."""
 
     @contextlib.contextmanager
-    def replay_lock(self, destination: str) -> Iterator[None]:
-        path = self.directory / f"replay-{destination}.lock"
+    def replay_lock(self, destination: str, kind: str = "replay") -> Iterator[None]:
+        path = self.directory / f"{kind}-{destination}.lock"
         descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             try:
                 fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise ReplayRunning(
-                    f"another replay of {destination!r} is running (it holds {path}); {REPLAYING}"
+                    f"another {kind} of {destination!r} is running (it holds {path}); {RUNNING}"
                 ) from None
             yield
         finally:

@@ -167,6 +167,20 @@ class KafkaReading(KafkaClient):
                 pending.discard(partition)
         return records
 
+    def _start_offsets(self, topic: str, partitions: int) -> dict[int, int]:
+        """The low watermarks: where retention left each partition."""
+        starts: dict[int, int] = {}
+        with self._prober_lock:
+            for partition in range(partitions):
+                watermarks = functools.partial(
+                    self._prober.get_watermark_offsets,
+                    TopicPartition(topic, partition),
+                    timeout=self.timeout,
+                )
+                low, _ = self._call(f"read the start of {topic!r}", watermarks, topic)
+                starts[partition] = max(0, int(low))
+        return starts
+
     def _end_offsets(self, topic: str) -> dict[int, int]:
         return self._partition_ends(topic, list(range(self._topic_info(topic).partitions)))
 

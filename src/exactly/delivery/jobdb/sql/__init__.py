@@ -3,6 +3,7 @@
 * ``schema.py``: :class:`SQLSchema`, what a backend provides (connection, dialect, locks), the
   tables and the datasets; the ground of the others;
 * ``routing.py``: the router's ``add`` with its marker, ``marker``, ``end_offsets``;
+* ``coverage.py``: the spans of offsets routed per destination, which backfill reads;
 * ``directing.py``: the director's ``buckets``, ``pending``, ``unpaged``, ``record``,
   ``datasets``;
 * ``batching.py``: batches and their steps (written inside ``record``), ``open_batches``,

@@ -7,13 +7,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from exactly.delivery.jobdb.base import FAILED, Dataset, NewJob, RouteCounts
+from exactly.delivery.jobdb.base import FAILED, Dataset, NewJob, RouteCounts, Span
+from exactly.delivery.jobdb.sql.coverage import Covering
 from exactly.delivery.jobdb.sql.rows import JOB_COLUMNS
-from exactly.delivery.jobdb.sql.schema import SQLSchema
 
 
-class Routing(SQLSchema):
-    """``add``, ``marker`` and ``end_offsets`` (the route query's), ``move_marker`` (replay's)."""
+class Routing(Covering):
+    """``add``, ``marker`` and ``end_offsets`` (the route query's and backfill's),
+    ``move_marker`` (replay's)."""
 
     def add(
         self,
@@ -25,6 +26,7 @@ class Routing(SQLSchema):
         end_offsets: Mapping[int, int] | None = None,
         counts: Mapping[str, RouteCounts] | None = None,
         origin: str = "route",
+        span: Span | None = None,
     ) -> int:
         """Add a micro-batch's jobs with its marker in one transaction; how many were added.
 
@@ -32,7 +34,8 @@ class Routing(SQLSchema):
         2. read the marker: a batch id not above it was committed before, so add nothing;
         3. insert the jobs into the newest dataset, or into a new one when it is full or old;
            a job whose transform failed (``error``) gets its ``failed`` transition with it;
-        4. add ``counts`` to ``origin``'s counts of events not sent, per destination;
+        4. add ``counts`` to ``origin``'s counts of events not sent, per destination, and
+           keep a backfill's ``span`` (what it has now routed);
         5. move the marker to ``batch_id``, with ``stream`` and ``end_offsets``; commit.
         """
         offsets = None
@@ -56,7 +59,7 @@ class Routing(SQLSchema):
                         self._load_datasets(cursor)
                         continue
                 try:
-                    added = self._add(cursor, jobs, marker, counts or {}, origin)
+                    added = self._add(cursor, jobs, marker, counts or {}, origin, span)
                 except _Retry:
                     self._connection.rollback()
                     self._load_datasets(cursor)
@@ -79,6 +82,7 @@ class Routing(SQLSchema):
         marker: tuple[str, int, str | None, str | None],
         counts: Mapping[str, RouteCounts],
         origin: str,
+        span: Span | None = None,
     ) -> int:
         query_id, batch_id = marker[0], marker[1]
         self._begin(cursor)
@@ -154,6 +158,8 @@ class Routing(SQLSchema):
         for destination, more in sorted(counts.items()):
             if more:
                 self._add_counts(cursor, destination, origin, more, now)
+        if span is not None:
+            self._keep_span(cursor, span, now)
         # 5. the marker
         self._execute(cursor, self._upsert_marker(), (*marker, now))
         return len(jobs)

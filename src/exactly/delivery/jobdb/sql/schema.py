@@ -4,7 +4,7 @@
 and of :class:`~exactly.delivery.jobdb.sql.SQLJobDB`, which composes them. A backend gives a
 DB-API connection (``_connect``), how to start a write transaction (``_begin``), its placeholder
 (``_sql``), its column types, its marker upsert, how to list and lock tables, and the director's
-lock. Tables: ``jobdb_datasets``, ``jobdb_markers``, ``jobdb_batches`` and
+lock. Tables: ``jobdb_datasets``, ``jobdb_markers``, ``jobdb_coverage``, ``jobdb_batches`` and
 ``jobdb_batch_steps``, then per dataset N ``jobs_N`` and ``job_state_transitions_N``. One
 connection per JobDB, used under a mutex.
 """
@@ -95,9 +95,10 @@ class SQLSchema(ABC):
         check."""
 
     @abstractmethod
-    def replay_lock(self, destination: str) -> AbstractContextManager[None]:
-        """Hold ``destination``'s replay lock while inside, or raise ReplayRunning at once; the
-        database or the kernel releases it when its holder dies, however it dies."""
+    def replay_lock(self, destination: str, kind: str = "replay") -> AbstractContextManager[None]:
+        """Hold ``destination``'s lock of ``kind`` (``replay``, ``backfill``) while inside, or
+        raise ReplayRunning at once; the database or the kernel releases it when its holder
+        dies, however it dies."""
 
     # -- connection ----------------------------------------------------------------------------
 
@@ -208,6 +209,13 @@ class SQLSchema(ABC):
             f"{t['text']} NOT NULL, origin {t['text']} NOT NULL, filtered {t['id']} NOT NULL, "
             f"skipped {t['id']} NOT NULL, dropped {t['id']} NOT NULL, updated_at {t['real']} "
             "NOT NULL, PRIMARY KEY (destination, origin))",
+        )
+        self._execute(
+            cursor,
+            f"CREATE TABLE IF NOT EXISTS jobdb_coverage (destination {t['text']} NOT NULL, "
+            f"topic {t['text']} NOT NULL, kind {t['text']} NOT NULL, owner {t['body']} NOT NULL, "
+            f"start_offsets {t['body']} NOT NULL, end_offsets {t['body']}, since_ms {t['id']}, "
+            f"until_ms {t['id']}, updated_at {t['real']} NOT NULL)",
         )
         self._connection.commit()
         self._create_batch_tables(cursor)
