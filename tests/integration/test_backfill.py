@@ -76,13 +76,13 @@ def jobs_of(db: JobDB, name: str) -> Counter[tuple[str, bytes]]:
 def wanted(events: list[dict[str, Any]], directory: Path, name: str) -> Counter[tuple[str, bytes]]:
     jobs, failed, _ = expected(events, directory)
     found: Counter[tuple[str, bytes]] = Counter()
-    for (destination, message, payload), times in jobs.items():
+    for (destination, message_id, payload), times in jobs.items():
         if destination == name:
-            found[(message, payload)] += times
-    failing = {message for destination, message in failed if destination == name}
+            found[(message_id, payload)] += times
+    failing = {message_id for destination, message_id in failed if destination == name}
     stored = {event["messageId"]: orjson.dumps(event) for event in events}
-    for message in failing:  # a failed job keeps the stored event as its payload
-        found[(message, stored[message])] += 1
+    for message_id in failing:  # a failed job keeps the stored event as its payload
+        found[(message_id, stored[message_id])] += 1
     return found
 
 

@@ -6,8 +6,9 @@ Kafka-protocol log on Tansu; the redis dedupe store over two Redis servers; aggr
 JobDB in a PostgreSQL database of the test's own; ``exactly up`` (collector, the Spark
 application, the director) with ``--master spark://...``; a real HTTP receiver; ``exactly audit``.
 A third destination has a filter and a transform whose module sits only beside the config, so
-its arriving shaped proves the module was shipped to the workers. Then the rocksdb store on the
-same cluster: ``exactly dedupe`` and ``exactly up`` refuse it.
+its arriving shaped proves the module was shipped to the workers. Then a fourth destination is
+added, and ``exactly backfill`` routes it the history on the cluster. Then the rocksdb store on
+the same cluster: ``exactly dedupe`` and ``exactly up`` refuse it.
 """
 
 from __future__ import annotations
@@ -187,6 +188,44 @@ def wait_for(
     )
 
 
+def backfilled(
+    config: Path, directory: Path, master: str, python: Path, receiver: Receiver, orders: set[str]
+) -> None:
+    with config.open("a") as text:
+        text.write(
+            f'\n[[destinations]]\nname = "late"\nurl = "{receiver.url}/late"\n'
+            "filter = \"type = 'track' and event = 'Order Completed'\"\n"
+            'transform = "shapes:to_crm"\n'
+        )
+    env = {
+        **os.environ,
+        "EXACTLY_CONFIG": str(config),
+        "PYTHONPATH": str(ROOT / "src"),
+        "PYSPARK_PYTHON": str(python),  # the executors' Python: no exactly there
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    for command in (
+        ["route", "--until-caught-up", "--master", master],
+        ["backfill", "late", "--master", master],
+        ["deliver", "--until-drained"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "exactly", *command],
+            cwd=directory,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, f"{command}: {done.stdout}{done.stderr[-3000:]}"
+        if command[0] == "backfill":
+            assert done.stdout.startswith(f"backfill late: {len(orders):,} jobs for "), done.stdout
+    late = receiver.successes("/late")
+    assert set(late) == orders and max(late.values()) == 1
+    bodies = [json.loads(r.body) for r in receiver.requests if r.path == "/late"]
+    assert all(body["crm"] is True and body["messageId"] in orders for body in bodies)
+
+
 def test_pipeline_on_a_cluster_survives_a_lost_worker_and_a_killed_driver(
     tmp_path: Path, database: str
 ) -> None:
@@ -262,6 +301,10 @@ def test_pipeline_on_a_cluster_survives_a_lost_worker_and_a_killed_driver(
             body["crm"] is True and set(body) == {"messageId", "crm", "python"} for body in shaped
         )
         service.kill()
+
+        # A destination added later gets the history on the cluster: the route starts with it,
+        # then `exactly backfill` routes it every order before, its transform on the workers.
+        backfilled(config, tmp_path, cluster.url, python, receiver, orders)
 
         # The rocksdb store on this cluster (two workers, two work dirs): refused with one line.
         env = {

@@ -102,6 +102,35 @@ def test_the_marker_keeps_where_each_stream_stopped(db: JobDB, url: str) -> None
     assert len(db.pending("web/hook")) == 4  # the replayed batch added none
 
 
+def test_route_spans_open_where_the_stream_stopped_and_close_when_a_destination_goes(
+    db: JobDB,
+) -> None:
+    def spans(name: str) -> list[tuple[dict[int, int], dict[int, int] | None]]:
+        found = db.spans(name, "events")
+        return [(dict(span.start), None if span.end is None else dict(span.end)) for span in found]
+
+    stream = "events@/checkpoint"
+    db.open_routes(stream, "events", ["a"])  # nothing routed yet: from the log's start
+    assert spans("a") == [({}, None)]
+    db.add([], query_id="q", batch_id=0, stream=stream, end_offsets={0: 5, 1: 2})
+    db.open_routes(stream, "events", ["a", "b"])  # b joins where the stream got to
+    db.open_routes(stream, "events", ["a", "b"])  # a restart changes nothing
+    assert spans("a") == [({}, None)] and spans("b") == [({0: 5, 1: 2}, None)]
+    db.add([], query_id="q", batch_id=1, stream=stream, end_offsets={0: 9, 1: 2})
+    db.open_routes(stream, "events", ["b"])  # a goes: its span closes there
+    assert spans("a") == [({}, {0: 9, 1: 2})]
+    db.add([], query_id="q", batch_id=2, stream=stream, end_offsets={0: 12, 1: 4})
+    db.open_routes(stream, "events", ["a", "b"])  # and comes back: a gap between
+    assert sorted(spans("a"), key=str) == sorted(
+        [({}, {0: 9, 1: 2}), ({0: 12, 1: 4}, None)], key=str
+    )
+    assert db.spans("a", "other") == []
+    # a stream routed before spans were kept: its destinations count as routed from the start
+    db.add([], query_id="old", batch_id=7, stream="events@/old", end_offsets={0: 3})
+    db.open_routes("events@/old", "events", ["c"])
+    assert spans("c") == [({}, None)]
+
+
 def test_a_jobdb_from_before_stream_markers_gains_their_columns(url: str) -> None:
     with open_jobdb(url) as db:
         db.add(jobs(1), query_id="q", batch_id=0)

@@ -26,7 +26,6 @@ offset is one per message.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import sys
 import time
@@ -40,10 +39,10 @@ import orjson
 from exactly.delivery.choosing import Choosing
 from exactly.delivery.jobdb.base import BACKFILL, ROUTE, NewJob, RouteCounts, Span
 from exactly.delivery.jobdb.faces import BackfillJobs
-from exactly.delivery.patience import Patience
+from exactly.delivery.patience import Patience, patiently
 from exactly.delivery.route import collect_jobs
 from exactly.delivery.settings import ROUTE_RECORDS_PER_TRIGGER, DestinationSettings
-from exactly.errors import ConfigError, ExactlyError
+from exactly.errors import ConfigError
 from exactly.text import message
 
 if TYPE_CHECKING:
@@ -141,9 +140,11 @@ def drive(
     log: Log,
     *,
     say: Say | None = None,
+    run: str | None = None,
 ) -> Backfilled:
     """Steps 1 to 5 of the module docstring; progress goes to ``say``, the outcome is
-    returned (:meth:`Backfilled.line`)."""
+    returned (:meth:`Backfilled.line`). ``run`` names the run (its span and the markers of its
+    chunks, ``backfill:DEST:RUN``); default: the time it starts, in ms."""
     tell = say or say_line
     name = plan.destination.name
     if plan.destination.ordered and not plan.allow_unordered:
@@ -161,7 +162,7 @@ def drive(
         starts = log.start_offsets(plan.topic)
         check_window(plan, held_since(log, plan.topic, starts))
         # 4. and 5.
-        run = str(int(time.time() * 1000))
+        run = run or str(int(time.time() * 1000))
         done = Backfilled(run=run, destination=name)
         spans = jobdb.spans(name, plan.topic)
         todo = remaining(starts, routes, spans, plan.since_ms, plan.until_ms)
@@ -397,8 +398,9 @@ def window(
     keep = _inside(F.col("received_ms"), since_ms, until_ms)
     for span in partial:
         for partition, (first, end) in chunk.items():
+            ends = span.ends(partition)
             low = max(first, span.begins(partition))
-            high = min(end, span.ends(partition) or end)
+            high = end if ends is None else min(end, ends)
             if low >= high:
                 continue
             held = (
@@ -442,24 +444,18 @@ def _add(
         "the backfill stopped, and running it again goes on where it stopped",
         say,
     )
-    while True:
-        try:
-            jobdb.add(
-                jobs,
-                query_id=f"backfill:{name}:{run}",
-                batch_id=number,
-                counts=counts,
-                origin=BACKFILL,
-                span=span,
-            )
-            return
-        except ExactlyError:
-            raise
-        except Exception as error:  # noqa: BLE001 (each driver has its own error tree)
-            pause = patience.failed(error)
-            with contextlib.suppress(Exception):
-                jobdb.close()
-            time.sleep(pause)
+    patiently(
+        lambda: jobdb.add(
+            jobs,
+            query_id=f"backfill:{name}:{run}",
+            batch_id=number,
+            counts=counts,
+            origin=BACKFILL,
+            span=span,
+        ),
+        jobdb,
+        patience,
+    )
 
 
 @dataclass

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from exactly.backoff import backoff
-from exactly.errors import JobDBError
+from exactly.errors import ExactlyError, JobDBError
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -37,3 +41,22 @@ class Patience:
         if self.attempt == 1:
             self.report(f"the JobDB failed ({cause}); retrying")
         return backoff(self.attempt, minimum=0.05, maximum=2.0)
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+def patiently(call: Callable[[], T], jobdb: Closable, patience: Patience) -> T:
+    """``call()``, tried again on a new connection while the JobDB fails, as ``patience``
+    allows. An :class:`~exactly.errors.ExactlyError` is a decision, not a failure: raised."""
+    while True:
+        try:
+            return call()
+        except ExactlyError:  # decided: the JobDB refused in words of its own
+            raise
+        except Exception as error:  # noqa: BLE001 (each driver has its own error tree)
+            pause = patience.failed(error)
+            with contextlib.suppress(Exception):
+                jobdb.close()
+            time.sleep(pause)

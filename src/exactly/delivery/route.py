@@ -29,7 +29,6 @@ deliver``), so a slow destination cannot stall a micro-batch.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import time
@@ -42,10 +41,10 @@ from typing import TYPE_CHECKING, NamedTuple
 from exactly.delivery.choosing import Choosing
 from exactly.delivery.jobdb.base import NewJob, RouteCounts
 from exactly.delivery.jobdb.faces import RouterJobs
-from exactly.delivery.patience import Patience
+from exactly.delivery.patience import Patience, patiently
 from exactly.delivery.settings import ROUTE_RECORDS_PER_TRIGGER, DestinationSettings
 from exactly.delivery.transforms import DROPPED, SENT
-from exactly.errors import ConfigError, ExactlyError, StreamError
+from exactly.errors import ConfigError, StreamError
 from exactly.spark import checkpoint as spark_checkpoint
 from exactly.spark.batches import BatchFunction, run_batches
 from exactly.spark.datasource import offsets
@@ -364,25 +363,20 @@ class BatchRouter(BatchFunction):
             "the route query stopped, and a restart resumes from its checkpoint",
             say_line,
         )
-        while True:
-            try:
-                before = self.jobdb.marker(query)  # for the report: add() decides by itself
-                self.jobdb.add(
-                    jobs,
-                    query_id=query,
-                    batch_id=batch_id,
-                    stream=self.plan.stream,
-                    end_offsets=end,
-                    counts=counts,
-                )
-                return before is None or before < batch_id
-            except ExactlyError:  # decided: the JobDB refused in words of its own
-                raise
-            except Exception as error:  # noqa: BLE001 (each driver has its own error tree)
-                pause = patience.failed(error)
-                with contextlib.suppress(Exception):
-                    self.jobdb.close()
-                time.sleep(pause)
+
+        def add() -> bool:
+            before = self.jobdb.marker(query)  # for the report: add() decides by itself
+            self.jobdb.add(
+                jobs,
+                query_id=query,
+                batch_id=batch_id,
+                stream=self.plan.stream,
+                end_offsets=end,
+                counts=counts,
+            )
+            return before is None or before < batch_id
+
+        return patiently(add, self.jobdb, patience)
 
 
 def run(
@@ -435,10 +429,11 @@ def drive(
         with open_log(plan.log_url) as log:
             log.topic_info(plan.topic)  # a missing topic fails here, in one line
         choosing = Choosing.compile(spark, plan.destinations)  # a bad filter fails here
-        start = starting_offsets(jobdb, plan)
+        patience = Patience(jobdb.describe(), plan.jobdb_patience, "the route query stopped", say)
+        start = patiently(lambda: starting_offsets(jobdb, plan), jobdb, patience)
         # what each destination is routed from on, for backfill (``exactly backfill``)
         names = [destination.name for destination in plan.destinations]
-        jobdb.open_routes(plan.stream, plan.topic, names)
+        patiently(lambda: jobdb.open_routes(plan.stream, plan.topic, names), jobdb, patience)
         say(describe(plan, jobdb, start))
         return run(spark, plan, jobdb, start, on_batch, choosing)
 
