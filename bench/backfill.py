@@ -69,6 +69,8 @@ def main() -> None:
             done = backfill.drive(spark, plan, jobdb, log, say=say)
             jobs = sum(jobdb.states()["late"].values())
             spark.stop()
+    if len(marks) < 2:
+        raise SystemExit("one chunk only: give more --events than --chunk")
     first, last = marks[0], marks[-1]
     rate = (last[1] - first[1]) / (last[0] - first[0])
     assert jobs == done.jobs == args.events, (jobs, done.jobs, args.events)

@@ -48,10 +48,15 @@ def ms(day: int) -> int:
 
 
 def append(log_url: str, events: list[dict[str, Any]]) -> None:
+    """Three of every five events to partition 0, so partition 1 runs out first."""
     with open_log(log_url) as log:
         log.create_topic("events", PARTITIONS, exist_ok=True)
         for partition in range(PARTITIONS):
-            values = [orjson.dumps(event) for event in events[partition::PARTITIONS]]
+            values = [
+                orjson.dumps(event)
+                for n, event in enumerate(events)
+                if (n % 5 >= 3) == bool(partition)
+            ]
             log.append("events", partition, [Record(value) for value in values])
 
 
@@ -116,7 +121,7 @@ def test_a_late_destination_gets_its_history_once_through_its_filter_and_transfo
     route(spark, log_url, jobdb, checkpoint, (everyone, late))
     assert jobs_of(jobdb, late.name) == wanted(live, directory, late.name)
     routes = [span for span in jobdb.spans(late.name, "events") if span.kind == ROUTE]
-    assert [(span.start, span.end) for span in routes] == [({0: 300, 1: 300}, None)]
+    assert [(span.start, span.end) for span in routes] == [({0: 360, 1: 240}, None)]
 
     # backfill from the 23rd: the history received since, once, and nothing to everyone else
     lines: list[str] = []
@@ -140,14 +145,14 @@ def test_a_late_destination_gets_its_history_once_through_its_filter_and_transfo
     assert (again.to_read, again.jobs) == (0, 0)
     assert again.line() == "backfill shaped: nothing to do, every event is routed to it"
 
-    # a wider window reads everything again but adds only what the first left out; a kill
-    # between its two chunks (a chunk then a failure) leaves the second for the rerun
+    # a wider window reads everything again but adds only what the first left out, in chunks
+    # of 150 records a partition: partition 1 runs out a chunk before partition 0
     wide = BackfillPlan(
         log_url=log_url, destination=late, wait_seconds=0, chunk_records=HISTORY // 2
     )
     with open_log(log_url) as log:
         widened = backfill.drive(spark, wide, jobdb, log, say=lambda _: None)
-    assert widened.read == HISTORY and widened.chunks == 2
+    assert widened.read == HISTORY and widened.chunks == 3
     assert widened.events == HISTORY - len(since_23)
     assert jobs_of(jobdb, late.name) == wanted(events, directory, late.name)
     assert jobdb.route_counts().get(late.name) == counts(events, directory, late.name)

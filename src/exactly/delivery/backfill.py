@@ -42,7 +42,7 @@ from exactly.delivery.jobdb.faces import BackfillJobs
 from exactly.delivery.patience import Patience, patiently
 from exactly.delivery.route import collect_jobs
 from exactly.delivery.settings import ROUTE_RECORDS_PER_TRIGGER, DestinationSettings
-from exactly.errors import ConfigError
+from exactly.errors import ConfigError, StreamError
 from exactly.text import message
 
 if TYPE_CHECKING:
@@ -327,10 +327,10 @@ def _chunks(
         number += 1
         size = sum(end - first for first, end in chunk.values())
         say(f"backfill {name}: chunk {number} started, {size:,} records")
-        records = window(
-            read_chunk(spark, plan, chunk), plan.since_ms, plan.until_ms, partial, chunk
-        )
+        read = read_chunk(spark, plan, chunk, starts)
+        records = window(read, plan.since_ms, plan.until_ms, partial, chunk)
         events, jobs, counts = collect_jobs(records, choosing, time.time())
+        _check_read(chunk, events.partition, events.offset)
         for partition, (_, end) in chunk.items():
             reached[partition] = end
         span = Span(
@@ -359,12 +359,17 @@ def _chunks(
         )
 
 
-def read_chunk(spark: SparkSession, plan: BackfillPlan, chunk: Ranges) -> DataFrame:
-    """A batch read of the chunk's offsets: ``value``, ``partition``, ``offset``."""
+def read_chunk(
+    spark: SparkSession, plan: BackfillPlan, chunk: Ranges, starts: Mapping[int, int]
+) -> DataFrame:
+    """A batch read of the chunk's offsets: ``value``, ``partition``, ``offset``. Every
+    partition of the topic is named (one the chunk does not read as an empty range): the
+    source reads a partition left out from its start to its end."""
     from exactly.spark.session import read_tasks
 
-    starting = {str(p): first for p, (first, _) in sorted(chunk.items())}
-    ending = {str(p): end for p, (_, end) in sorted(chunk.items())}
+    ranges = {p: chunk.get(p, (first, first)) for p, first in starts.items()}
+    starting = {str(p): first for p, (first, _) in sorted(ranges.items())}
+    ending = {str(p): end for p, (_, end) in sorted(ranges.items())}
     return (
         spark.read.format("exactly")
         .option("log", plan.log_url)
@@ -377,6 +382,18 @@ def read_chunk(spark: SparkSession, plan: BackfillPlan, chunk: Ranges) -> DataFr
         .load()
         .select("value", "partition", "offset")
     )
+
+
+def _check_read(chunk: Ranges, partitions: Sequence[int], offsets: Sequence[int]) -> None:
+    """Every event routed lies in the chunk: a read that strayed outside it would route
+    offsets another chunk or the live route owns."""
+    for partition, offset in zip(partitions, offsets, strict=True):
+        first, end = chunk.get(partition, (0, 0))
+        if not first <= offset < end:
+            raise StreamError(
+                f"backfill read partition {partition} offset {offset}, outside its chunk "
+                f"{first}-{end}: nothing of this chunk was committed"
+            )
 
 
 def window(
