@@ -44,9 +44,13 @@ def test_totals_count_delivered_per_destination() -> None:
         "kept": 9,
         "duplicates": 1,
         "rejected": 0,
+        "suppressed": 0,
         "counted": 7,
         "delivered": {"b": 3},
     }
+    # a forgotten person's records are suppressed, not duplicates
+    now.ends["raw.suppressed"] = 1
+    assert totals(now, 7)["duplicates"] == 0 and totals(now, 7)["suppressed"] == 1
 
 
 def test_stage_rates_and_lags_from_two_snapshots() -> None:

@@ -84,7 +84,12 @@ def collect(
     settings = with_flags(ctx, flags).settings
     config = settings.collector
     # its validator also refuses a record limit below the event limit (ConfigError)
-    collector = config.worker_settings(settings.log_url, settings.log.max_record_bytes)
+    from exactly.forget.regulations import key_path, load_key
+
+    load_key(settings.data_dir)  # made here once, so that every worker reads the same key
+    collector = config.worker_settings(
+        settings.log_url, settings.log.max_record_bytes, str(key_path(settings.data_dir))
+    )
     host, port, workers, topic = config.host, config.port, config.workers, config.topic
     with context(ctx).open_log() as log:  # fail here, in one line, rather than in each worker
         try:

@@ -28,6 +28,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
@@ -53,10 +54,11 @@ from exactly.collector.ratelimit import RateLimiter
 from exactly.collector.settings import EXPANSION_FLOOR, CollectorSettings
 from exactly.collector.sources import Sources, Unauthorized, basic_username
 from exactly.collector.wire import RECORD
-from exactly.errors import InvalidEvent, LogUnavailable, UnknownTopic
+from exactly.errors import ExactlyError, InvalidEvent, LogUnavailable, UnknownTopic
 from exactly.events import Receipt, normalise, partition_for
+from exactly.forget.regulations import Forgotten
 from exactly.gcra import Rate
-from exactly.log import open_log
+from exactly.log import Log, open_log
 from exactly.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 
 Scope = dict[str, Any]
@@ -116,6 +118,8 @@ class CollectorApp:
         self.appender: Appender | None = None
         self.last_error: str | None = None
         self._openapi = orjson.dumps(openapi.document())
+        self.forgotten: Forgotten | None = None  # what exactly forget suppresses, kept fresh
+        self._regulations: asyncio.Task[None] | None = None
 
     # -- life cycle -----------------------------------------------------------------------------
 
@@ -131,6 +135,31 @@ class CollectorApp:
             metrics=self.metrics,
         )
         await self.appender.start()
+        if settings.forget_key_file is not None:
+            self._regulations = asyncio.create_task(self._follow_regulations())
+
+    async def _follow_regulations(self) -> None:
+        """Keep :attr:`forgotten` at most a second behind the regulations topic."""
+        from exactly.forget.regulations import REFRESH_SECONDS, Regulations, read_key
+
+        assert self.settings.forget_key_file is not None
+        loop = asyncio.get_running_loop()
+        key = await loop.run_in_executor(None, read_key, Path(self.settings.forget_key_file))
+        log = await loop.run_in_executor(None, self._open_log)
+        regulations = Regulations(log)
+        try:
+            while True:
+                try:
+                    await loop.run_in_executor(None, regulations.refresh)
+                    self.forgotten = regulations.forgotten(key)
+                except ExactlyError as error:  # the log is away: keep what was read
+                    self.last_error = str(error)
+                await asyncio.sleep(REFRESH_SECONDS / 2)
+        finally:
+            log.close()
+
+    def _open_log(self) -> Log:
+        return open_log(self.settings.log_url, max_record_bytes=self.settings.max_record_bytes)
 
     def _topic(self) -> int:
         settings = self.settings
@@ -144,6 +173,8 @@ class CollectorApp:
 
     async def shutdown(self) -> None:
         """Append and answer what is queued, then stop the appender."""
+        if self._regulations is not None:
+            self._regulations.cancel()
         if self.appender is not None:
             await self.appender.close()
 
@@ -489,6 +520,9 @@ class CollectorApp:
             self.metrics.reject(error.code)
             status = 413 if error.code == "too_large" else 400
             raise HTTPError(status, error.code, error.message) from None
+        if self.forgotten and self.forgotten.event(event):
+            self.metrics.suppress(source, 1)  # a forgotten person's: answered, never stored
+            return 200, _OK, _JSON
         key, value = normalised.message_id.encode(), normalised.value
         partition = partition_for(key, self.partitions)
         record = _pack(partition, len(key), len(value)) + key + value
@@ -518,6 +552,8 @@ class CollectorApp:
         size = 0
         most, named = limit
         partitions = self.partitions
+        forgotten = self.forgotten if self.forgotten else None
+        suppressed = 0
         for index, event in enumerate(events):
             if index and not index % EVENTS_PER_SLICE:
                 await _let_others_run()
@@ -527,6 +563,9 @@ class CollectorApp:
                 codes[error.code] += 1
                 if len(rejected) < MAX_LISTED_REJECTIONS:
                     rejected.append(_rejection(index, event, error))
+                continue
+            if forgotten is not None and forgotten.event(event):
+                suppressed += 1  # a forgotten person's: answered, never stored
                 continue
             key = message_id.encode()
             size += RECORD.size + len(key) + len(value)
@@ -541,10 +580,14 @@ class CollectorApp:
             parts += (_pack(partition_for(key, partitions), len(key), len(value)), key, value)
         for code, count in codes.items():
             self.metrics.reject(code, count)
-        accepted = len(events) - codes.total()
+        if suppressed:
+            self.metrics.suppress(source, suppressed)
+        accepted = len(events) - codes.total() - suppressed
         listed: dict[str, Any] = {"rejected": rejected} if rejected else {}
         if codes.total() > len(rejected):
             listed["rejectedNotListed"] = codes.total() - len(rejected)
+        if not accepted and suppressed:
+            return 200, orjson.dumps({"success": True, "accepted": 0, **listed}), _JSON
         if not accepted:
             raise HTTPError(
                 400, "no_valid_events", "every event of the batch was rejected", extra=listed

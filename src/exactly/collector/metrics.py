@@ -45,6 +45,12 @@ class Metrics:
             ["reason"],
             registry=registry,
         )
+        self.suppressed = Counter(
+            "exactly_collector_events_suppressed",
+            "events of forgotten people (exactly forget) answered 200 and not stored, by source",
+            ["source"],
+            registry=registry,
+        )
         self.append_seconds = Histogram(
             "exactly_collector_append_seconds",
             "duration of one durable group append to the log",
@@ -79,6 +85,9 @@ class Metrics:
         if child is None:
             child = self._accepted[source] = self.accepted.labels(source)
         child.inc(count)
+
+    def suppress(self, source: str, count: int) -> None:
+        self.suppressed.labels(source).inc(count)
 
     def reject(self, reason: str, count: int = 1) -> None:
         child = self._rejected.get(reason)

@@ -128,6 +128,9 @@ class CollectorSettings(BaseModel):
     front_directory: str | None = Field(
         None, description="behind the connection front: its private directory (front.py)"
     )
+    forget_key_file: str | None = Field(
+        None, description="the data dir's forget key: events of forgotten people are suppressed"
+    )
 
     @model_validator(mode="after")
     def _limits_fit(self) -> CollectorSettings:
@@ -314,7 +317,9 @@ class CollectorConfig(BaseModel):
         """Stored bytes per second per client address for ``source`` (0: no limit)."""
         return self.byte_limits.get(source, self.byte_limit)
 
-    def worker_settings(self, log_url: str, max_record_bytes: int) -> CollectorSettings:
+    def worker_settings(
+        self, log_url: str, max_record_bytes: int, forget_key_file: str | None = None
+    ) -> CollectorSettings:
         """What each worker of ``exactly collect`` runs with: this section resolved (sources
         as :class:`Source`, megabytes as bytes, each source's rate limit) for the log at
         ``log_url``. :class:`ConfigError` when there is no source, when ``allowed_origins``,
@@ -339,6 +344,7 @@ class CollectorConfig(BaseModel):
             return CollectorSettings(
                 log_url=log_url,
                 max_record_bytes=max_record_bytes,
+                forget_key_file=forget_key_file,
                 topic=self.topic,
                 partitions=self.partitions,
                 sources=tuple(Source(name=n, write_key=k) for n, k in self.sources.items()),

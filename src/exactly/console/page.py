@@ -99,6 +99,7 @@ def _totals(document: dict[str, Any]) -> str:
         _card("kept", figure(document, "totals.kept", "n", "div")),
         _card("duplicates dropped", figure(document, "totals.duplicates", "n", "div")),
         _card("rejected", figure(document, "totals.rejected", "n", "div")),
+        _card("suppressed", figure(document, "totals.suppressed", "n", "div")),
         _card("counted", figure(document, "totals.counted", "n", "div")),
     ]
     for name in document["totals"].get("delivered", {}):

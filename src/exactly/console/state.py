@@ -345,6 +345,7 @@ def totals(
         "kept": now.ends.get(watch.EVENTS),
         "duplicates": duplicates(now),
         "rejected": now.ends.get(f"{watch.RAW}.rejected", 0 if watch.RAW in now.ends else None),
+        "suppressed": now.ends.get(f"{watch.RAW}.suppressed", 0 if watch.RAW in now.ends else None),
         "counted": counted,
         "delivered": {
             name: entry.states.get(SUCCEEDED, 0) + archived.get(name, 0)
@@ -354,7 +355,8 @@ def totals(
 
 
 def duplicates(now: watch.Snapshot) -> int | None:
-    """Raw records dedupe committed less those it kept or rejected (None before it committed).
+    """Raw records dedupe committed less those it kept, rejected or suppressed (None before it
+    committed).
 
     The outputs are written before Spark commits a batch, so for a moment they can be ahead of
     the committed position: never below zero.
@@ -364,7 +366,8 @@ def duplicates(now: watch.Snapshot) -> int | None:
         return None
     kept = now.ends.get(watch.EVENTS, 0)
     rejected = now.ends.get(f"{watch.RAW}.rejected", 0)
-    return max(0, committed - kept - rejected)
+    suppressed = now.ends.get(f"{watch.RAW}.suppressed", 0)
+    return max(0, committed - kept - rejected - suppressed)
 
 
 def part_entry(running: Running, stopping: bool, now: float) -> dict[str, Any]:

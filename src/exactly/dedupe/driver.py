@@ -50,6 +50,7 @@ def configured_plan(
 ) -> DedupePlan:
     """The job's plan from ``settings``: what ``exactly dedupe`` and ``exactly up`` both run (the
     flags that name a setting, ``--store``, ``--window`` ..., are in ``settings`` already)."""
+    from exactly.forget.regulations import load_key
     from exactly.units import parse_duration, parse_size
 
     config = settings.dedupe
@@ -76,6 +77,7 @@ def configured_plan(
         trigger_seconds=trigger_seconds,
         max_record_bytes=settings.log.max_record_bytes,
         scope=config.scope,
+        forget_key=load_key(settings.data_dir),
     )
 
 

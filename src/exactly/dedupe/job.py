@@ -86,10 +86,16 @@ class DedupePlan:
     read_records: int = 10_000
     max_record_bytes: int = 1024 * 1024
     scope: str = DEFAULT_SCOPE  # "source": (sourceId, messageId); "workspace": messageId alone
+    forget_key: bytes | None = field(default=None, repr=False)  # None: nobody is suppressed
 
     @property
     def rejected(self) -> str:
         return f"{self.source}.rejected"
+
+    @property
+    def suppressed(self) -> str:
+        """Where a forgotten person's record is counted: its messageId, no value."""
+        return f"{self.source}.suppressed"
 
     @property
     def window(self) -> int:
@@ -189,7 +195,7 @@ def prepare(log: Log, plan: DedupePlan) -> int:
     check_scope(plan.scope)
     seen = plan.seen_ids()  # a bad store URL fails here, before any topic is touched
     partitions = log.topic_info(plan.source).partitions
-    for topic in (plan.output, plan.rejected):
+    for topic in (plan.output, plan.rejected, plan.suppressed):
         try:
             log.create_topic(topic, partitions, exist_ok=True)
         except TopicExists:
@@ -235,6 +241,7 @@ def build(
         plan.open_store() if plan.mode == "claim" else None,
         plan.max_record_bytes,
         plan.scope,
+        plan.forget_key,
     )
     stage: Stage = partial(dedupe_partition, task)
     rows = raw

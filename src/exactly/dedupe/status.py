@@ -53,6 +53,7 @@ class PartitionStatus:
     window: int | None = None  # ms, the store's: None while nothing was aged out
     aged_out: int | None = None
     position: int | None = None  # the store's: one past the highest offset claimed durably
+    suppressed: int = 0  # records of forgotten people dropped (``exactly forget``)
 
     @property
     def lag(self) -> int:
@@ -62,7 +63,7 @@ class PartitionStatus:
     def dropped(self) -> int | None:
         if self.committed is None:
             return None
-        return max(0, self.committed - self.passed - self.rejected)
+        return max(0, self.committed - self.passed - self.rejected - self.suppressed)
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ def collect(
     raw = log.end_offsets(plan.source)
     passed = _ends(log, plan.output)
     rejected = _ends(log, plan.rejected)
+    suppressed = _ends(log, plan.suppressed)
     committed = checkpoint.committed_end(plan.checkpoint)
     stats = {s.partition: s for s in plan.seen_ids().stats(len(raw))}
     now = int(time.time() * 1000)
@@ -121,6 +123,7 @@ def collect(
                 None if found is None else found.window(now),
                 None if found is None else found.aged_out,
                 None if found is None else found.position,
+                suppressed.get(partition, 0),
             )
         )
     return DedupeStatus(
@@ -266,6 +269,7 @@ class StatusMetrics(Collector):
                 ((*where, "passed"), p.passed),
                 ((*where, "duplicate"), p.dropped),
                 ((*where, "rejected"), p.rejected),
+                ((*where, "suppressed"), p.suppressed),
             ]
         name = "exactly_dedupe_"
         text = "raw records processed, by outcome"
@@ -351,5 +355,8 @@ def render(status: DedupeStatus, data_dir: Path | None = None) -> str:
     ]
     if status.late:
         lines.append(f"late rows dropped by Spark's operator: {status.late:,}")
+    suppressed = sum(p.suppressed for p in status.partitions)
+    if suppressed:
+        lines.append(f"suppressed, of people forgotten (exactly forget): {suppressed:,}")
     lines += [wrap(f"warning: {line}") for line in status.warnings()]
     return "\n".join(lines)

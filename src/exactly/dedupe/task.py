@@ -30,7 +30,7 @@ Spark's own operator deduplicates afterwards, on the key, or with scope ``source
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain, groupby, pairwise, repeat
 from typing import TypeVar, cast
 
@@ -64,6 +64,11 @@ class TaskPlan:
     store: DedupeStore | None  # None: the spark-state mode, Spark's operator decides
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     scope: str = DEFAULT_SCOPE
+    forget_key: bytes | None = field(default=None, repr=False)  # None: nobody is suppressed
+
+    @property
+    def suppressed(self) -> str:
+        return f"{self.source}.suppressed"
 
     @property
     def adds_id(self) -> bool:
@@ -197,6 +202,9 @@ def _process(
         claims = list(map(tuple.__new__, repeat(Claim), fields))  # without Claim's Python __new__
         for index in part.claim_duplicates(claims):
             passes[claimed[index]] = False
+    # 5b. a forgotten person's record (``exactly forget``) does not pass, duplicate or not
+    if plan.forget_key is not None:
+        _suppress(plan, log, batch, partition, passes, keys)
     # 6. the passing records, keyed and marked with their source offset
     key_column = pa.array(keys, pa.binary()) if rekeyed else batch.column("key")
     kept = pa.array(passes, pa.bool_())
@@ -306,6 +314,38 @@ def _reject(
         )
         sequences.append(offset)
     log.append(plan.rejected, partition, records, producer=PRODUCER, sequences=sequences)
+
+
+def _suppress(
+    plan: TaskPlan,
+    log: Log,
+    batch: pa.RecordBatch,
+    partition: int,
+    passes: list[bool],
+    keys: list[bytes | None],
+) -> None:
+    """Drop the passing records of forgotten people, and count each in ``<raw>.suppressed``
+    (its messageId and source offset only); a replayed one is dropped by its sequence."""
+    from exactly.forget.regulations import suppressing
+
+    assert plan.forget_key is not None
+    forgotten = suppressing(log, plan.log_url, plan.forget_key)
+    if not forgotten:
+        return  # nobody is forgotten: nothing is parsed
+    values = batch.column("value")
+    offsets = batch.column("offset")
+    records, sequences = [], []
+    for index in range(batch.num_rows):
+        if keys[index] is None or not forgotten.value(values[index].as_py()):
+            continue  # (one without a messageId went to the rejects: forget clears them)
+        passes[index] = False
+        offset = offsets[index].as_py()
+        source = ((SOURCE_HEADER, str(offset).encode()),)
+        stamp = batch.column("timestamp")[index].value // 1000
+        records.append(Record(b"", keys[index], source, stamp))
+        sequences.append(offset)
+    if records:
+        log.append(plan.suppressed, partition, records, producer=PRODUCER, sequences=sequences)
 
 
 def _claimed_id(value: pa.Scalar) -> bytes | None:

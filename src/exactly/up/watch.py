@@ -78,7 +78,7 @@ def take(
     """A snapshot now; a part that has not created its topic or checkpoint yet is left out.
     A caller that takes snapshots again and again passes its ``jobdb`` reader to keep."""
     snapshot = Snapshot(time.time())
-    for topic in (RAW, EVENTS, f"{RAW}.rejected"):
+    for topic in (RAW, EVENTS, f"{RAW}.rejected", f"{RAW}.suppressed"):
         try:
             snapshot.ends[topic] = sum(log.end_offsets(topic).values())
         except ExactlyError:
