@@ -162,6 +162,7 @@ def _register() -> None:
         deliveries,
         demo,
         doctor,
+        forget,
         import_file,
         lake,
         log,
@@ -194,6 +195,7 @@ def _register() -> None:
     app.command("pipeline", hidden=True)(up.pipeline)
     app.command("replay")(replay.replay)
     app.command("backfill")(backfill.backfill)
+    app.command("forget")(forget.forget)
     app.command("trace")(trace.trace)
     app.command("transform")(transform.transform)
 

@@ -103,6 +103,11 @@ class Forgotten:
     def __bool__(self) -> bool:
         return any(self.hashes.values())
 
+    def holds(self, kind: str, value: str) -> bool:
+        """Whether ``value``, an id of ``kind``, is a forgotten person's."""
+        found = self.hashes.get(kind)
+        return bool(found) and digest(self.key, kind, value) in found  # type: ignore[operator]
+
     def ids(self, user_id: object, anonymous_id: object) -> bool:
         """Whether an event with these ``userId`` and ``anonymousId`` is a forgotten person's."""
         return any(

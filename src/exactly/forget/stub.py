@@ -11,9 +11,12 @@ backfill) skips a stub (:func:`is_stub`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 KEPT = ("messageId", "type", "event", "sourceId", "timestamp", "receivedAt", "sentAt")
 KEPT_TOO = ("originalTimestamp",)
@@ -36,3 +39,11 @@ def stub(event: Mapping[str, Any]) -> bytes:
 def is_stub(value: bytes | None) -> bool:
     """Whether a stored value is a stub (its mark is written last, by :func:`stub` only)."""
     return bool(value) and value.endswith(MARK + b"}")  # type: ignore[union-attr]
+
+
+def not_stub(value: Column) -> Column:
+    """A Spark column: whether a record's ``value`` is not a stub (the lake's and the route's
+    filter, on the executors, before anything is parsed)."""
+    from pyspark.sql import functions as F
+
+    return ~F.coalesce(F.endswith(value, F.lit(bytearray(MARK + b"}"))), F.lit(False))

@@ -113,7 +113,7 @@ def audit_lake(
     spark.conf.set("spark.sql.session.timeZone", "UTC")  # the date is the UTC day
     recount: dict[date | None, int] = {}
     if result.end_offsets:
-        records = read_until(spark, log_url, topic, result.end_offsets)
+        records = _landed(read_until(spark, log_url, topic, result.end_offsets))
         per_day = lake_frame(records).groupBy("date").agg(F.count(F.lit(1)).alias("n"))
         recount = {row["date"]: int(row["n"]) for row in per_day.collect()}
     result.events = sum(recount.values())
@@ -145,7 +145,7 @@ def audit_tables(
             furthest[partition] = max(offset, furthest.get(partition, 0))
     recount: dict[str, dict[date | None, int]] = {}
     if furthest:
-        records = read_until(spark, log_url, topic, furthest)
+        records = _landed(read_until(spark, log_url, topic, furthest))
         recount = _recount(_table_rows(records, ends))
     for name, audit in audits.items():
         counted = recount.get(name, {})
@@ -154,6 +154,13 @@ def audit_tables(
         for day in sorted(set(counted) | set(lake), key=_day_order):
             audit.days[day] = (lake.get(day), counted.get(day, 0))
     return list(audits.values())
+
+
+def _landed(records: DataFrame) -> DataFrame:
+    """The records the lake lands: all but the stubs of forgotten people (``exactly forget``)."""
+    from exactly.forget.stub import not_stub
+
+    return records.where(not_stub(records["value"]))
 
 
 def _table_rows(records: DataFrame, ends: Mapping[str, Mapping[int, int]]) -> DataFrame:

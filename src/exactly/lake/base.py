@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
@@ -44,6 +44,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from exactly.errors import LakeError
+from exactly.forget.regulations import ANONYMOUS, USER, Forgotten
 from exactly.lake.columns import conform
 from exactly.lake.files import DataFile, FileWriter
 
@@ -274,6 +275,31 @@ class LakeTable(ABC):
         """Forget versions older than ``retention`` (never the current one); returns how many
         versions or files went. Their data files go with them or at the next :meth:`vacuum`."""
 
+    def forget(self, forgotten: Forgotten, message_ids: Set[str]) -> int:
+        """Delete the rows of the people ``forgotten`` names (by their id columns, or by the
+        message ids of their events) and every older version and log entry that holds them
+        (``exactly forget``); returns the rows deleted. Time travel to before is given up.
+        Only while nothing else writes the table (the lake query's checkpoint lock held, or
+        between its micro-batches)."""
+        raise LakeError(f"the lake table {self.url} cannot forget rows yet")
+
+    def forgotten_ids(self, forgotten: Forgotten, message_ids: Set[str]) -> dict[str, list[str]]:
+        """Per column of this table, the values that name a forgotten person: the ids whose
+        keyed hash a regulation holds (found among the column's distinct values), and the
+        message ids of their events. Empty when the table holds none of them."""
+        found: dict[str, list[str]] = {}
+        schema = self.schema()
+        names = set() if schema is None else set(schema.names)
+        for column, kinds in id_columns(self.name, names):
+            values = {str(v) for v in self.present(column).unique().to_pylist() if v is not None}
+            if kinds:
+                hits = sorted(v for v in values if any(forgotten.holds(k, v) for k in kinds))
+            else:
+                hits = sorted(values & message_ids)
+            if hits:
+                found[column] = hits
+        return found
+
     def close(self) -> None:  # noqa: B027 - most backends hold nothing
         """Release connections."""
 
@@ -287,3 +313,25 @@ class LakeTable(ABC):
         trace: TracebackType | None,
     ) -> None:
         self.close()
+
+
+KEYED_BY_PERSON = ("users",)  # segment tables whose ``id`` is the person's userId
+
+
+def id_columns(table: str, names: Set[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """The columns of a lake table that name a person or an event, with the kinds of id each
+    holds (``exactly.forget.regulations``: user, anonymous; none: a message id)."""
+    both = (USER, ANONYMOUS)
+    wanted: list[tuple[str, tuple[str, ...]]] = [
+        ("userId", (USER,)),
+        ("anonymousId", (ANONYMOUS,)),
+        ("user_id", (USER,)),
+        ("anonymous_id", (ANONYMOUS,)),
+        ("previous_id", both),
+        ("messageId", ()),
+    ]
+    if table in KEYED_BY_PERSON:
+        wanted.append(("id", (USER,)))
+    elif table != "accounts":
+        wanted.append(("id", ()))
+    return [(column, kinds) for column, kinds in wanted if column in names]

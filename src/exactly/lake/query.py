@@ -205,6 +205,9 @@ class BatchAppender(BatchFunction):
         self.warehouse = Warehouse(table, limits=plan.limits) if segment else None
 
     def process(self, records: DataFrame, batch_id: int) -> None:
+        from exactly.forget.stub import not_stub
+
+        records = records.where(not_stub(records["value"]))  # a forgotten person's: never landed
         end = spark_checkpoint.batch_end(self.plan.checkpoint, batch_id)
         marker = Marker(self.query_id, batch_id, end)
         # 2. the marker: a replay stops here (for the events table: Segment's tables have theirs)

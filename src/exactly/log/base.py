@@ -36,6 +36,7 @@ from exactly.errors import (
     Fenced,
     InvalidRecord,
     InvalidTopicName,
+    LogError,
     PartitionOutOfRange,
     RecordTooLarge,
     ShortRead,
@@ -395,6 +396,19 @@ class Log(ABC):
     def _end_offset(self, topic: str, partition: int) -> int:
         """From :meth:`_end_offsets`; a backend that can ask about one partition overrides this."""
         return self._end_offsets(topic)[partition]
+
+    def rewrite(
+        self,
+        topic: str,
+        change: Callable[[LogRecord], bytes | None],
+        hint: Callable[[bytes], bool] | None = None,
+    ) -> int:
+        """Replace in place the value of every record ``change`` gives a new value for (its
+        offset, key, headers and timestamp kept), leaving no copy of the old one in the log's
+        files; how many changed. ``hint``, given a stored batch's bytes, says whether it may
+        hold one (a fast byte search), so the others are not decoded. For ``exactly forget``;
+        a log that cannot rewrite a record (Kafka) raises :class:`~exactly.errors.LogError`."""
+        raise LogError(f"{self!r} cannot rewrite a record in place")
 
     def find(self, topic: str, partition: int, key: bytes) -> list[LogRecord] | None:
         """The records of ``partition`` whose key is ``key``, by offset, durable ones only; None

@@ -28,7 +28,7 @@ import contextlib
 import os
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +46,7 @@ from exactly.log.base import (
 )
 from exactly.log.group_commit import TopicWriter, Transaction, recover
 from exactly.log.sqlite_format import (
+    OFFSET_BITS,
     SUFFIX,
     WRITERS_TABLE,
     PackedBatch,
@@ -57,9 +58,11 @@ from exactly.log.sqlite_format import (
     key_hash,
     pack,
     pack_columns,
+    pack_records,
     partition_range,
 )
 from exactly.log.watermark import Watermark
+from exactly.sqlite_wal import empty_wal
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
@@ -423,6 +426,60 @@ class SqliteLog(Log):
             records, _ = decode_records(data, partition, first - low, 0, len(data), headers=True)
             found += [r for r in records if r.key == key and r.offset < end]
         return found
+
+    def rewrite(
+        self,
+        topic: str,
+        change: Callable[[LogRecord], bytes | None],
+        hint: Callable[[bytes], bool] | None = None,
+    ) -> int:
+        """In place, batch by batch (the batches ``hint`` picks, found before the write lock is
+        taken, then read again under it); ``secure_delete`` zeroes the old bytes in the file and
+        a TRUNCATE checkpoint empties the WAL of their page images (:func:`empty_wal`)."""
+        self.topic_info(topic)
+        picked = [
+            rowid
+            for rowid, data in self._reader(topic).execute("SELECT id, data FROM batches")
+            if hint is None or hint(data)
+        ]
+        if not picked:
+            return 0
+
+        def apply(transaction: Transaction) -> int:
+            conn = transaction.conn
+            conn.execute("PRAGMA secure_delete = ON")
+            changed = 0
+            for rowid in picked:
+                found = conn.execute("SELECT data FROM batches WHERE id = ?", (rowid,)).fetchone()
+                if found is None:
+                    continue
+                partition = rowid >> OFFSET_BITS
+                first = rowid - partition_range(partition)[0]
+                records, _ = decode_records(found[0], partition, first, 0, 1 << 62, True)
+                kept: list[Record] = []
+                for record in records:
+                    value = change(record)
+                    changed += value is not None
+                    kept.append(
+                        Record(
+                            record.value if value is None else value,
+                            record.key,
+                            record.headers,
+                            record.timestamp,
+                        )
+                    )
+                data, _ = pack_records(kept, now_ms())
+                if data != found[0]:
+                    conn.execute("UPDATE batches SET data = ? WHERE id = ?", (data, rowid))
+            return changed
+
+        changed: int = self._writer(topic).submit(apply).result()
+        if not empty_wal(self._path(topic)):
+            raise LogError(
+                f"could not empty the write-ahead log of {self._path(topic)} (readers held it "
+                "for 30 s): its old pages stay until the forget is run again"
+            )
+        return changed
 
     def _end_offsets(self, topic: str) -> dict[int, int]:
         durable = self._durable_ends(topic)

@@ -64,6 +64,13 @@ class MySQLJobDB(SQLJobDB):
     def _sql(self, text: str) -> str:
         return text.replace("?", "%s")
 
+    def _scrub(self, cursor: Any, tables: Sequence[str]) -> None:
+        """``OPTIMIZE TABLE`` rebuilds each table, leaving no changed row's old bytes in it."""
+        for table in dict.fromkeys(tables):
+            cursor.execute(f"OPTIMIZE TABLE {table}")
+            cursor.fetchall()
+        self._connection.commit()
+
     def _begin(self, cursor: Any) -> None:
         cursor.execute("BEGIN")
 

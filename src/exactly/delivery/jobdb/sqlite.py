@@ -14,13 +14,13 @@ import fcntl
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 from exactly.delivery.jobdb.base import HELD, RUNNING
 from exactly.delivery.jobdb.sql import MARKER_COLUMNS, SQLJobDB
-from exactly.errors import DirectorLockHeld, ReplayRunning
+from exactly.errors import DirectorLockHeld, JobDBError, ReplayRunning
 
 FILE = "jobdb.sqlite"  # in the URL's directory
 
@@ -53,6 +53,18 @@ class SqliteJobDB(SQLJobDB):
 
     def _begin(self, cursor: Any) -> None:
         cursor.execute("BEGIN IMMEDIATE")
+
+    def _before_forget(self, cursor: Any) -> None:
+        cursor.execute("PRAGMA secure_delete = ON")
+
+    def _scrub(self, cursor: Any, tables: Sequence[str]) -> None:
+        from exactly.sqlite_wal import empty_wal
+
+        if not empty_wal(self.path):
+            raise JobDBError(
+                f"could not empty the write-ahead log of {self.path} (readers held it for "
+                "30 s): its old pages stay until the forget is run again"
+            )
 
     def _list_tables(self) -> str:
         return "SELECT name FROM sqlite_master WHERE type = 'table'"

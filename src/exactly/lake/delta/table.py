@@ -3,8 +3,9 @@ the guarantee: :mod:`exactly.lake.delta`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -17,6 +18,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from exactly.errors import LakeConflict, LakeError
+from exactly.forget.regulations import Forgotten
 from exactly.lake.base import Compaction, DataFile, LakeTable, Landing, Marker, Standing
 from exactly.lake.columns import BASE_SCHEMA, PARTITION
 from exactly.lake.delta.txn import END, END_PARTITIONS, commit_properties
@@ -274,6 +276,44 @@ class DeltaLakeTable(LakeTable):
         table.cleanup_metadata()
         return len(removed)
 
+    def forget(self, forgotten: Forgotten, message_ids: Set[str]) -> int:
+        """Delete the rows, then remove every trace: delta-rs records a delete's predicate in
+        its commit, and earlier commits' stats hold each column's min and max. So: set both
+        retentions to 0 (a commit after the delete's, since ``cleanup_metadata`` keeps the
+        checkpoint's own commit), a full vacuum of every unreferenced file, a checkpoint, the
+        log cleaned up to it (docs/forget.md, "What was measured")."""
+        table = self._table()
+        if table is None:
+            return 0
+        found = self.forgotten_ids(forgotten, message_ids)
+        if not found:
+            return 0
+        predicate = " OR ".join(
+            f'"{column}" IN ({", ".join(_literal(value) for value in values)})'
+            for column, values in sorted(found.items())
+        )
+        metrics: dict[str, Any] = table.delete(predicate)
+        table.alter.set_table_properties(
+            {
+                "delta.logRetentionDuration": "interval 0 seconds",
+                "delta.deletedFileRetentionDuration": "interval 0 seconds",
+            }
+        )
+        table.vacuum(0, dry_run=False, enforce_retention_duration=False, full=True)
+        table.create_checkpoint()
+        table.cleanup_metadata()
+        self._remove_empty_directories()
+        return int(metrics.get("num_deleted_rows", 0))
+
+    def _remove_empty_directories(self) -> None:
+        """A partition directory whose files all went (a local table: S3 has no directories)."""
+        if "://" in self.uri and not self.uri.startswith("file://"):
+            return
+        root = Path(self.uri.removeprefix("file://"))
+        for directory in sorted(root.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+            if directory.is_dir() and directory.name != LOG and not any(directory.iterdir()):
+                directory.rmdir()
+
     def _s3(self) -> S3:
         options = {key.upper(): value for key, value in self.storage_options.items()}
         return S3(
@@ -306,3 +346,8 @@ def _rows(table: DeltaTable) -> int:
     if counts is None or counts.null_count:
         return int(table.to_pyarrow_dataset().count_rows())
     return int(pc.sum(counts).as_py() or 0)
+
+
+def _literal(value: str) -> str:
+    """A SQL string literal of ``value`` (a quote doubled)."""
+    return "'" + value.replace("'", "''") + "'"

@@ -11,6 +11,7 @@
 * ``archiving.py``: the director's upkeep, ``archivable``, ``archive``, ``drop_orphans``;
 * ``reading.py``: the readers', ``history``, ``states``, ``summary``, ``jobs_of``, ``jobs_with``;
 * ``leasing.py``: partition leases on the director's own connection, directors' heartbeats;
+* ``forgetting.py``: ``forget_jobs``, ``exactly forget``'s: a person's jobs expired and emptied;
 * ``controls.py``: ``controls`` and ``set_control``, what operators and the director set per
   destination;
 * ``rows.py``: a job's columns and how a row becomes a job or a transition.
@@ -26,6 +27,7 @@ from __future__ import annotations
 from exactly.delivery.jobdb.sql.archiving import Archiving
 from exactly.delivery.jobdb.sql.controls import Controls
 from exactly.delivery.jobdb.sql.directing import Directing
+from exactly.delivery.jobdb.sql.forgetting import Forgetting
 from exactly.delivery.jobdb.sql.leasing import Leasing
 from exactly.delivery.jobdb.sql.reading import Reading
 from exactly.delivery.jobdb.sql.routing import Routing
@@ -34,7 +36,7 @@ from exactly.delivery.jobdb.sql.schema import MARKER_COLUMNS, SQLSchema
 __all__ = ["MARKER_COLUMNS", "SQLJobDB", "SQLSchema"]
 
 
-class SQLJobDB(Routing, Directing, Archiving, Reading, Controls, Leasing):
+class SQLJobDB(Routing, Directing, Archiving, Reading, Controls, Leasing, Forgetting):
     """The JobDB in SQL, for every backend: they give a connection, a dialect and their locks.
     :func:`~exactly.delivery.jobdb.open_jobdb` returns one (as ``JobDB``); each user takes it
     through the face of its role (:mod:`exactly.delivery.jobdb.faces`)."""

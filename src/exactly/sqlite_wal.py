@@ -1,0 +1,33 @@
+"""Emptying a SQLite file's write-ahead log, for ``exactly forget``.
+
+In WAL mode the old image of every page a transaction changed stays in the ``-wal`` file after
+the usual checkpoints, which copy the pages back but leave the file as it is; only
+``wal_checkpoint(TRUNCATE)`` empties it, and it does nothing while another connection reads.
+With ``secure_delete`` on for the changes, the old bytes are then gone from both files
+(docs/forget.md, "What was measured").
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+EMPTY_SECONDS = 30.0  # how long :func:`empty_wal` tries while readers hold the WAL
+
+
+def empty_wal(path: Path, seconds: float = EMPTY_SECONDS) -> bool:
+    """Copy ``path``'s WAL into it and empty it; False if readers held it for ``seconds``."""
+    deadline = time.monotonic() + seconds
+    conn = sqlite3.connect(path, isolation_level=None, timeout=60.0)
+    try:
+        conn.execute("PRAGMA busy_timeout = 60000")
+        while True:
+            busy, frames, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if busy == 0 and frames == 0:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+    finally:
+        conn.close()

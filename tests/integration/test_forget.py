@@ -1,0 +1,195 @@
+"""``exactly forget`` on the embedded defaults: after `exactly up` delivered, counted and landed
+a person's events among others', no byte of the data dir holds anything of them, and what they
+send later is suppressed.
+
+Every file under the data dir is read as bytes, gzip files decompressed and Parquet files read
+whole (their pages are compressed), and searched for the person's ids, traits, properties and
+context. Everybody else's events stay: delivered, counted (``exactly audit`` passes) and landed.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import http.client
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.receiver import Receiver
+from tests.up_service import WRITE_KEY, Clients, UpService, counted, write_config
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+ALICE, ALICE_ANONYMOUS = "alice-uid-7f3a91", "anon-alice-5c2e08"
+SECRETS = (  # what Alice's events carry that nobody else's does
+    ALICE,
+    ALICE_ANONYMOUS,
+    "alice@example.com",
+    "Alice Liddell",
+    "12 Wonderland Road",
+    "203.0.113.77",
+)
+
+
+def alice(count: int, prefix: str = "") -> list[dict[str, Any]]:
+    """Alice's events: identifies with traits, tracks with properties, pages with context."""
+    events: list[dict[str, Any]] = []
+    for n in range(count):
+        base: dict[str, Any] = {
+            "messageId": f"{prefix}alice-{uuid.uuid4()}",
+            "anonymousId": ALICE_ANONYMOUS,
+            "context": {"ip": "203.0.113.77", "traits": {"email": "alice@example.com"}},
+        }
+        if n % 3 == 0:
+            base |= {"type": "identify", "userId": ALICE,
+                     "traits": {"email": "alice@example.com", "name": "Alice Liddell"}}  # fmt: skip
+        elif n % 3 == 1:
+            base |= {"type": "track", "userId": ALICE, "event": "Order Completed",
+                     "properties": {"revenue": 12.5, "street": "12 Wonderland Road"}}  # fmt: skip
+        else:
+            url = "https://x.test/pricing?who=alice@example.com"
+            base |= {"type": "page", "name": "Pricing", "properties": {"url": url}}
+        events.append(base)
+    return events
+
+
+def post(port: int, events: list[dict[str, Any]]) -> None:
+    auth = base64.b64encode(f"{WRITE_KEY}:".encode()).decode()
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request(
+            "POST",
+            "/v1/batch",
+            json.dumps({"batch": events}).encode(),
+            {"Authorization": f"Basic {auth}", "Content-Type": "application/json"},
+        )
+        answer = connection.getresponse()
+        assert answer.status == 200, answer.read()
+    finally:
+        connection.close()
+
+
+def traces(data_dir: Path) -> list[str]:
+    """Where the data dir still holds one of :data:`SECRETS`: ``path: secret``."""
+    found = []
+    for path in sorted(data_dir.rglob("*")):
+        if not path.is_file():
+            continue
+        contents = [path.read_bytes()]
+        if path.suffix == ".gz":
+            contents.append(gzip.decompress(contents[0]))
+        if path.suffix == ".parquet":
+            contents.append(json.dumps(pq.read_table(path).to_pylist(), default=str).encode())
+        for secret in SECRETS:
+            if any(secret.encode() in content for content in contents):
+                found.append(f"{path.relative_to(data_dir)}: {secret}")
+    return found
+
+
+def exactly(config: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "EXACTLY_CONFIG": str(config), "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run(
+        [sys.executable, "-m", "exactly", *args],
+        cwd=config.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def lake_ids(data_dir: Path) -> set[str]:
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(data_dir / "lake" / "events"))
+    return set(table.to_pyarrow_table(columns=["messageId"]).column("messageId").to_pylist())
+
+
+@pytest.mark.timeout(900)
+def test_a_forgotten_person_leaves_no_byte_in_the_data_dir_and_is_suppressed_after(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "data"
+    with Receiver() as receiver:
+        config = write_config(tmp_path, receiver.url)
+        lake = data_dir / "lake" / "events"
+        config.write_text(config.read_text() + f'\n[lake]\nurl = "delta://{lake}"\n')
+        service = UpService(config, tmp_path)
+        service.start()
+        try:
+            others = Clients(service.port, batches=6, size=20).start()
+            hers = alice(12)
+            deadline = time.monotonic() + 180
+            while True:  # the collector answers once up has started it
+                try:
+                    post(service.port, hers)
+                    break
+                except (OSError, AssertionError):
+                    assert time.monotonic() < deadline, service.stderr()[-3000:]
+                    time.sleep(0.5)
+            assert others.wait(180), "the clients could not send"
+            everyone = others.ids | {event["messageId"] for event in hers}
+            deadline = time.monotonic() + 300
+            while not (
+                set(receiver.successes("/ok")) >= everyone
+                and counted(data_dir) >= len(everyone)
+                and lake.exists()
+                and lake_ids(data_dir) >= everyone
+            ):
+                assert time.monotonic() < deadline, service.stderr()[-3000:]
+                assert service.alive(), service.stderr()[-3000:]
+                time.sleep(1)
+            code, _ = service.terminate()
+            assert code == 0, service.stderr()[-3000:]
+        finally:
+            service.kill()
+        assert traces(data_dir), "the person was never stored: the test proves nothing"
+
+        # forget Alice, with nothing running: the command clears every store itself
+        done = exactly(config, "forget", ALICE, "--anonymous-id", ALICE_ANONYMOUS)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.startswith("forgotten: regulation "), done.stdout
+        for store in ("files", "jobdb", "archive", "lake", "log"):
+            assert f"forget: {store}: done" in done.stderr, done.stderr
+        assert traces(data_dir) == []
+        status = exactly(config, "forget", "--status")
+        assert status.returncode == 0 and " done" in status.stdout.splitlines()[0], status.stdout
+        # everybody else's events stay: landed, and counted exactly (Alice's as counts only)
+        assert lake_ids(data_dir) == others.ids
+        audit = exactly(config, "audit")
+        assert audit.returncode == 0, audit.stdout + audit.stderr
+        assert counted(data_dir) == len(everyone)
+
+        # what Alice sends later is suppressed: never stored, delivered, counted or landed
+        service.start()
+        try:
+            later = alice(3, prefix="later-")
+            deadline = time.monotonic() + 180
+            while True:
+                try:
+                    post(service.port, later)
+                    break
+                except (OSError, AssertionError):
+                    assert time.monotonic() < deadline, service.stderr()[-3000:]
+                    time.sleep(0.5)
+            more = Clients(service.port, batches=1, size=10, prefix="more-").start()
+            assert more.wait(60)
+            deadline = time.monotonic() + 300
+            while not set(receiver.successes("/ok")) >= more.ids:
+                assert time.monotonic() < deadline, service.stderr()[-3000:]
+                time.sleep(1)
+            code, _ = service.terminate()
+            assert code == 0, service.stderr()[-3000:]
+        finally:
+            service.kill()
+        assert not {e["messageId"] for e in later} & set(receiver.successes("/ok"))
+        assert traces(data_dir) == []
