@@ -38,6 +38,23 @@ SECRETS = (  # what Alice's events carry that nobody else's does
     "12 Wonderland Road",
     "203.0.113.77",
 )
+BOB = "bob-uid-44d2e1"
+BOB_SECRETS = (BOB, "bob@example.org", "Bob the Builder")
+
+
+def bob(count: int) -> list[dict[str, Any]]:
+    """Bob's events, forgotten while `up` runs."""
+    return [
+        {
+            "messageId": f"bob-{uuid.uuid4()}",
+            "type": "identify" if n % 2 else "track",
+            "userId": BOB,
+            "event": "Order Completed",
+            "traits": {"email": "bob@example.org", "name": "Bob the Builder"},
+            "properties": {"revenue": 3, "contact": "bob@example.org"},
+        }
+        for n in range(count)
+    ]
 
 
 def alice(count: int, prefix: str = "") -> list[dict[str, Any]]:
@@ -78,8 +95,8 @@ def post(port: int, events: list[dict[str, Any]]) -> None:
         connection.close()
 
 
-def traces(data_dir: Path) -> list[str]:
-    """Where the data dir still holds one of :data:`SECRETS`: ``path: secret``."""
+def traces(data_dir: Path, secrets: tuple[str, ...] = SECRETS) -> list[str]:
+    """Where the data dir still holds one of ``secrets``: ``path: secret``."""
     found = []
     for path in sorted(data_dir.rglob("*")):
         if not path.is_file():
@@ -89,7 +106,7 @@ def traces(data_dir: Path) -> list[str]:
             contents.append(gzip.decompress(contents[0]))
         if path.suffix == ".parquet":
             contents.append(json.dumps(pq.read_table(path).to_pylist(), default=str).encode())
-        for secret in SECRETS:
+        for secret in secrets:
             if any(secret.encode() in content for content in contents):
                 found.append(f"{path.relative_to(data_dir)}: {secret}")
     return found
@@ -169,7 +186,8 @@ def test_a_forgotten_person_leaves_no_byte_in_the_data_dir_and_is_suppressed_aft
         assert audit.returncode == 0, audit.stdout + audit.stderr
         assert counted(data_dir) == len(everyone)
 
-        # what Alice sends later is suppressed: never stored, delivered, counted or landed
+        # what Alice sends later is suppressed: never stored, delivered, counted or landed; and
+        # Bob is forgotten while `up` runs: its lake query and director apply it
         service.start()
         try:
             later = alice(3, prefix="later-")
@@ -181,15 +199,27 @@ def test_a_forgotten_person_leaves_no_byte_in_the_data_dir_and_is_suppressed_aft
                 except (OSError, AssertionError):
                     assert time.monotonic() < deadline, service.stderr()[-3000:]
                     time.sleep(0.5)
+            his = bob(6)
+            post(service.port, his)
             more = Clients(service.port, batches=1, size=10, prefix="more-").start()
             assert more.wait(60)
+            wanted = more.ids | {event["messageId"] for event in his}
             deadline = time.monotonic() + 300
-            while not set(receiver.successes("/ok")) >= more.ids:
+            while not (set(receiver.successes("/ok")) >= wanted and lake_ids(data_dir) >= wanted):
                 assert time.monotonic() < deadline, service.stderr()[-3000:]
                 time.sleep(1)
+            assert traces(data_dir, BOB_SECRETS)
+            running = exactly(config, "forget", BOB)
+            assert running.returncode == 0, running.stderr[-3000:]
+            for store in ("jobdb", "archive", "lake"):
+                assert f"forget: {store}: done by its running part" in running.stderr
             code, _ = service.terminate()
             assert code == 0, service.stderr()[-3000:]
         finally:
             service.kill()
         assert not {e["messageId"] for e in later} & set(receiver.successes("/ok"))
         assert traces(data_dir) == []
+        assert traces(data_dir, BOB_SECRETS) == []
+        assert lake_ids(data_dir) == others.ids | more.ids
+        audit = exactly(config, "audit")
+        assert audit.returncode == 0, audit.stdout + audit.stderr

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,10 +29,12 @@ from exactly.forget.stub import stub
 
 if TYPE_CHECKING:
     from exactly.config import Settings
+    from exactly.delivery.archive import Archive
+    from exactly.lake.base import LakeTable
     from exactly.log import Log, LogRecord
 
 Say = Callable[[str], None]
-ORDER = ("files", "jobdb", "archive", "lake", "log")
+Reports = dict[str, dict[str, int]]  # per store done, what it removed
 SUPPRESSORS_SECONDS = 2.0  # suppressors read new regulations within a second: wait twice that
 
 
@@ -74,31 +76,42 @@ class Applying:
             f"({time.monotonic() - started:.1f} s)"
         )
         left = []
-        for store in ORDER:
-            if store not in regulation.stores or store in regulation.done:
+        for stores, step in (
+            (("files",), self._files),
+            (("jobdb", "archive"), self._deliveries),
+            (("lake",), self._lake),
+            (("log",), self._log),
+        ):
+            todo = [store for store in stores if store in regulation.stores]
+            if not todo or all(store in regulation.done for store in todo):
                 continue
             started = time.monotonic()
             try:
-                report = getattr(self, f"_{store}")(forgotten, found, person)
+                reports = step(forgotten, found, person)
             except Held as held:
-                self.say(f"forget: {store}: {held}")
-                left.append(store)
+                self.say(f"forget: {', '.join(todo)}: {held}")
+                left += todo
                 continue
-            self.regulations.mark_done(regulation, store, report)
-            said = ", ".join(f"{value:,} {name}" for name, value in report.items())
-            self.say(f"forget: {store}: done, {said} ({time.monotonic() - started:.1f} s)")
+            for store in todo:
+                self.regulations.mark_done(regulation, store, reports[store])
+                said = ", ".join(f"{value:,} {name}" for name, value in reports[store].items())
+                took = time.monotonic() - started
+                self.say(f"forget: {store}: done, {said} ({took:.1f} s)")
         return left
 
-    def _files(self, forgotten: Forgotten, found: Found, person: Person | None) -> dict[str, int]:
+    def _files(self, forgotten: Forgotten, found: Found, person: Person | None) -> Reports:
         from exactly.forget.files import scrub
 
         texts = set(found.traces)
         if person is not None:
             texts.update(value for values in person.ids.values() for value in values)
         files, places = scrub(self.settings.data_dir.resolve(), texts)
-        return {"files changed": files, "places overwritten": places}
+        return {"files": {"files changed": files, "places overwritten": places}}
 
-    def _jobdb(self, forgotten: Forgotten, found: Found, person: Person | None) -> dict[str, int]:
+    def _deliveries(self, forgotten: Forgotten, found: Found, person: Person | None) -> Reports:
+        """The JobDB and the archive together, every partition held: a director that starts
+        meanwhile waits, and none archives a dataset between the two."""
+        from exactly.delivery.archive import open_archive
         from exactly.delivery.jobdb import opened_jobdb
 
         settings = self.settings
@@ -114,41 +127,26 @@ class Applying:
             try:
                 with jobdb.all_partitions(settings.delivery.partitions, wait=False):
                     expired, emptied = jobdb.forget_jobs(matches)
+                    archived = rewrite_archive(open_archive(settings.archive_url), forgotten, found)
             except DirectorLockHeld:
                 raise Held("a director is running: it applies it between its sends") from None
-        return {"queued jobs expired": expired, "jobs emptied": emptied}
+        return {
+            "jobdb": {"queued jobs expired": expired, "jobs emptied": emptied},
+            "archive": archived,
+        }
 
-    def _archive(self, forgotten: Forgotten, found: Found, person: Person | None) -> dict[str, int]:
-        from exactly.delivery.archive import open_archive
-
-        archive = open_archive(self.settings.archive_url)
-        files = removed = 0
-        for name in archive.names():
-            records = list(archive.records(name))
-            kept = [record for record in records if not _archived(record, forgotten, found)]
-            if len(kept) < len(records):
-                archive.write(name, kept)
-                files += 1
-                removed += len(records) - len(kept)
-        return {"files rewritten": files, "jobs removed": removed}
-
-    def _lake(self, forgotten: Forgotten, found: Found, person: Person | None) -> dict[str, int]:
+    def _lake(self, forgotten: Forgotten, found: Found, person: Person | None) -> Reports:
         from exactly.lake import open_table
         from exactly.spark.streaming import checkpoint_lock
         from exactly.stages import LAKE
 
-        removed = tables = 0
         with (
             _lake_lock(checkpoint_lock, LAKE.checkpoint(self.settings)),
             open_table(self.settings.lake_url) as table,
         ):
-            for each in [table, *(table.sibling(name) for name in table.siblings())]:
-                gone = each.forget(forgotten, found.message_ids)
-                removed += gone
-                tables += gone > 0
-        return {"rows deleted": removed, "tables changed": tables}
+            return {"lake": forget_lake(table, forgotten, found.message_ids)}
 
-    def _log(self, forgotten: Forgotten, found: Found, person: Person | None) -> dict[str, int]:
+    def _log(self, forgotten: Forgotten, found: Found, person: Person | None) -> Reports:
         def change(record: LogRecord) -> bytes | None:
             event = whose(forgotten, record)
             return None if event is None else stub(event)
@@ -162,8 +160,32 @@ class Applying:
         except LogError as error:
             if "cannot rewrite" not in str(error):
                 raise
-            return {"records kept by the broker until retention": found.records}
-        return {"records replaced by stubs": changed, "topics": len(topics)}
+            return {"log": {"records kept by the broker until retention": found.records}}
+        return {"log": {"records replaced by stubs": changed, "topics": len(topics)}}
+
+
+def rewrite_archive(archive: Archive, forgotten: Forgotten, found: Found) -> dict[str, int]:
+    """Each archive file holding a forgotten person's jobs, written again without them."""
+    files = removed = 0
+    for name in archive.names():
+        records = list(archive.records(name))
+        kept = [record for record in records if not _archived(record, forgotten, found)]
+        if len(kept) < len(records):
+            archive.write(name, kept)
+            files += 1
+            removed += len(records) - len(kept)
+    return {"files rewritten": files, "jobs removed": removed}
+
+
+def forget_lake(table: LakeTable, forgotten: Forgotten, message_ids: Set[str]) -> dict[str, int]:
+    """Every table of the lake (``table`` and the segment layout's beside it) without the
+    people ``forgotten`` names, nor any old version that held them."""
+    removed = tables = 0
+    for each in [table, *(table.sibling(name) for name in table.siblings())]:
+        gone = each.forget(forgotten, message_ids)
+        removed += gone
+        tables += gone > 0
+    return {"rows deleted": removed, "tables changed": tables}
 
 
 @contextlib.contextmanager

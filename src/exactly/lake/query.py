@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -103,6 +104,7 @@ class LakePlan:
     layout: str = "segment"  # "events": the table alone; "segment": Segment's beside it (4b)
     limits: Limits = field(default_factory=Limits)  # the segment layout's
     shaping: str = "executors"  # where step 4b shapes: "executors", or "driver" (one thread)
+    forget_key: bytes | None = field(default=None, repr=False)  # regulations applied when set
 
 
 @dataclass
@@ -135,6 +137,8 @@ def configured_plan(
 ) -> LakePlan:
     """The lake query's plan from ``settings``: what ``exactly lake`` and ``exactly up`` both
     run (the flags that name a setting are in ``settings`` already)."""
+    from exactly.forget.regulations import load_key
+
     return LakePlan(
         log_url=settings.log_url,
         table_url=settings.lake_url,
@@ -148,6 +152,7 @@ def configured_plan(
         retention=timedelta(milliseconds=parse_duration(settings.lake.retention, "retention")),
         layout=settings.lake.layout,
         limits=Limits(tables=settings.lake.max_tables, columns=settings.lake.max_columns),
+        forget_key=load_key(settings.data_dir),
     )
 
 
@@ -203,8 +208,13 @@ class BatchAppender(BatchFunction):
         self.commits = 0  # this run's, for the upkeep every ``compact_every``
         segment = plan.layout == "segment"
         self.warehouse = Warehouse(table, limits=plan.limits) if segment else None
+        self.lock = threading.Lock()  # held for a batch; ``exactly forget`` applies between
 
     def process(self, records: DataFrame, batch_id: int) -> None:
+        with self.lock:
+            self._process(records, batch_id)
+
+    def _process(self, records: DataFrame, batch_id: int) -> None:
         from exactly.forget.stub import not_stub
 
         records = records.where(not_stub(records["value"]))  # a forgotten person's: never landed
@@ -315,6 +325,18 @@ def run(
             on_batch(batch_id, events, appended)
 
     appender = BatchAppender(table, plan, note)
+    follower = None
+    if plan.forget_key is not None:  # ``exactly forget`` while the query runs: between batches
+        from exactly.forget.apply import forget_lake
+        from exactly.forget.follow import Follower
+
+        follower = Follower(
+            plan.log_url,
+            plan.forget_key,
+            "lake",
+            lambda forgotten: forget_lake(table, forgotten, set()),
+            appender.lock,
+        ).start()
     try:
         run_batches(
             spark,
@@ -326,6 +348,8 @@ def run(
             failed=LakeError,
         )
     finally:
+        if follower is not None:
+            follower.stop()
         appender.close()
     return progress
 

@@ -39,7 +39,7 @@ flight. A receiver drops such copies by their idempotency key.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from exactly.delivery.director.expiry import REMOVED
@@ -50,6 +50,9 @@ from exactly.errors import ConfigError
 
 if TYPE_CHECKING:
     from exactly.config import Settings
+    from exactly.delivery.archive import Archive
+    from exactly.delivery.director.forgetting import Forgetting
+    from exactly.delivery.director.jobdb_thread import JobDBThread
 
 __all__ = [
     "DIRECTOR_HEADER",
@@ -89,4 +92,21 @@ def configured_director(settings: Settings) -> Iterator[Director]:
             metrics_port=options.metrics_port,
             jobdb_patience=options.jobdb_patience,
             partitions=options.partitions,
+            forgetting=_forgetting(settings),
         )
+
+
+def _forgetting(settings: Settings) -> Callable[[JobDBThread, Archive | None], Forgetting]:
+    """How the director reads ``exactly forget``'s regulations (``forgetting.py``)."""
+    from exactly.delivery.director.forgetting import Forgetting
+    from exactly.forget.regulations import load_key
+    from exactly.log import open_log
+
+    key = load_key(settings.data_dir)
+
+    def made(calls: JobDBThread, archive: Archive | None) -> Forgetting:
+        from exactly.delivery.director.loop import say
+
+        return Forgetting(open_log(settings.log_url), key, calls, archive, say)
+
+    return made

@@ -39,6 +39,11 @@ class Archiver:
         self._aside: DirectorJobs | None = None  # a second connection for steps 1 to 3
         self._running: asyncio.Task[None] | None = None
 
+    @property
+    def busy(self) -> bool:
+        """Whether an archive pass is under way."""
+        return self._running is not None and not self._running.done()
+
     def start(self) -> bool:
         """Start a pass in the background unless one runs (a failed one raises); whether it
         started."""

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import heapq
 import time
+from collections.abc import Callable
 
 from exactly.delivery.director.jobdb_thread import JobDBThread
 from exactly.delivery.director.queues import Bucket, Destination
@@ -41,6 +42,7 @@ class Dispatch:
         self.stop = stop
         self.page_size = page_size
         self.poll_seconds = poll_seconds
+        self.skips: Callable[[Job], bool] | None = None  # a forgotten person's: never placed
 
     async def run(self, destination: Destination) -> None:
         """Page each bucket in, take jobs in turn within the destination's reserve and start
@@ -88,6 +90,8 @@ class Dispatch:
         bucket.paged_at = now
         bucket.caught_up = len(jobs) < room
         bucket.place(jobs, now)
+        if self.skips is not None:
+            bucket.drop(self.skips)  # placed first, so the cursor moves past them
 
     async def _load_batches(self, bucket: Bucket, now: float) -> None:
         """The batches a previous run left open (in flight at a crash, or waiting to retry):

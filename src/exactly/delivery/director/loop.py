@@ -23,6 +23,7 @@ from exactly.delivery.director.archiving import Archiver
 from exactly.delivery.director.controls import Controls
 from exactly.delivery.director.dispatch import Dispatch
 from exactly.delivery.director.expiry import REMOVED, Expiry
+from exactly.delivery.director.forgetting import Forgetting
 from exactly.delivery.director.gauges import Gauging
 from exactly.delivery.director.jobdb_thread import JobDBThread
 from exactly.delivery.director.leases import PARTITIONS_HELD, Leases
@@ -37,6 +38,7 @@ from exactly.errors import DirectorLockHeld
 from exactly.text import message as wrapped
 
 LEASE, CONTROLS, ARCHIVE, UNPAGED, METRICS = "lease", "controls", "archive", "unpaged", "metrics"
+FORGET = "forget"
 
 
 def say(message: str) -> None:
@@ -66,6 +68,7 @@ class Director:
         jobdb_patience: float = 60.0,
         partitions: int = 1,
         lease_seconds: float = 1.0,
+        forgetting: Callable[[JobDBThread, Archive | None], Forgetting] | None = None,
     ) -> None:
         self.jobdb = jobdb
         self.report = report
@@ -102,7 +105,12 @@ class Director:
             None if archive is None else Archiver(archive, jobdb, self.calls.call, report)
         )
         self.gauging = None if self.metrics is None else Gauging(self.metrics, self.calls)
+        self.forgetting = None if forgetting is None else forgetting(self.calls, archive)
+        if self.forgetting is not None:
+            self.dispatch.skips = self.forgetting.skips
         chores = {LEASE: lease_seconds, CONTROLS: 1.0}
+        if self.forgetting is not None:
+            chores[FORGET] = 1.0
         if self.archiver is not None:
             chores[ARCHIVE] = archive_seconds
         if self.gauging is not None:
@@ -214,6 +222,11 @@ class Director:
                 self.schedule.missed(ARCHIVE)
         if CONTROLS in due:
             await self.controls.apply(self.queues.destinations, self.leases.kept)
+        if FORGET in due and self.forgetting is not None:
+            # partition 0's holder applies, with no archive pass under way
+            applies = 0 in self.leases.held and (archiver is None or not archiver.busy)
+            if await self.forgetting.turn(self.queues, applies=applies):
+                self.schedule.missed(FORGET)
         if self.gauging is not None:
             if UNPAGED in due:
                 await self.gauging.count_unpaged(self.queues)

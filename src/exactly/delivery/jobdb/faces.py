@@ -259,6 +259,12 @@ class DirectorJobs(Protocol):
         """Drop dataset tables no dataset lists (left by a crash); the numbers dropped."""
         ...
 
+    def forget_jobs(self, matches: Callable[[str, str | None, bytes], bool]) -> tuple[int, int]:
+        """Expire the queued jobs ``matches`` picks (message id, user id, payload) and empty
+        every one it picks, old bytes scrubbed (``exactly forget``); (expired, emptied).
+        Only while no other director sends."""
+        ...
+
 
 class OperatorJobs(Protocol):
     """What the operators' commands call: a destination's control, and expiring its jobs at
