@@ -876,3 +876,42 @@ def test_a_lease_is_taken_again_on_a_new_connection_or_reported_lost(url: str) -
     assert db.held_partitions() == set()
     db.close()
     rival.close()
+
+
+def test_forgetting_jobs_expires_the_queued_and_empties_every_one(db: JobDB, url: str) -> None:
+    """``exactly forget``: u1's jobs (m1, m4, ... over two datasets) and m2 by its message id."""
+    db.add(jobs(8), query_id="q", batch_id=0)
+    db.add(jobs(8, start=8), query_id="q", batch_id=1)  # a second dataset (10 rows each)
+    pending = {job.message_id: job for job in db.pending("web/hook", limit=100)}
+    db.record(
+        [
+            Transition(pending["m1"].id, SUCCEEDED, 1, status_code=400, response="echo u1 m1"),
+            Transition(pending["m4"].id, AWAITING_RETRY, 1, retry_at=1.0, response="u1 said"),
+            Transition(pending["m3"].id, SUCCEEDED, 1, response="fine"),
+        ]
+    )
+    picked: list[tuple[str, str | None]] = []
+
+    def matches(message_id: str, user_id: str | None, payload: bytes) -> bool:
+        picked.append((message_id, user_id))
+        return user_id == "u1" or message_id == "m2"
+
+    expired, emptied = db.forget_jobs(matches)
+    theirs = {f"m{i}" for i in range(16) if i % 3 == 1} | {"m2"}
+    assert emptied == len(theirs) and expired == len(theirs) - 1  # m1 had succeeded
+    assert {message for message, _ in picked} == {f"m{i}" for i in range(16)}
+    left = {job.message_id for job in db.pending("web/hook", limit=100)}
+    assert left == {f"m{i}" for i in range(16)} - theirs - {"m3"}
+    for message_id in sorted(theirs):
+        ((job, history),) = db.jobs_with(message_id)
+        assert job.payload == b"" and job.user_id is None
+        assert all(step.response is None for step in history)
+        if message_id != "m1":
+            assert (history[-1].state, history[-1].error_type) == (EXPIRED, "forgotten")
+    ((kept, kept_history),) = db.jobs_with("m3")
+    assert kept.payload and kept_history[-1].response == "fine"
+    assert db.forget_jobs(matches) == (0, 0)  # once more: nothing left to pick
+    if url.startswith("sqlite"):  # no old copy in the file or its write-ahead log
+        directory = Path(url.partition("://")[2])
+        for path in directory.glob("jobdb.sqlite*"):
+            assert b"echo u1 m1" not in path.read_bytes(), path
