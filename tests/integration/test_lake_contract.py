@@ -357,3 +357,46 @@ def test_an_iceberg_table_reads_back_in_a_fresh_process(tmp_path: Path) -> None:
         check=True,
     )
     assert found.stdout.split() == ["50", "50", "29"]  # revenue 0 reads as no revenue
+
+
+def test_forget_removes_a_person_from_every_version_and_file(
+    table: LakeTable, tmp_path: Path
+) -> None:
+    """``exactly forget`` on the table: the person's rows go, and with them every old version,
+    file and log entry that held them (column statistics included, after an optimize)."""
+    import gzip
+
+    import pyarrow.parquet as pq
+
+    from exactly.forget.regulations import USER, Forgotten, digest
+
+    def person_events(start: int, count: int) -> list[bytes]:
+        found = []
+        for value in events(start, count):
+            event = json.loads(value)
+            if int(event["messageId"][1:]) % 5 == 0:
+                event["userId"] = "carol-zz-91c"
+                event["context"] = {"traits": {"email": "carol@example.net"}}
+            found.append(json.dumps(event).encode())
+        return found
+
+    for n in range(4):
+        assert table.append(event_rows(person_events(n * 10, 10)), Marker("q1", n))
+    table.optimize()  # delta-rs then keeps min and max of every column in its log
+    key = b"k" * 32
+    forgotten = Forgotten(key, {USER: frozenset({digest(key, USER, "carol-zz-91c")})})
+    assert table.forget(forgotten, set()) == 8
+    assert len(message_ids(table)) == 32 and "carol-zz-91c" not in str(table.read().to_pylist())
+    assert table.forget(forgotten, set()) == 0  # nothing left
+    assert table.append(batch(40, 5), Marker("q1", 4))  # the table goes on
+    assert len(message_ids(table)) == 37
+    for path in tmp_path.rglob("*"):
+        if not path.is_file():
+            continue
+        contents = [path.read_bytes()]
+        if path.suffix == ".parquet":
+            contents.append(json.dumps(pq.read_table(path).to_pylist(), default=str).encode())
+        if path.suffix == ".gz":
+            contents.append(gzip.decompress(contents[0]))
+        for secret in (b"carol-zz-91c", b"carol@example.net", b"carol-zz-91", b"carol@exam"):
+            assert not any(secret in content for content in contents), (path, secret)

@@ -27,7 +27,7 @@ compaction, so :meth:`optimize`, :meth:`vacuum` and :meth:`expire` do nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
@@ -37,6 +37,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from psycopg import sql
 
 from exactly.errors import LakeError
+from exactly.forget.regulations import Forgotten
 from exactly.lake.base import Compaction, LakeTable, Marker, end_offsets_from
 from exactly.lake.columns import BASE_SCHEMA, UTC_TIME
 from exactly.urls import redact
@@ -284,6 +285,22 @@ class PostgresTable(LakeTable):
 
     def expire(self, retention: timedelta) -> int:
         return 0
+
+    def forget(self, forgotten: Forgotten, message_ids: Set[str]) -> int:
+        """``DELETE`` the rows, then ``VACUUM`` the table: a deleted row stays in its page
+        until vacuum frees it (the server's WAL, archives and backups are the operator's)."""
+        found = self.forgotten_ids(forgotten, message_ids)
+        if not found:
+            return 0
+        condition = sql.SQL(" OR ").join(
+            sql.SQL("{} = ANY(%s)").format(sql.Identifier(column)) for column in sorted(found)
+        )
+        deleted = self.connection.execute(
+            sql.SQL("DELETE FROM {} WHERE ").format(sql.Identifier(self.table)) + condition,
+            [list(found[column]) for column in sorted(found)],
+        ).rowcount
+        self.connection.execute(sql.SQL("VACUUM {}").format(sql.Identifier(self.table)))
+        return int(deleted or 0)
 
     def close(self) -> None:
         if self.owns_connection:

@@ -278,10 +278,11 @@ class DeltaLakeTable(LakeTable):
 
     def forget(self, forgotten: Forgotten, message_ids: Set[str]) -> int:
         """Delete the rows, then remove every trace: delta-rs records a delete's predicate in
-        its commit, and earlier commits' stats hold each column's min and max. So: set both
-        retentions to 0 (a commit after the delete's, since ``cleanup_metadata`` keeps the
-        checkpoint's own commit), a full vacuum of every unreferenced file, a checkpoint, the
-        log cleaned up to it (docs/forget.md, "What was measured")."""
+        its commit, and earlier commits' stats hold each column's min and max. So a full
+        vacuum of every file no version refers to (it commits after the delete), a checkpoint
+        at that version, and every log entry and checkpoint before it removed (delta-rs's own
+        log cleanup keeps 30 days unless a table property says less, and changing one
+        lists the log in a way moto's S3 never answers; docs/forget.md)."""
         table = self._table()
         if table is None:
             return 0
@@ -293,17 +294,38 @@ class DeltaLakeTable(LakeTable):
             for column, values in sorted(found.items())
         )
         metrics: dict[str, Any] = table.delete(predicate)
-        table.alter.set_table_properties(
-            {
-                "delta.logRetentionDuration": "interval 0 seconds",
-                "delta.deletedFileRetentionDuration": "interval 0 seconds",
-            }
-        )
-        table.vacuum(0, dry_run=False, enforce_retention_duration=False, full=True)
+        deleted_at = self._version()
+        self._reopened().vacuum(0, dry_run=False, enforce_retention_duration=False, full=True)
+        table = self._reopened()
+        if table.version() <= deleted_at:
+            raise LakeError(
+                f"lake table {self.url}: the vacuum after the forget's delete committed nothing"
+            )
         table.create_checkpoint()
-        table.cleanup_metadata()
+        self._remove_log_before(table.version())
         self._remove_empty_directories()
         return int(metrics.get("num_deleted_rows", 0))
+
+    def _version(self) -> int:
+        return self._reopened().version()
+
+    def _reopened(self) -> DeltaTable:
+        table = self._table()
+        if table is None:
+            raise LakeError(f"lake table {self.url} is gone")
+        return table
+
+    def _remove_log_before(self, version: int) -> None:
+        """Every commit and checkpoint of the log before ``version`` (its checkpoint)."""
+        filesystem, root = located(self.uri.rstrip("/"), self._s3())
+        selector = pafs.FileSelector(f"{root}/{LOG}", allow_not_found=True)
+        old = []
+        for info in filesystem.get_file_info(selector):
+            name = info.path.rsplit("/", 1)[-1]
+            number = name.split(".", 1)[0]
+            if info.type == pafs.FileType.File and number.isdigit() and int(number) < version:
+                old.append(f"{LOG}/{name}")
+        remove(filesystem, root, old)
 
     def _remove_empty_directories(self) -> None:
         """A partition directory whose files all went (a local table: S3 has no directories)."""

@@ -4,17 +4,19 @@ and the guarantee: :mod:`exactly.lake.iceberg`)."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.fs as pafs  # type: ignore[import-untyped]
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchNamespaceError, NoSuchTableError
-from pyiceberg.expressions import In, NotNull
+from pyiceberg.expressions import AlwaysFalse, BooleanExpression, In, NotNull, Or
 from pyiceberg.table import Table, Transaction
 
 from exactly.errors import LakeConflict
+from exactly.forget.regulations import Forgotten
 from exactly.lake.base import (
     Compaction,
     DataFile,
@@ -344,6 +346,59 @@ class IcebergTable(LakeTable):
         table = self._table()
         return before - (0 if table is None else len(table.snapshots()))
 
+    def forget(self, forgotten: Forgotten, message_ids: Set[str]) -> int:
+        """Delete the rows (copy-on-write), then leave no file that held them: the current
+        snapshot's manifests keep deleted files' entries with 16-character bounds of each
+        column, so an empty append drops them from it, every older snapshot is expired, and
+        each file the current metadata does not refer to is removed (pyiceberg removes none;
+        docs/forget.md, "What was measured")."""
+        table = self._table()
+        if table is None:
+            return 0
+        found = self.forgotten_ids(forgotten, message_ids)
+        if not found:
+            return 0
+        before = _rows(table)
+        condition: BooleanExpression = AlwaysFalse()
+        for column, values in sorted(found.items()):
+            condition = Or(condition, In(term=column, literals=tuple(values)))
+        table.delete(condition)
+        table = self._table()
+        assert table is not None
+        removed = before - _rows(table)
+        for attempt in (1, 2):
+            table.append(table.schema().as_arrow().empty_table())
+            table = self._table()
+            assert table is not None
+            if not _holds_deleted(table) or attempt == 2:
+                break
+            table.overwrite(table.scan().to_arrow())  # a manifest mixes live and deleted: anew
+            table = self._table()
+            assert table is not None
+        cutoff = datetime.now(UTC) + timedelta(seconds=1)
+        table.maintenance.expire_snapshots().older_than(cutoff).commit()
+        table = self._table()
+        assert table is not None
+        self._remove_unreferenced(table)
+        return removed
+
+    def _remove_unreferenced(self, table: Table) -> None:
+        """Every file under the table's location its current metadata does not refer to."""
+        location = table.location().rstrip("/")
+        keep = {_below(table.metadata_location, location)}
+        for snapshot in table.metadata.snapshots:
+            keep.add(_below(snapshot.manifest_list, location))
+            for manifest in snapshot.manifests(table.io):
+                keep.add(_below(manifest.manifest_path, location))
+                for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                    keep.add(_below(entry.data_file.file_path, location))
+        for statistics in [*table.metadata.statistics, *table.metadata.partition_statistics]:
+            keep.add(_below(statistics.statistics_path, location))
+        filesystem, root = located(location, self._s3())
+        listed = filesystem.get_file_info(pafs.FileSelector(root, recursive=True))
+        files = [i.path[len(root) :].lstrip("/") for i in listed if i.type == pafs.FileType.File]
+        remove(filesystem, root, sorted(path for path in files if path not in keep))
+
     def close(self) -> None:
         engine = getattr(self.catalog, "engine", None)
         if engine is not None and self.owns_catalog:
@@ -370,3 +425,30 @@ def _rows(table: Table) -> int:
         return 0
     total = snapshot.summary.additional_properties.get("total-records")
     return int(total) if total is not None else int(table.scan().to_arrow().num_rows)
+
+
+def _below(path: str, location: str) -> str:
+    """``path`` relative to the table's ``location``, whichever scheme each is written with."""
+    for prefix in (
+        location,
+        location.removeprefix("file://"),
+        location.replace("file://", "file:"),
+    ):
+        if path.startswith(prefix):
+            return path[len(prefix) :].lstrip("/")
+    return path.rsplit("://", 1)[-1]
+
+
+def _holds_deleted(table: Table) -> bool:
+    """Whether a manifest of the current snapshot still lists a deleted file (with its
+    bounds)."""
+    from pyiceberg.manifest import ManifestEntryStatus
+
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return False
+    return any(
+        entry.status == ManifestEntryStatus.DELETED
+        for manifest in snapshot.manifests(table.io)
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False)
+    )
