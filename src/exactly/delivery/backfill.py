@@ -43,6 +43,7 @@ from exactly.delivery.patience import Patience, patiently
 from exactly.delivery.route import collect_jobs
 from exactly.delivery.settings import ROUTE_RECORDS_PER_TRIGGER, DestinationSettings
 from exactly.errors import ConfigError, StreamError
+from exactly.forget.readers import Following, kept
 from exactly.text import message
 
 if TYPE_CHECKING:
@@ -69,6 +70,7 @@ class BackfillPlan:
     allow_unordered: bool = False
     jobdb_patience: float = 60.0
     read_records: int = 10_000
+    forget_key: bytes | None = field(default=None, repr=False)  # whom readers skip, when set
 
     def __post_init__(self) -> None:
         if (
@@ -114,6 +116,8 @@ def configured_plan(
     allow_unordered: bool = False,
 ) -> BackfillPlan:
     """The plan of ``exactly backfill NAME``: the destination must be configured."""
+    from exactly.forget.regulations import load_key
+
     known = {destination.name: destination for destination in settings.destinations}
     if name not in known:
         raise ConfigError(
@@ -130,6 +134,7 @@ def configured_plan(
         wait_seconds=wait_seconds,
         allow_unordered=allow_unordered,
         jobdb_patience=settings.delivery.jobdb_patience,
+        forget_key=load_key(settings.data_dir),
     )
 
 
@@ -308,7 +313,6 @@ def _chunks(
     """Step 5: each chunk read, routed and committed with this run's span."""
     from exactly.spark.session import own_session
 
-    name = plan.destination.name
     spark = own_session(spark)  # choosing turns ANSI off for itself: here, not in the caller's
     choosing = Choosing.compile(spark, (plan.destination,))
     partial = [
@@ -322,37 +326,71 @@ def _chunks(
     reached = dict(covered)
     rate = Rate()
     number = 0
-    while todo:
-        chunk = next_chunk(todo, plan.chunk_records)
-        number += 1
+    following = Following(plan.log_url, plan.forget_key)  # a forgotten person's: never sent
+    steps = _Run(spark, plan, jobdb, run, starts, todo, partial, choosing, following, covered,
+                 reached, rate, done, say)  # fmt: skip
+    try:
+        while todo:
+            number += 1
+            steps.chunk(number)
+    finally:
+        following.close()
+
+
+@dataclass
+class _Run:
+    """A run's chunks and what they share (step 5)."""
+
+    spark: SparkSession
+    plan: BackfillPlan
+    jobdb: BackfillJobs
+    run: str
+    starts: Mapping[int, int]
+    todo: dict[int, list[tuple[int, int]]]
+    partial: Sequence[Span]
+    choosing: Choosing
+    following: Following
+    covered: Mapping[int, int]
+    reached: dict[int, int]
+    rate: Rate
+    done: Backfilled
+    say: Say
+
+    def chunk(self, number: int) -> None:
+        """One chunk: read, routed, committed with the run's span, and said."""
+        name = self.plan.destination.name
+        chunk = next_chunk(self.todo, self.plan.chunk_records)
         size = sum(end - first for first, end in chunk.values())
-        say(f"backfill {name}: chunk {number} started, {size:,} records")
-        read = read_chunk(spark, plan, chunk, starts)
-        records = window(read, plan.since_ms, plan.until_ms, partial, chunk)
-        events, jobs, counts = collect_jobs(records, choosing, time.time())
+        self.say(f"backfill {name}: chunk {number} started, {size:,} records")
+        read = kept(
+            read_chunk(self.spark, self.plan, chunk, self.starts), self.following.forgotten()
+        )
+        records = window(read, self.plan.since_ms, self.plan.until_ms, self.partial, chunk)
+        events, jobs, counts = collect_jobs(records, self.choosing, time.time())
         _check_read(chunk, events.partition, events.offset)
         for partition, (_, end) in chunk.items():
-            reached[partition] = end
+            self.reached[partition] = end
         span = Span(
             destination=name,
-            topic=plan.topic,
+            topic=self.plan.topic,
             kind=BACKFILL,
-            owner=run,
-            start=covered,
-            end=dict(reached),
-            since_ms=plan.since_ms,
-            until_ms=plan.until_ms,
+            owner=self.run,
+            start=self.covered,
+            end=dict(self.reached),
+            since_ms=self.plan.since_ms,
+            until_ms=self.plan.until_ms,
         )
-        _add(jobdb, plan, jobs, counts, run, number, span, say)
-        done.read += size
+        _add(self.jobdb, self.plan, jobs, counts, self.run, number, span, self.say)
+        self.done.read += size
         missed = counts.get(name)  # filtered or skipped: in the window all the same
-        done.events += len(events) + (missed.filtered + missed.skipped if missed else 0)
-        done.jobs += len(jobs)
-        done.chunks = number
-        per_second = rate.add(size)
-        left = done.to_read - done.read
+        self.done.events += len(events) + (missed.filtered + missed.skipped if missed else 0)
+        self.done.jobs += len(jobs)
+        self.done.chunks = number
+        per_second = self.rate.add(size)
+        left = self.done.to_read - self.done.read
         eta = f", about {clock(left / per_second)} left" if per_second and left else ""
-        say(
+        done = self.done
+        self.say(
             f"backfill {name}: chunk {number} committed, {done.read:,} of {done.to_read:,} "
             f"read ({done.read / done.to_read:.0%}), {done.jobs:,} jobs, "
             f"{per_second:,.0f} records/s{eta}"

@@ -45,6 +45,7 @@ from exactly.delivery.patience import Patience, patiently
 from exactly.delivery.settings import ROUTE_RECORDS_PER_TRIGGER, DestinationSettings
 from exactly.delivery.transforms import DROPPED, SENT
 from exactly.errors import ConfigError, StreamError
+from exactly.forget.readers import Following, kept
 from exactly.spark import checkpoint as spark_checkpoint
 from exactly.spark.batches import BatchFunction, run_batches
 from exactly.spark.datasource import offsets
@@ -74,6 +75,7 @@ class RoutePlan:
     jobdb_url: str = field(default="", repr=False)  # may hold a password: never in a repr
     dataset_rows: int = 100_000  # the JobDB starts a new dataset after this many jobs
     dataset_minutes: float = 60.0  # ... or after this many minutes
+    forget_key: bytes | None = field(default=None, repr=False)  # whom readers skip, when set
 
     @property
     def stream(self) -> str:
@@ -294,6 +296,8 @@ def configured_plan(
 ) -> RoutePlan:
     """The route query's plan from ``settings``: what ``exactly route`` and ``exactly up`` both
     run (the flags that name a setting are in ``settings`` already)."""
+    from exactly.forget.regulations import load_key
+
     if not settings.destinations:
         raise ConfigError("no [[destinations]] in the config: nothing to route to")
     delivery = settings.delivery
@@ -309,6 +313,7 @@ def configured_plan(
         jobdb_url=settings.jobdb_url,
         dataset_rows=delivery.dataset_rows,
         dataset_minutes=delivery.dataset_minutes,
+        forget_key=load_key(settings.data_dir),
     )
 
 
@@ -339,8 +344,10 @@ class BatchRouter(BatchFunction):
         self.plan = plan
         self.choosing = choosing
         self.on_batch = on_batch
+        self.following = Following(plan.log_url, plan.forget_key)  # whom readers skip
 
     def process(self, records: DataFrame, batch_id: int) -> None:
+        records = kept(records, self.following.forgotten())  # a forgotten person's: never sent
         events, jobs, counts = collect_jobs(records, self.choosing, time.time())
         # 4. the jobs, the counts and the marker in one transaction; a replay adds nothing
         taken = self._add(jobs, counts, self.query_id, batch_id)
@@ -402,7 +409,10 @@ def run(
         choosing = Choosing.compile(spark, plan.destinations)
     router = BatchRouter(jobdb, plan, choosing, note)
     columns = ("partition", "offset", "value")
-    run_batches(spark, "route", plan, router, columns, start=start, failed=StreamError)
+    try:
+        run_batches(spark, "route", plan, router, columns, start=start, failed=StreamError)
+    finally:
+        router.following.close()
     return progress
 
 

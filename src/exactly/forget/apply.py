@@ -17,20 +17,20 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping, Set
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from exactly.errors import DirectorLockHeld, LogError, StreamError
 from exactly.forget.found import Found, Person, event_topics, gather, whose
+from exactly.forget.lake import forget_lake
 from exactly.forget.regulations import Forgotten, Regulation, Regulations
 from exactly.forget.stub import stub
 
 if TYPE_CHECKING:
     from exactly.config import Settings
     from exactly.delivery.archive import Archive
-    from exactly.lake.base import LakeTable
     from exactly.log import Log, LogRecord
 
 Say = Callable[[str], None]
@@ -175,17 +175,6 @@ def rewrite_archive(archive: Archive, forgotten: Forgotten, found: Found) -> dic
             files += 1
             removed += len(records) - len(kept)
     return {"files rewritten": files, "jobs removed": removed}
-
-
-def forget_lake(table: LakeTable, forgotten: Forgotten, message_ids: Set[str]) -> dict[str, int]:
-    """Every table of the lake (``table`` and the segment layout's beside it) without the
-    people ``forgotten`` names, nor any old version that held them."""
-    removed = tables = 0
-    for each in [table, *(table.sibling(name) for name in table.siblings())]:
-        gone = each.forget(forgotten, message_ids)
-        removed += gone
-        tables += gone > 0
-    return {"rows deleted": removed, "tables changed": tables}
 
 
 @contextlib.contextmanager

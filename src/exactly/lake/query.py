@@ -51,6 +51,7 @@ import orjson
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from exactly.errors import LakeConflict, LakeError
+from exactly.forget.readers import Following, kept
 from exactly.lake.base import DataFile, LakeTable, Marker
 from exactly.lake.columns import (
     JSON_COLUMNS,
@@ -209,15 +210,14 @@ class BatchAppender(BatchFunction):
         segment = plan.layout == "segment"
         self.warehouse = Warehouse(table, limits=plan.limits) if segment else None
         self.lock = threading.Lock()  # held for a batch; ``exactly forget`` applies between
+        self.following = Following(plan.log_url, plan.forget_key)  # whom readers skip
 
     def process(self, records: DataFrame, batch_id: int) -> None:
         with self.lock:
             self._process(records, batch_id)
 
     def _process(self, records: DataFrame, batch_id: int) -> None:
-        from exactly.forget.stub import not_stub
-
-        records = records.where(not_stub(records["value"]))  # a forgotten person's: never landed
+        records = kept(records, self.following.forgotten())  # a forgotten person's: never landed
         end = spark_checkpoint.batch_end(self.plan.checkpoint, batch_id)
         marker = Marker(self.query_id, batch_id, end)
         # 2. the marker: a replay stops here (for the events table: Segment's tables have theirs)
@@ -289,6 +289,7 @@ class BatchAppender(BatchFunction):
                 pass  # another writer (exactly lake optimize) committed first: next time
 
     def close(self) -> None:
+        self.following.close()
         if self.warehouse is not None:
             self.warehouse.close()
 
@@ -327,8 +328,8 @@ def run(
     appender = BatchAppender(table, plan, note)
     follower = None
     if plan.forget_key is not None:  # ``exactly forget`` while the query runs: between batches
-        from exactly.forget.apply import forget_lake
         from exactly.forget.follow import Follower
+        from exactly.forget.lake import forget_lake
 
         follower = Follower(
             plan.log_url,
