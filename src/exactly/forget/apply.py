@@ -62,13 +62,14 @@ class Applying:
     log: Log
     regulations: Regulations
     say: Say
+    settle_seconds: float = SUPPRESSORS_SECONDS  # a regulation's age before the log is read
 
     def run(self, regulation: Regulation, key: bytes, person: Person | None) -> list[str]:
         """Apply ``regulation``'s pending stores in order; the stores left to running parts."""
         forgotten = Forgotten(key, regulation.hashes)
         waited = time.time() - regulation.at
-        if waited < SUPPRESSORS_SECONDS:  # so no suppressor still lets the person through
-            time.sleep(SUPPRESSORS_SECONDS - waited)
+        if waited < self.settle_seconds:  # so no suppressor still lets the person through
+            time.sleep(self.settle_seconds - waited)
         started = time.monotonic()
         found = gather(self.log, event_topics(self.log), forgotten, person)
         self.say(
