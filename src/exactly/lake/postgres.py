@@ -290,15 +290,16 @@ class PostgresTable(LakeTable):
         """``DELETE`` the rows, then ``VACUUM`` the table: a deleted row stays in its page
         until vacuum frees it (the server's WAL, archives and backups are the operator's)."""
         found = self.forgotten_ids(forgotten, message_ids)
-        if not found:
-            return 0
-        condition = sql.SQL(" OR ").join(
-            sql.SQL("{} = ANY(%s)").format(sql.Identifier(column)) for column in sorted(found)
-        )
-        deleted = self.connection.execute(
-            sql.SQL("DELETE FROM {} WHERE ").format(sql.Identifier(self.table)) + condition,
-            [list(found[column]) for column in sorted(found)],
-        ).rowcount
+        deleted = 0
+        if found:
+            condition = sql.SQL(" OR ").join(
+                sql.SQL("{} = ANY(%s)").format(sql.Identifier(column)) for column in sorted(found)
+            )
+            deleted = self.connection.execute(
+                sql.SQL("DELETE FROM {} WHERE ").format(sql.Identifier(self.table)) + condition,
+                [list(found[column]) for column in sorted(found)],
+            ).rowcount
+        # every time: an earlier forget may have been killed between its delete and this
         self.connection.execute(sql.SQL("VACUUM {}").format(sql.Identifier(self.table)))
         return int(deleted or 0)
 

@@ -442,8 +442,6 @@ class SqliteLog(Log):
             for rowid, data in self._reader(topic).execute("SELECT id, data FROM batches")
             if hint is None or hint(data)
         ]
-        if not picked:
-            return 0
 
         def apply(transaction: Transaction) -> int:
             conn = transaction.conn
@@ -473,7 +471,9 @@ class SqliteLog(Log):
                     conn.execute("UPDATE batches SET data = ? WHERE id = ?", (data, rowid))
             return changed
 
-        changed: int = self._writer(topic).submit(apply).result()
+        # with nothing picked, still empty the WAL: an earlier rewrite may have been killed
+        # between its commit and this
+        changed: int = self._writer(topic).submit(apply).result() if picked else 0
         if not empty_wal(self._path(topic)):
             raise LogError(
                 f"could not empty the write-ahead log of {self._path(topic)} (readers held it "

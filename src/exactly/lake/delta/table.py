@@ -287,24 +287,27 @@ class DeltaLakeTable(LakeTable):
         if table is None:
             return 0
         found = self.forgotten_ids(forgotten, message_ids)
-        if not found:
-            return 0
-        predicate = " OR ".join(
-            f'"{column}" IN ({", ".join(_literal(value) for value in values)})'
-            for column, values in sorted(found.items())
-        )
-        metrics: dict[str, Any] = table.delete(predicate)
+        deleted = 0
+        if found:
+            predicate = " OR ".join(
+                f'"{column}" IN ({", ".join(_literal(value) for value in values)})'
+                for column, values in sorted(found.items())
+            )
+            metrics: dict[str, Any] = table.delete(predicate)
+            deleted = int(metrics.get("num_deleted_rows", 0))
+        # with no row left to delete, still purge: an earlier forget may have been killed
+        # after its delete (a vacuum then finds its files, and commits after it)
         deleted_at = self._version()
         self._reopened().vacuum(0, dry_run=False, enforce_retention_duration=False, full=True)
         table = self._reopened()
-        if table.version() <= deleted_at:
+        if found and table.version() <= deleted_at:
             raise LakeError(
                 f"lake table {self.url}: the vacuum after the forget's delete committed nothing"
             )
         table.create_checkpoint()
         self._remove_log_before(table.version())
         self._remove_empty_directories()
-        return int(metrics.get("num_deleted_rows", 0))
+        return deleted
 
     def _version(self) -> int:
         return self._reopened().version()

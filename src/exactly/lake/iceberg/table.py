@@ -356,16 +356,18 @@ class IcebergTable(LakeTable):
         if table is None:
             return 0
         found = self.forgotten_ids(forgotten, message_ids)
-        if not found:
-            return 0
-        before = _rows(table)
-        condition: BooleanExpression = AlwaysFalse()
-        for column, values in sorted(found.items()):
-            condition = Or(condition, In(term=column, literals=tuple(values)))
-        table.delete(condition)
-        table = self._table()
-        assert table is not None
-        removed = before - _rows(table)
+        removed = 0
+        if found:
+            before = _rows(table)
+            condition: BooleanExpression = AlwaysFalse()
+            for column, values in sorted(found.items()):
+                condition = Or(condition, In(term=column, literals=tuple(values)))
+            table.delete(condition)
+            table = self._table()
+            assert table is not None
+            removed = before - _rows(table)
+        # with no row left to delete, still purge: an earlier forget may have been killed
+        # after its delete
         for attempt in (1, 2):
             table.append(table.schema().as_arrow().empty_table())
             table = self._table()

@@ -30,7 +30,6 @@ class Forgetting(SQLSchema):
         """Expire the queued jobs ``matches`` picks and empty all it picks; (expired, emptied).
         Only while no director runs."""
         expired = emptied = 0
-        touched: list[str] = []
         forgotten_ids: set[int] = set()
         with self._mutex:
             cursor = self._cursor()
@@ -69,11 +68,16 @@ class Forgetting(SQLSchema):
                 self._connection.commit()
                 emptied += len(picked)
                 forgotten_ids.update(picked)
-                touched += [f"jobs_{number}", f"job_state_transitions_{number}"]
             if forgotten_ids:
                 self._forget_batch_steps(cursor, forgotten_ids)
-                touched.append("jobdb_batch_steps")
-            self._scrub(cursor, touched)
+            # every table, changed now or not: an earlier forget may have been killed between
+            # its changes and its scrub
+            tables = [
+                f"{kind}_{dataset.number}"
+                for dataset in self._load_datasets(cursor)
+                for kind in ("jobs", "job_state_transitions")
+            ]
+            self._scrub(cursor, [*tables, "jobdb_batch_steps"])
         return expired, emptied
 
     def _expire(self, cursor: Any, number: int, picked: Sequence[int]) -> int:
