@@ -78,10 +78,17 @@ def forget(
         regulations.refresh()
         hashes = {kind: frozenset(digest(key, kind, value) for value in found)
                   for kind, found in ids.items()}  # fmt: skip
-        same = [r for r in regulations.all() if dict(r.hashes) == hashes and not r.finished]
-        if same:
-            regulation = same[0]
+        same = [r for r in regulations.all() if dict(r.hashes) == hashes]
+        again = False
+        if same and not same[-1].finished:
+            regulation = same[-1]
             say(f"forget: regulation {regulation.id[:8]} for these ids is under way: going on")
+        elif same:
+            regulation, again = same[-1], True
+            say(
+                f"forget: regulation {regulation.id[:8]} forgot these ids already: every "
+                "store is cleared again"
+            )
         else:
             regulation = regulations.record(key, ids, stores_of(settings))
             count = sum(len(found) for found in ids.values())
@@ -96,7 +103,8 @@ def forget(
                 "`exactly forget --status` shows each store"
             )
             return
-        left = Applying(settings, log, regulations, say).run(regulation, key, Person(ids))
+        applying = Applying(settings, log, regulations, say)
+        left = applying.run(regulation, key, Person(ids), again=again)
         told = time.monotonic()
         while left:
             time.sleep(FOLLOW_SECONDS)

@@ -64,8 +64,11 @@ class Applying:
     say: Say
     settle_seconds: float = SUPPRESSORS_SECONDS  # a regulation's age before the log is read
 
-    def run(self, regulation: Regulation, key: bytes, person: Person | None) -> list[str]:
-        """Apply ``regulation``'s pending stores in order; the stores left to running parts."""
+    def run(
+        self, regulation: Regulation, key: bytes, person: Person | None, *, again: bool = False
+    ) -> list[str]:
+        """Apply ``regulation``'s pending stores in order (``again``: every store, done or not);
+        the stores left to running parts."""
         forgotten = Forgotten(key, regulation.hashes)
         waited = time.time() - regulation.at
         if waited < self.settle_seconds:  # so no suppressor still lets the person through
@@ -84,7 +87,7 @@ class Applying:
             (("log",), self._log),
         ):
             todo = [store for store in stores if store in regulation.stores]
-            if not todo or all(store in regulation.done for store in todo):
+            if not todo or (not again and all(store in regulation.done for store in todo)):
                 continue
             started = time.monotonic()
             try:

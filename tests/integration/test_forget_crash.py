@@ -1,0 +1,171 @@
+"""Forgetting under SIGKILL: people forgotten one after another while `exactly up` runs and
+clients send, each ``exactly forget`` SIGKILLed at random points and run again, and `up`'s parts
+(the pipeline, the director, the collector) SIGKILLed meanwhile: :data:`FORGET_KILLS` +
+:data:`PART_KILLS` SIGKILLs in all.
+
+Afterwards, with `up` stopped:
+
+* every regulation is done (``exactly forget --status``), and no byte of the data dir holds
+  any forgotten person's ids, traits or properties (every file read, gzip and Parquet opened);
+* nobody else's event was lost or doubled: each reached the receiver, has one job per
+  destination, is one row of the lake, and ``exactly audit`` recounts the aggregates exactly.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_forget import exactly, lake_ids, post, traces
+from tests.receiver import Receiver
+from tests.seeds import crash_seed
+from tests.up_service import Clients, UpService, write_config
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+PEOPLE = 4
+FORGET_KILLS = 10  # of the forget command, at random points
+PART_KILLS = 10  # of up's parts: pipeline, director, collector
+
+
+def person(n: int) -> tuple[str, tuple[str, ...]]:
+    """Person ``n``'s userId and what their events carry that nobody else's does."""
+    user = f"person-{n}-{'abcdef'[n]}91c7"
+    return user, (user, f"person{n}@example.org", f"Person Number {n}x")
+
+
+def their_events(n: int, count: int) -> list[dict[str, Any]]:
+    user, (_, email, name) = person(n)
+    return [
+        {
+            "messageId": f"p{n}-{k}-{os.urandom(6).hex()}",
+            "type": ("identify", "track", "page")[k % 3],
+            "userId": user,
+            "event": "Order Completed",
+            "traits": {"email": email, "name": name},
+            "properties": {"revenue": 2, "contact": email},
+        }
+        for k in range(count)
+    ]
+
+
+def forget_killed(config: Path, user: str, rng: random.Random, kills: int, log: list[str]) -> None:
+    """``exactly forget USER`` SIGKILLed ``kills`` times at random points, then run through."""
+    env = {**os.environ, "EXACTLY_CONFIG": str(config), "PYTHONPATH": str(ROOT / "src")}
+    killed = tries = 0
+    while killed < kills:
+        tries += 1
+        assert tries <= 4 * kills, f"forget {user} ended before each kill: {log}"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "exactly", "forget", user],
+            cwd=config.parent,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        time.sleep(rng.uniform(0.3, 3.0))  # its start, the 2 s wait, then its steps
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            killed += 1
+            log.append(f"forget {user} killed")
+        else:
+            log.append(f"forget {user} ended first ({process.returncode})")
+        process.wait(30)
+    done = exactly(config, "forget", user, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.timeout(1500)
+def test_forgets_killed_beside_a_killed_pipeline_leave_nobody_and_lose_nothing(
+    tmp_path: Path,
+) -> None:
+    rng = random.Random(f"forget-{crash_seed('29')}")
+    data_dir = tmp_path / "data"
+    with Receiver() as receiver:
+        config = write_config(tmp_path, receiver.url)
+        lake = data_dir / "lake" / "events"
+        config.write_text(config.read_text() + f'\n[lake]\nurl = "delta://{lake}"\n')
+        service = UpService(config, tmp_path)
+        service.start()
+        kills: list[str] = []
+        try:
+            deadline = time.monotonic() + 180
+            theirs: list[dict[str, Any]] = []
+            while True:  # the collector answers once up has started it
+                try:
+                    post(service.port, their_events(0, 1))
+                    break
+                except (OSError, AssertionError):
+                    assert time.monotonic() < deadline, service.stderr()[-3000:]
+                    time.sleep(0.5)
+            for n in range(PEOPLE):
+                theirs += their_events(n, 8)
+            post(service.port, theirs)
+            others = Clients(service.port, batches=80, size=10, pause=0.3).start()
+            ids = {event["messageId"] for event in theirs}
+            deadline = time.monotonic() + 300
+            while not (set(receiver.successes("/ok")) >= ids and lake_ids(data_dir) >= ids):
+                assert time.monotonic() < deadline, service.stderr()[-3000:]
+                time.sleep(1)
+
+            stop = threading.Event()
+
+            def kill_parts() -> None:
+                done = 0
+                while done < PART_KILLS and not stop.is_set():
+                    time.sleep(rng.uniform(2.0, 6.0))
+                    part = rng.choice(("pipeline", "director", "collector"))
+                    pid = service.part_pid(part)
+                    if pid is None:
+                        continue  # restarting after the last kill
+                    os.kill(pid, signal.SIGKILL)
+                    done += 1
+                    kills.append(f"{part} killed")
+
+            killer = threading.Thread(target=kill_parts, daemon=True)
+            killer.start()
+            shares = [FORGET_KILLS // PEOPLE + (n < FORGET_KILLS % PEOPLE) for n in range(PEOPLE)]
+            for n in range(PEOPLE):
+                forget_killed(config, person(n)[0], rng, shares[n], kills)
+            killer.join(300)
+            stop.set()
+            assert others.wait(300), "the clients could not send"
+            deadline = time.monotonic() + 600
+            while not (
+                set(receiver.successes("/ok")) >= others.ids and lake_ids(data_dir) >= others.ids
+            ):
+                assert time.monotonic() < deadline, service.stderr()[-3000:]
+                assert service.alive(), service.stderr()[-3000:]
+                time.sleep(1)
+            code, _ = service.terminate(timeout=120)
+            assert code == 0, service.stderr()[-3000:]
+        finally:
+            service.kill()
+        print(f"{len(kills)} events: {Counter(line.split(' ')[0] for line in kills)}: {kills}")
+        assert sum("killed" in line for line in kills) >= FORGET_KILLS + PART_KILLS
+
+        status = exactly(config, "forget", "--status")
+        assert status.returncode == 0, status.stderr
+        heads = [line for line in status.stdout.splitlines() if line.startswith("regulation")]
+        assert len(heads) == PEOPLE and all(line.endswith(" done") for line in heads), heads
+        for n in range(PEOPLE):
+            assert traces(data_dir, person(n)[1]) == [], n
+        assert lake_ids(data_dir) == others.ids  # each once: a set of every row's messageId
+        from deltalake import DeltaTable
+
+        rows = DeltaTable(str(lake)).to_pyarrow_table(columns=["messageId"]).num_rows
+        assert rows == len(others.ids)
+        assert set(receiver.successes("/ok")) >= others.ids
+        audit = exactly(config, "audit")
+        assert audit.returncode == 0, audit.stdout + audit.stderr
