@@ -39,8 +39,15 @@ LOG_BACKENDS = list(BACKENDS)
 # planner missed Spark's fixed 10 s to connect back, three times): it comes last in the longer
 # chain, once the shorter one has ended and the other worker runs the light tests.
 CHAINS = (
-    ("test_pipeline_crash", "test_up", "test_cluster"),
-    ("test_spark_crash", "test_route_crash", "test_lake_crash", "test_up_scale_out"),
+    ("test_pipeline_crash", "test_up", "test_forget", "test_cluster"),
+    (
+        "test_spark_crash",
+        "test_route_crash",
+        "test_backfill_crash",
+        "test_lake_crash",
+        "test_forget_crash",
+        "test_up_scale_out",
+    ),
 )
 SPARK_CRASH_CHAINS = {  # module -> (its chain, its place in the chain)
     f"tests/integration/{name}.py": (chain, place)

@@ -35,7 +35,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 PEOPLE = 4
 FORGET_KILLS = 10  # of the forget command, at random points
-PART_KILLS = 10  # of up's parts: pipeline, director, collector
+PART_KILLS = 10  # of up's parts: the pipeline 3 times, the director 4, the collector 3
+COMMANDS = {"pipeline": "pipeline", "director": "deliver", "collector": "collect"}  # their words
 
 
 def person(n: int) -> tuple[str, tuple[str, ...]]:
@@ -122,16 +123,20 @@ def test_forgets_killed_beside_a_killed_pipeline_leave_nobody_and_lose_nothing(
             stop = threading.Event()
 
             def kill_parts() -> None:
-                done = 0
-                while done < PART_KILLS and not stop.is_set():
-                    time.sleep(rng.uniform(2.0, 6.0))
-                    part = rng.choice(("pipeline", "director", "collector"))
-                    pid = service.part_pid(part)
+                # up gives a part up after 5 deaths in a row within 60 s of its start: at most
+                # 4 kills each, the pipeline's spaced for it to start again
+                left = {"pipeline": 3, "director": 4, "collector": 3}
+                while left and not stop.is_set():
+                    time.sleep(rng.uniform(3.0, 8.0))
+                    part = rng.choice(sorted(left))
+                    pid = service.part_pid(COMMANDS[part])
                     if pid is None:
                         continue  # restarting after the last kill
                     os.kill(pid, signal.SIGKILL)
-                    done += 1
                     kills.append(f"{part} killed")
+                    left[part] -= 1
+                    if not left[part]:
+                        del left[part]
 
             killer = threading.Thread(target=kill_parts, daemon=True)
             killer.start()

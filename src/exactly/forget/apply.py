@@ -119,6 +119,7 @@ class Applying:
         from exactly.delivery.jobdb import opened_jobdb
 
         settings = self.settings
+        self._unless_up("its director applies it between its sends")
 
         def matches(message_id: str, user_id: str | None, payload: bytes) -> bool:
             return (
@@ -144,11 +145,22 @@ class Applying:
         from exactly.spark.streaming import checkpoint_lock
         from exactly.stages import LAKE
 
+        if LAKE.enabled(self.settings):
+            self._unless_up("its lake query applies it between micro-batches")
+
         with (
             _lake_lock(checkpoint_lock, LAKE.checkpoint(self.settings)),
             open_table(self.settings.lake_url) as table,
         ):
             return {"lake": forget_lake(table, forgotten, found.message_ids)}
+
+    def _unless_up(self, then: str) -> None:
+        """Leave a part's store to ``exactly up``'s part while ``up`` runs: a part restarting
+        after a crash must find its lock free."""
+        from exactly.up.supervisor import running
+
+        if running(self.settings.data_dir.resolve() / "up"):
+            raise Held(f"exactly up is running: {then}")
 
     def _log(self, forgotten: Forgotten, found: Found, person: Person | None) -> Reports:
         def change(record: LogRecord) -> bytes | None:

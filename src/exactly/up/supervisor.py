@@ -20,6 +20,7 @@ Each part's output goes to ``LOG_DIR/<part>.log``.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import subprocess
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import IO
 
 from exactly.backoff import ceiling
-from exactly.errors import CONFIG_REFUSED, PartKeepsDying
+from exactly.errors import CONFIG_REFUSED, ConfigError, PartKeepsDying
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,15 @@ class Supervisor:
         Raises :class:`PartKeepsDying` (after stopping the other parts) when one keeps dying.
         """
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        held = os.open(self.log_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(held)
+            raise ConfigError(
+                f"another exactly up runs on this data dir (it holds {self.log_dir / LOCK}); "
+                "stop it first"
+            ) from None
         try:
             for running in self.parts:
                 self._start(running)
@@ -117,6 +127,7 @@ class Supervisor:
             for running in self.parts:
                 if running.output is not None:
                     running.output.close()
+            os.close(held)  # the kernel releases it too if this process is killed
 
     # -- one round of watching ------------------------------------------------------------------
 
@@ -234,3 +245,22 @@ def last_words(path: Path, since: int = 0, *, killed: bool = False, limit: int =
     if errors:
         return errors[-1][:200]
     return "" if killed or not lines else lines[-1][:200]
+
+
+LOCK = "up.lock"  # held by a running ``exactly up`` for its whole life, in its log folder
+
+
+def running(log_dir: Path) -> bool:
+    """Whether an ``exactly up`` runs over this log folder (``DATA_DIR/up``): its lock is held.
+    ``exactly forget`` then leaves the lake and the JobDB to its parts."""
+    try:
+        descriptor = os.open(log_dir / LOCK, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(descriptor)
+    return False
