@@ -95,6 +95,18 @@ def post(port: int, events: list[dict[str, Any]]) -> None:
         connection.close()
 
 
+def post_once_up(service: UpService, events: list[dict[str, Any]]) -> None:
+    """:func:`post`, tried again until ``up`` has started its collector (at most 180 s)."""
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            post(service.port, events)
+            return
+        except (OSError, AssertionError):
+            assert time.monotonic() < deadline, service.stderr()[-3000:]
+            time.sleep(0.5)
+
+
 def traces(data_dir: Path, secrets: tuple[str, ...] = SECRETS) -> list[str]:
     """Where the data dir still holds one of ``secrets``: ``path: secret``."""
     found = []
@@ -145,14 +157,7 @@ def test_a_forgotten_person_leaves_no_byte_in_the_data_dir_and_is_suppressed_aft
         try:
             others = Clients(service.port, batches=6, size=20).start()
             hers = alice(12)
-            deadline = time.monotonic() + 180
-            while True:  # the collector answers once up has started it
-                try:
-                    post(service.port, hers)
-                    break
-                except (OSError, AssertionError):
-                    assert time.monotonic() < deadline, service.stderr()[-3000:]
-                    time.sleep(0.5)
+            post_once_up(service, hers)
             assert others.wait(180), "the clients could not send"
             everyone = others.ids | {event["messageId"] for event in hers}
             deadline = time.monotonic() + 300
@@ -191,14 +196,7 @@ def test_a_forgotten_person_leaves_no_byte_in_the_data_dir_and_is_suppressed_aft
         service.start()
         try:
             later = alice(3, prefix="later-")
-            deadline = time.monotonic() + 180
-            while True:
-                try:
-                    post(service.port, later)
-                    break
-                except (OSError, AssertionError):
-                    assert time.monotonic() < deadline, service.stderr()[-3000:]
-                    time.sleep(0.5)
+            post_once_up(service, later)
             his = bob(6)
             post(service.port, his)
             more = Clients(service.port, batches=1, size=10, prefix="more-").start()

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_forget import exactly, lake_ids, post, traces
+from tests.integration.test_forget import exactly, lake_ids, post, post_once_up, traces
 from tests.receiver import Receiver
 from tests.seeds import crash_seed
 from tests.up_service import Clients, UpService, write_config
@@ -101,15 +101,8 @@ def test_forgets_killed_beside_a_killed_pipeline_leave_nobody_and_lose_nothing(
         service.start()
         kills: list[str] = []
         try:
-            deadline = time.monotonic() + 180
+            post_once_up(service, their_events(0, 1))  # once up has started its collector
             theirs: list[dict[str, Any]] = []
-            while True:  # the collector answers once up has started it
-                try:
-                    post(service.port, their_events(0, 1))
-                    break
-                except (OSError, AssertionError):
-                    assert time.monotonic() < deadline, service.stderr()[-3000:]
-                    time.sleep(0.5)
             for n in range(PEOPLE):
                 theirs += their_events(n, 8)
             post(service.port, theirs)

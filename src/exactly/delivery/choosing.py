@@ -52,13 +52,10 @@ class Choosing:
         return cls(tuple(destinations), filters, transforms)
 
     def parse(self, records: DataFrame) -> DataFrame:
-        """The batch's events as the filters' fields, with ``value``, ``partition``, ``offset``;
-        a forgotten person's stub (``exactly forget``) is none of them."""
+        """The batch's events as the filters' fields, with ``value``, ``partition``, ``offset``
+        (the route and backfill have dropped forgotten people's records: ``forget.readers``)."""
         from pyspark.sql import functions as F
 
-        from exactly.forget.stub import not_stub
-
-        records = records.where(not_stub(records["value"]))  # a forgotten person's: never sent
         return records.select(
             F.from_json(F.col("value").cast("string"), self.filters.schema).alias("e"),
             "value",
