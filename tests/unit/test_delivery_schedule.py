@@ -48,6 +48,18 @@ def test_a_missed_chore_is_due_again_at_the_next_look() -> None:
     assert schedule.due(15.5) == ["archive"]
 
 
+def test_a_postponed_chore_waits_its_seconds_then_its_interval_again() -> None:
+    """A chore that failed (the forget chore's JobDB busy) comes round after the wait it was
+    given, however longer than its interval, and then at its interval as before."""
+    schedule = Schedule({"forget": 1.0, "lease": 1.0})
+    schedule.due(10.0)
+    schedule.postpone("forget", 10.0, 8.0)
+    assert schedule.due(11.0) == ["lease"]
+    assert schedule.due(17.5) == ["lease"]
+    assert schedule.due(18.0) == ["forget"]
+    assert schedule.due(19.0) == ["forget", "lease"]
+
+
 def test_no_chores_nothing_due() -> None:
     assert Schedule({}).due(5.0) == []
 

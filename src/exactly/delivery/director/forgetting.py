@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 STORES = ("jobdb", "archive")
 SETTLE_SECONDS = 2.0  # a regulation this old was seen by every director: none holds its jobs
+RETRY_MAX_SECONDS = 60.0  # the longest wait after failed turns
 
 
 class Forgetting:
@@ -51,7 +52,25 @@ class Forgetting:
         self.calls = calls
         self.archive = archive
         self.report = report
-        self.forgotten = Forgotten(key, {})
+        # read before the first dispatch: a director started after a regulation never sends
+        # one job of its people (its first turn comes only after the dispatchers start)
+        self.regulations.refresh()
+        self.forgotten = self.regulations.forgotten(key)
+        self.failures = 0  # turns failed in a row
+
+    def failed(self, error: Exception) -> float:
+        """Say that a turn failed (the JobDB busy or gone, the archive unreachable, the log
+        unreadable); the seconds to wait before the next, doubling from 1 to 60. What the turn
+        had done stays done: each store is marked done only once cleared, and clearing again
+        what is cleared changes nothing."""
+        self.failures += 1
+        seconds = min(RETRY_MAX_SECONDS, 2.0 ** (self.failures - 1))
+        detail = " ".join(str(error).split())[:200] or "no detail"
+        self.report(
+            f"forget: could not apply regulations ({type(error).__name__}: {detail}); "
+            f"delivery goes on, trying again in {seconds:.0f} s"
+        )
+        return seconds
 
     def skips(self, job: Job) -> bool:
         """Whether ``job`` is a forgotten person's: never to be sent."""
@@ -64,7 +83,13 @@ class Forgetting:
     async def turn(self, queues: Queues, *, applies: bool) -> bool:
         """Read new regulations; drop what memory holds of newly forgotten people; with
         ``applies`` (partition 0 held, no archive pass under way), apply the pending stores.
-        Whether a store was left pending that this director should apply at the next turn."""
+        Whether a store was left pending that this director should apply at the next turn.
+        A failure propagates, for the loop to say it (:meth:`failed`) and retry."""
+        again = await self._turn(queues, applies=applies)
+        self.failures = 0
+        return again
+
+    async def _turn(self, queues: Queues, *, applies: bool) -> bool:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.regulations.refresh)
         current = self.regulations.forgotten(self.key)

@@ -225,8 +225,13 @@ class Director:
         if FORGET in due and self.forgetting is not None:
             # partition 0's holder applies, with no archive pass under way
             applies = 0 in self.leases.held and (archiver is None or not archiver.busy)
-            if await self.forgetting.turn(self.queues, applies=applies):
-                self.schedule.missed(FORGET)
+            try:
+                again = await self.forgetting.turn(self.queues, applies=applies)
+            except Exception as error:  # a regulation must never stop delivery: said, retried
+                self.schedule.postpone(FORGET, time.time(), self.forgetting.failed(error))
+            else:
+                if again:
+                    self.schedule.missed(FORGET)
         if self.gauging is not None:
             if UNPAGED in due:
                 await self.gauging.count_unpaged(self.queues)

@@ -32,3 +32,7 @@ class Schedule:
         """``chore`` was due but could not run (its work still under way, or not this
         director's to do): due again at the next :meth:`due`."""
         self._last[chore] = None
+
+    def postpone(self, chore: str, now: float, seconds: float) -> None:
+        """``chore`` failed at ``now``: due again ``seconds`` from then, not at its interval."""
+        self._last[chore] = now + seconds - self.intervals[chore]
