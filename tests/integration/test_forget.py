@@ -25,7 +25,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.receiver import Receiver
-from tests.up_service import WRITE_KEY, Clients, UpService, counted, write_config
+from tests.servers import RedisServer
+from tests.up_service import WRITE_KEY, Clients, Stack, UpService, counted, write_config
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,11 +138,15 @@ def exactly(config: Path, *args: str, timeout: float = 300) -> subprocess.Comple
 
 
 def lake_ids(data_dir: Path) -> set[str]:
-    """The messageIds in the Delta lake; none before its first commit (the lake query creates
-    the table's folder before it writes the table's first version)."""
+    """The messageIds in the data dir's Delta lake."""
+    return delta_ids(data_dir / "lake" / "events")
+
+
+def delta_ids(lake: Path) -> set[str]:
+    """The messageIds in the Delta table at ``lake``; none before its first commit (the lake
+    query creates the table's folder before it writes the table's first version)."""
     from deltalake import DeltaTable
 
-    lake = data_dir / "lake" / "events"
     if not any((lake / "_delta_log").glob("*.json")):
         return set()
     table = DeltaTable(str(lake))
@@ -225,3 +230,116 @@ def test_a_forgotten_person_leaves_no_byte_in_the_data_dir_and_is_suppressed_aft
         assert lake_ids(data_dir) == others.ids | more.ids
         audit = exactly(config, "audit")
         assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def rows_holding(database: str, secrets: tuple[str, ...] = SECRETS) -> list[str]:
+    """Where the rows of every table in ``database``'s schema (the aggregates, the JobDB, the
+    lake table) still hold one of ``secrets``, as text or as bytes: ``table: secret``."""
+    import psycopg
+
+    found = []
+    with psycopg.connect(database) as connection:
+        tables = [
+            name
+            for (name,) in connection.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = current_schema()"
+            )
+        ]
+        for table in tables:
+            for (row,) in connection.execute(f'SELECT t::text FROM "{table}" t'):
+                for secret in secrets:
+                    # a bytea column (the JobDB's payloads) reads as \x and lower-case hex
+                    if secret in row or secret.encode().hex() in row:
+                        found.append(f"{table}: {secret}")
+    return sorted(set(found))
+
+
+def table_ids(url: str) -> set[str]:
+    """The messageIds of a lake table in PostgreSQL (``...&table=NAME``)."""
+    import psycopg
+
+    database, _, table = url.partition("&table=")
+    with psycopg.connect(database) as connection:
+        try:
+            return {row[0] for row in connection.execute(f'SELECT "messageId" FROM "{table}"')}
+        except psycopg.errors.UndefinedTable:
+            return set()
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(900)
+def test_a_forget_on_the_scale_out_stack_leaves_no_row_and_no_reader_of_kafka_brings_it_back(
+    tmp_path: Path, scale_out: tuple[Stack, RedisServer]
+) -> None:
+    """The log on a Kafka-protocol broker, the aggregates, the JobDB and the lake table in
+    PostgreSQL: Alice is forgotten while ``up`` runs. No row of any table holds her, nor any
+    byte of the data dir; the broker keeps her records (no broker rewrites one), and a lake
+    rebuilt from them afterwards skips her."""
+    backends, _ = scale_out
+    lake = f"{backends.database}&table=lake_events"
+    data_dir = tmp_path / "data"
+    with Receiver() as receiver:
+        config = write_config(tmp_path, receiver.url, scale_out=backends)
+        config.write_text(config.read_text() + f'\n[lake]\nurl = "{lake}"\n')
+        service = UpService(config, tmp_path)
+        service.start()
+        try:
+            others = Clients(service.port, batches=4, size=20).start()
+            hers = alice(12)
+            post_once_up(service, hers)
+            assert others.wait(180), "the clients could not send"
+            everyone = others.ids | {event["messageId"] for event in hers}
+            deadline = time.monotonic() + 300
+            while not (
+                set(receiver.successes("/ok")) >= everyone
+                and counted(backends.database) >= len(everyone)
+                and table_ids(lake) >= everyone
+            ):
+                assert time.monotonic() < deadline, service.stderr()[-3000:]
+                assert service.alive(), service.stderr()[-3000:]
+                time.sleep(1)
+            assert rows_holding(backends.database), (
+                "Alice was never stored: the test proves nothing"
+            )
+            done = exactly(config, "forget", ALICE, "--anonymous-id", ALICE_ANONYMOUS)
+            assert done.returncode == 0, done.stderr[-3000:]
+            for store in ("jobdb", "archive", "lake"):
+                assert f"forget: {store}: done by its running part" in done.stderr, done.stderr
+            assert "records kept by the broker until retention" in done.stderr, done.stderr
+            code, _ = service.terminate()
+            assert code == 0, service.stderr()[-3000:]
+        finally:
+            service.kill()
+        assert rows_holding(backends.database) == []
+        assert traces(data_dir) == []
+        assert table_ids(lake) == others.ids
+        audit = exactly(config, "audit")
+        assert audit.returncode == 0, audit.stdout + audit.stderr
+        assert counted(backends.database) == len(everyone)
+
+        # Kafka still holds her events; a lake rebuilt from the start of `events` skips them
+        from exactly.log import open_log
+
+        with open_log(backends.log) as log:
+            held = [
+                record.value
+                for partition in log.end_offsets("events")
+                for batch in log.read_range("events", partition, 0)
+                for record in batch
+            ]
+        assert any(ALICE.encode() in value for value in held), "the broker dropped her records"
+        rebuilt = tmp_path / "rebuilt" / "events"  # the layout's tables beside, in rebuilt/
+        run = exactly(
+            config,
+            "lake",
+            "--table",
+            f"delta://{rebuilt}",
+            "--checkpoint",
+            str(tmp_path / "rebuild"),
+            "--until-caught-up",
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert delta_ids(rebuilt) == others.ids
+        assert traces(tmp_path / "rebuilt") == []
+        assert rows_holding(backends.database) == []

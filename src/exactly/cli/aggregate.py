@@ -220,9 +220,16 @@ def audit(
 
 
 def _audit_lake(spark: SparkSession, settings: Settings, topic: str) -> LakeAudit:
+    from exactly.forget.readers import Following
+    from exactly.forget.regulations import load_key
     from exactly.lake.audit import audit_lake
     from exactly.lake.warehouse import Warehouse
 
+    following = Following(settings.log_url, load_key(settings.data_dir))
+    try:
+        forgotten = following.forgotten()  # the people the lake holds none of
+    finally:
+        following.close()
     with Warehouse.open(settings.lake_url) as warehouse:
         segment = warehouse if settings.lake.layout == "segment" else None
-        return audit_lake(spark, settings.log_url, topic, warehouse.events, segment)
+        return audit_lake(spark, settings.log_url, topic, warehouse.events, segment, forgotten)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from exactly.forget.readers import kept
 from exactly.lake.base import LakeTable
 from exactly.lake.query import lake_frame
 from exactly.lake.segment import MERGED
@@ -45,6 +46,7 @@ from exactly.spark.datasource import read_until
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from exactly.forget.regulations import Forgotten
     from exactly.lake.warehouse import Warehouse
 
 SHOWN = 20
@@ -104,16 +106,19 @@ def audit_lake(
     topic: str,
     table: LakeTable,
     warehouse: Warehouse | None = None,
+    forgotten: Forgotten | None = None,
 ) -> LakeAudit:
     """Recount ``topic`` per day up to ``table``'s position and compare with the table; given
-    the ``warehouse`` beside it (the segment layout), each of its tables too."""
+    the ``warehouse`` beside it (the segment layout), each of its tables too. The records of
+    the ``forgotten`` people are not recounted: a Kafka topic still holds them (the embedded
+    log holds stubs), and the lake holds none."""
     from pyspark.sql import functions as F
 
     result = LakeAudit(table.url, table.end_offsets())
     spark.conf.set("spark.sql.session.timeZone", "UTC")  # the date is the UTC day
     recount: dict[date | None, int] = {}
     if result.end_offsets:
-        records = _landed(read_until(spark, log_url, topic, result.end_offsets))
+        records = kept(read_until(spark, log_url, topic, result.end_offsets), forgotten)
         per_day = lake_frame(records).groupBy("date").agg(F.count(F.lit(1)).alias("n"))
         recount = {row["date"]: int(row["n"]) for row in per_day.collect()}
     result.events = sum(recount.values())
@@ -126,12 +131,16 @@ def audit_lake(
     for day in sorted(set(recount) | set(lake), key=_day_order):
         result.days[day] = (lake.get(day), recount.get(day, 0))
     if warehouse is not None:
-        result.tables = audit_tables(spark, log_url, topic, warehouse)
+        result.tables = audit_tables(spark, log_url, topic, warehouse, forgotten)
     return result
 
 
 def audit_tables(
-    spark: SparkSession, log_url: str, topic: str, warehouse: Warehouse
+    spark: SparkSession,
+    log_url: str,
+    topic: str,
+    warehouse: Warehouse,
+    forgotten: Forgotten | None = None,
 ) -> list[TableAudit]:
     """Each table of the segment layout against the events before its own end offsets (module
     docstring), by name."""
@@ -145,7 +154,7 @@ def audit_tables(
             furthest[partition] = max(offset, furthest.get(partition, 0))
     recount: dict[str, dict[date | None, int]] = {}
     if furthest:
-        records = _landed(read_until(spark, log_url, topic, furthest))
+        records = kept(read_until(spark, log_url, topic, furthest), forgotten)
         recount = _recount(_table_rows(records, ends))
     for name, audit in audits.items():
         counted = recount.get(name, {})
@@ -154,13 +163,6 @@ def audit_tables(
         for day in sorted(set(counted) | set(lake), key=_day_order):
             audit.days[day] = (lake.get(day), counted.get(day, 0))
     return list(audits.values())
-
-
-def _landed(records: DataFrame) -> DataFrame:
-    """The records the lake lands: all but the stubs of forgotten people (``exactly forget``)."""
-    from exactly.forget.stub import not_stub
-
-    return records.where(not_stub(records["value"]))
 
 
 def _table_rows(records: DataFrame, ends: Mapping[str, Mapping[int, int]]) -> DataFrame:
