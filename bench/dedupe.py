@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/dedupe.py [--events 5000000] [--job-events 2000000] [--batch 10000]
     .venv/bin/python bench/dedupe.py --task 200000
+    .venv/bin/python bench/dedupe.py --suppress 200000
     .venv/bin/python bench/dedupe.py --worker 200000 [--repeat 5]
     .venv/bin/python bench/dedupe.py --write 300000 [--repeat 5]
     .venv/bin/python bench/dedupe.py --open 8
@@ -30,6 +31,13 @@ tables.
 in records per CPU second (CPU time, so that other load on the machine counts less), for each
 dedupe scope over N values of ~300 B in the collector's layout (``sourceId`` last, read from the
 tail) and in another (``sourceId`` first, with spaces: parsed). Runs interleaved, median of 3.
+
+(c') **Suppression** (``--suppress N``, instead of the others): the task of (c) (collector's
+layout, with a ``userId`` and an ``anonymousId`` in each value; scope ``source``) in records per
+CPU second three ways, interleaved, median of 3: with no forget key (``exactly dedupe`` run
+without a data dir), with the key and no regulation (nothing is parsed), and with one regulation
+of a person none of the records is (each passing record's JSON parsed and its two ids hashed:
+what suppression costs every record once anybody is forgotten).
 
 (d) **Worker** (``--worker N``, instead of the others): the dedupe job's sink worker, whose
 Python work bounds the job: per record, in CPU µs of the whole process (every thread), the task
@@ -168,11 +176,12 @@ def fill_raw(log_url: str, events: int) -> None:
         log.append_many("raw", pending)
 
 
-def task_batches(count: int, layout: str) -> list[Any]:
+def task_batches(count: int, layout: str, *, people: bool = False) -> list[Any]:
     """Arrow batches of 10,000 records of raw partition 0, as the source gives the task.
 
     ``layout``: ``collector`` (compact JSON, ``sourceId`` last: read from the tail) or ``parsed``
-    (``sourceId`` first, with spaces: parsed)."""
+    (``sourceId`` first, with spaces: parsed). ``people``: each event has a ``userId`` (1,000
+    users) and an ``anonymousId``."""
     import pyarrow as pa  # type: ignore[import-untyped]
 
     from exactly.spark.datasource.source import ARROW_SCHEMA
@@ -182,6 +191,8 @@ def task_batches(count: int, layout: str) -> list[Any]:
 
     def value(message_id: bytes, n: int) -> bytes:
         event = {"messageId": message_id.decode(), "type": "track", "n": n, "p": "x" * 200}
+        if people:
+            event |= {"userId": f"user-{n % 1000}", "anonymousId": f"anon-{n % 7919:08d}"}
         if layout == "collector":
             return orjson.dumps({**event, "sourceId": "web"})
         return json.dumps({"sourceId": "web", **event}).encode()
@@ -235,6 +246,37 @@ def task_rates(count: int, repeat: int = 3) -> dict[tuple[str, str], list[float]
                     rates.setdefault((layout, scope), []).append(
                         passed / (time.process_time() - began)
                     )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return rates
+
+
+SUPPRESSION_WAYS = ("no forget key", "key, no regulation", "one regulation")
+
+
+def suppress_rates(count: int, repeat: int = 3) -> dict[str, list[float]]:
+    """(c'): records per CPU second of the dedupe task, with and without suppression."""
+    from exactly.dedupe.task import TaskPlan, dedupe_partition
+    from exactly.forget.regulations import USER, Regulations
+
+    root = Path(tempfile.mkdtemp(prefix="exactly-bench-suppress-"))
+    found = task_batches(count, "collector", people=True)
+    key = os.urandom(32)
+    rates: dict[str, list[float]] = {}
+    try:
+        for run in range(repeat):
+            for way in SUPPRESSION_WAYS:
+                url = f"sqlite://{root / f'log-{run}-{way[:3]}'}"
+                _task_topics(url)
+                if way == "one regulation":
+                    with open_log(url) as log:
+                        Regulations(log).record(key, {USER: ["nobody-here"]}, ("log",))
+                store = RocksDBStore(root / f"store-{run}-{way[:3]}")
+                forget_key = None if way == "no forget key" else key
+                plan = TaskPlan(url, "raw", "events", "raw.rejected", store, forget_key=forget_key)
+                began = time.process_time()
+                passed = sum(b.num_rows for b in dedupe_partition(plan, iter(found)))
+                rates.setdefault(way, []).append(passed / (time.process_time() - began))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return rates
@@ -416,6 +458,7 @@ def main() -> None:
     parser.add_argument("--skip-job", action="store_true")
     parser.add_argument("--scope", default="source", help="the jobs' dedupe scope (b)")
     parser.add_argument("--task", type=int, metavar="N", help="only (c), over N records")
+    parser.add_argument("--suppress", type=int, metavar="N", help="only (c'), N records")
     parser.add_argument("--write", type=int, metavar="N", help="only (e), over N ids")
     parser.add_argument("--repeat", type=int, default=5, help="runs of (d) or (e)")
     parser.add_argument("--worker", type=int, metavar="N", help="only (d), over N records")
@@ -437,6 +480,15 @@ def main() -> None:
             median = statistics.median(found)
             runs = ", ".join(f"{r:,.0f}" for r in found)
             print(f"| {layout} | {scope} | {runs} | {median:,.0f} | {1e6 / median:.2f} |")
+        return
+    if args.suppress:
+        print(f"machine: {platform.platform()}, load {os.getloadavg()[0]:.1f}")
+        print("\n| suppression | records per CPU second (runs) | median | µs per record |")
+        print("| --- | --- | ---: | ---: |")
+        for way, found in suppress_rates(args.suppress).items():
+            median = statistics.median(found)
+            runs = ", ".join(f"{r:,.0f}" for r in found)
+            print(f"| {way} | {runs} | {median:,.0f} | {1e6 / median:.2f} |")
         return
     if args.worker or args.write or args.open:
         print(f"machine: {platform.platform()}, load {os.getloadavg()[0]:.1f}")

@@ -35,6 +35,7 @@ KEY_BYTES = 32
 USER, ANONYMOUS = "user", "anonymous"  # what an id names: an event's userId or anonymousId
 PENDING, DONE = "pending", "done"
 REFRESH_SECONDS = 1.0  # a suppressor reads new regulations at most this long after they land
+SEEN_IDS = 100_000  # ids whose answer a Forgotten remembers (each its hash computed once)
 
 
 def key_path(data_dir: Path) -> Path:
@@ -99,6 +100,9 @@ class Forgotten:
 
     key: bytes
     hashes: Mapping[str, frozenset[str]]
+    _seen: dict[tuple[str, str], bool] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __bool__(self) -> bool:
         return any(self.hashes.values())
@@ -110,13 +114,21 @@ class Forgotten:
 
     def ids(self, user_id: object, anonymous_id: object) -> bool:
         """Whether an event with these ``userId`` and ``anonymousId`` is a forgotten person's."""
-        return any(
-            isinstance(value, str)
-            and value
-            and self.hashes.get(kind)
-            and digest(self.key, kind, value) in self.hashes[kind]
-            for kind, value in ((USER, user_id), (ANONYMOUS, anonymous_id))
-        )
+        return self._holds(USER, user_id) or self._holds(ANONYMOUS, anonymous_id)
+
+    def _holds(self, kind: str, value: object) -> bool:
+        """:meth:`holds` for any value, each id hashed once per :class:`Forgotten`: a person
+        sends many events, and the hash costs more than the rest of the check."""
+        if not isinstance(value, str) or not value or not self.hashes.get(kind):
+            return False
+        seen = self._seen
+        found = seen.get((kind, value))
+        if found is None:
+            found = digest(self.key, kind, value) in self.hashes[kind]
+            if len(seen) >= SEEN_IDS:
+                seen.clear()
+            seen[(kind, value)] = found
+        return found
 
     def event(self, event: Mapping[str, Any]) -> bool:
         return self.ids(event.get("userId"), event.get("anonymousId"))
