@@ -9,6 +9,11 @@ of those jobs, and a Delta lake table of every event. Then forgets the person wi
 running (the command's own path, :class:`exactly.forget.apply.Applying`) and prints each step's
 seconds: finding the person in the log, the data dir's logs, the JobDB and the archive, the
 lake, and the log's rewrite.
+
+The baselines, measured in the same run just before the forget, on the same data dir: reading
+every byte of the data dir's files (what any forget that must look everywhere cannot beat), and
+reading every record of ``raw`` and ``events`` through the log (what finding the person starts
+from). The forget's time is printed as a ratio of each.
 """
 
 from __future__ import annotations
@@ -88,6 +93,28 @@ def build(home: Path, count: int, hers: int) -> None:
             table.append(event_rows(values[start : start + 50_000]), Marker("bench", batch))
 
 
+def read_files(data_dir: Path) -> float:
+    """Seconds to read every byte of every file under ``data_dir``."""
+    began = time.monotonic()
+    for path in data_dir.rglob("*"):
+        if path.is_file():
+            with path.open("rb") as found:
+                while found.read(1 << 20):
+                    pass
+    return time.monotonic() - began
+
+
+def read_topics(log_url: str) -> float:
+    """Seconds to read every record of ``raw`` and ``events`` through the log."""
+    began = time.monotonic()
+    with open_log(log_url) as log:
+        for topic in ("raw", "events"):
+            for partition in log.end_offsets(topic):
+                for _ in log.read_range(topic, partition, 0, max_records=10_000, headers=False):
+                    pass
+    return time.monotonic() - began
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=100_000)
@@ -106,6 +133,7 @@ def main() -> None:
         size = sum(p.stat().st_size for p in (home / "data").rglob("*") if p.is_file())
         lines: list[str] = []
         key = load_key(settings.data_dir)
+        files, topics = read_files(home / "data"), read_topics(settings.log_url)
         with open_log(settings.log_url) as log:
             regulations = Regulations(log)
             ids = {USER: (PERSON,)}
@@ -119,6 +147,8 @@ def main() -> None:
     for line in lines:
         print(f"  {line}")
     print(f"forget ({args.events:,} events): {took:.1f} s")
+    print(f"baseline: every file read {files:.1f} s (forget {took / files:.1f}x), every record of")
+    print(f"  raw and events read {topics:.1f} s (forget {took / topics:.1f}x)")
 
 
 if __name__ == "__main__":

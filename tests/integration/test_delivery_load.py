@@ -105,9 +105,12 @@ def test_many_sources_on_one_destination_get_every_job_once(db: JobDB, receiver:
     assert len(set(first)) >= 10, first  # in turn, not one source's queue after another's
 
 
-def test_a_429_pauses_the_whole_destination(jobdb: JobDB, receiver: Receiver) -> None:
+def test_a_receiver_throttling_everything_gets_one_request_per_pause(
+    jobdb: JobDB, receiver: Receiver
+) -> None:
     """A receiver answering 429 (Retry-After: 1) for 3 s to 200 queued jobs of 2 sources: the
-    destination pauses, so the receiver sees a few requests per pause, not 200 per second."""
+    window of requests out halves per episode down to one, then the destination pauses, so the
+    receiver sees a few requests per pause, not 200 per second."""
     target = destination("busy", f"{receiver.url}/busy", timeout=2.0)
     enqueue(jobdb, "busy", 100, sources=2)
     receiver.busy_until = time.monotonic() + 3.0

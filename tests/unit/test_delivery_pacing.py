@@ -16,30 +16,62 @@ def test_answers_count_as_the_rules_say() -> None:
     assert result_of(301, retry_after=None) == REFUSED
 
 
-def test_a_429_pauses_every_request_with_jitter_and_halves_the_rate_once() -> None:
+def test_a_429_narrows_the_window_by_half_a_request_and_pauses_nothing() -> None:
     pace = Pace(jitter=lambda: 0.5)
-    for at in range(20):  # 20 requests in the second before
-        assert pace.take(99.0 + at / 20) == 0.0
-    pace.answered(THROTTLED, 100.0, wait=2.0)
-    assert pace.paused_until == 100.0 + 2.0 * 1.1  # 10% of jitter drawn
-    assert abs(pace.take(101.0) - 1.2) < 1e-9
-    first = pace.throttle
-    assert first is not None and 9.0 <= first <= 11.0  # half of about 20/s
-    for _ in range(7):  # the other requests that were out: the same pause, no new decrease
-        pace.answered(THROTTLED, 100.5, wait=2.0)
-    assert pace.throttle == first
+    assert pace.allowed(16) == 16
+    pace.answered(THROTTLED, 100.0, wait=1.0, maximum=16)
+    assert pace.window == 15.5 and pace.allowed(16) == 15
+    assert pace.take(100.0) == 0.0 and pace.paused_until == 0.0  # only its own job waits
+    for _ in range(9):
+        pace.answered(THROTTLED, 100.1, wait=1.0, maximum=16)
+    assert pace.window == 11.0 and pace.paused_until == 0.0
 
 
-def test_a_throttled_rate_grows_back_with_successes_until_it_ends() -> None:
-    pace = Pace(rate=40.0, jitter=lambda: 0.0)
-    pace.take(99.5)
-    pace.answered(THROTTLED, 100.0, wait=1.0)
-    assert pace.throttle is not None and pace.limit() == pace.throttle
-    start = pace.throttle
-    pace.answered(SUCCESS, 102.0)  # a second of successes after the pause: doubled
-    assert pace.throttle == 2 * start
-    pace.answered(SUCCESS, 110.0)
-    assert pace.throttle is None and pace.limit() == 40.0
+def test_the_window_widens_by_one_per_window_of_successes_back_to_max_in_flight() -> None:
+    pace = Pace(jitter=lambda: 0.0)
+    for _ in range(8):
+        pace.answered(THROTTLED, 100.0, maximum=8)
+    assert pace.window == 4.0
+    for _ in range(4):
+        pace.answered(SUCCESS, 101.0, maximum=8)
+    assert pace.allowed(8) == 4 and pace.window is not None and pace.window > 4.9
+    for _ in range(40):
+        pace.answered(SUCCESS, 102.0, maximum=8)
+    assert pace.window is None and pace.allowed(8) == 8  # recovered: no window kept
+
+
+def test_a_share_of_429s_settles_the_window_where_the_formula_says() -> None:
+    """One 429 in ``k`` answers: the window settles near ``2 (k - 1)``, capped by
+    ``max_in_flight``. 5%: the whole window; a half: about two."""
+    for every, maximum, settled in ((20, 16, (15, 16)), (2, 16, (1, 3)), (5, 16, (6, 10))):
+        pace = Pace(jitter=lambda: 0.0)
+        seen = []
+        for n in range(4000):
+            result = THROTTLED if n % every == 0 else SUCCESS
+            pace.answered(result, 100.0 + n / 1000, wait=1.0, maximum=maximum)
+            seen.append(pace.allowed(maximum))
+        low, high = settled
+        assert low <= min(seen[2000:]) and max(seen[2000:]) <= high, (every, min(seen[2000:]))
+        assert pace.paused_until == 0.0
+
+
+def test_throttled_at_a_window_of_one_the_whole_destination_waits_with_jitter() -> None:
+    pace = Pace(jitter=lambda: 0.5)
+    for _ in range(30):  # 16 down to 1, half a request a time
+        pace.answered(THROTTLED, 100.0, wait=2.0, maximum=16)
+    assert pace.allowed(16) == 1 and pace.paused_until == 0.0
+    pace.answered(THROTTLED, 105.0, wait=2.0, maximum=16)
+    assert pace.paused_until == 105.0 + 2.0 * 1.1  # 10% of jitter drawn
+    assert abs(pace.take(106.0) - 1.2) < 1e-9
+
+
+def test_a_window_narrowed_by_a_429_is_capped_by_a_smaller_max_in_flight() -> None:
+    """A director's share of ``max_in_flight`` can shrink (another director took partitions)."""
+    pace = Pace()
+    pace.answered(THROTTLED, 100.0, maximum=16)
+    assert pace.allowed(16) == 15 and pace.allowed(3) == 3
+    pace.answered(THROTTLED, 100.0, maximum=3)
+    assert pace.window == 2.5
 
 
 def test_the_breaker_opens_after_consecutive_failures_and_probes_one_at_a_time() -> None:

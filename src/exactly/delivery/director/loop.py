@@ -227,7 +227,7 @@ class Director:
             applies = 0 in self.leases.held and (archiver is None or not archiver.busy)
             try:
                 again = await self.forgetting.turn(self.queues, applies=applies)
-            except Exception as error:  # a regulation must never stop delivery: said, retried
+            except Exception as error:  # noqa: BLE001 - a regulation never stops delivery
                 self.schedule.postpone(FORGET, time.time(), self.forgetting.failed(error))
             else:
                 if again:

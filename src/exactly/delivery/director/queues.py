@@ -214,13 +214,15 @@ class Destination:
 
     @property
     def reserve(self) -> int:
-        """Jobs taken at once: twice ``max_in_flight``, so the next jobs' ``executing`` commits
-        while the current requests are out; only ``max_in_flight`` when paced or ordered, where
-        a job taken early would wait recorded. Senders bound the requests to ``max_in_flight``."""
+        """Jobs taken at once: twice the requests that may be out (``max_in_flight``, or the
+        window a 429 narrowed, :meth:`~exactly.delivery.pacing.Pace.allowed`), so the next
+        jobs' ``executing`` commits while the current requests are out; only
+        ``max_in_flight`` when paced or ordered, where a job taken early would wait recorded.
+        Senders bound the requests to the window."""
         settings = self.settings
-        if settings.rate is not None or settings.ordered or self.pace.limit() is not None:
+        if settings.rate is not None or settings.ordered:
             return settings.max_in_flight
-        return 2 * settings.max_in_flight
+        return 2 * self.pace.allowed(settings.max_in_flight)
 
     def take(self, now: float) -> tuple[list[tuple[Bucket, Job]], float | None]:
         """Jobs to record ``executing`` and send, one bucket after another in turn, up to the

@@ -145,7 +145,11 @@ class Sending:
             tally.expired += len(shipment.jobs)
             shipment.release(destination, ended=True)
         destination.outbox.extend(ready)
-        room = destination.settings.max_in_flight - destination.senders
+        self._add_senders(destination)
+
+    def _add_senders(self, destination: Destination) -> None:
+        """Senders for the outbox, up to the requests the destination may have out."""
+        room = destination.pace.allowed(destination.settings.max_in_flight) - destination.senders
         for _ in range(min(len(destination.outbox), room)):
             destination.senders += 1
             self._track(asyncio.create_task(self._sender(destination)))
@@ -178,12 +182,16 @@ class Sending:
 
         A sender holds its shipment until the outcome is durable, and a destination has at
         most ``max_in_flight`` senders, so its requests out, and the shipments sent but not yet
-        recorded (the duplicate window), never exceed ``max_in_flight``. The request's timeout
-        starts when it leaves: a shipment waiting for its turn is never counted as an
-        unanswered request.
+        recorded (the duplicate window), never exceed ``max_in_flight``. A 429 narrows that to
+        the pace's window: the senders over it end, and more start as it widens again. The
+        request's timeout starts when it leaves: a shipment waiting for its turn is never
+        counted as an unanswered request.
         """
+        maximum = destination.settings.max_in_flight
         try:
             while destination.outbox and not self._stop.is_set():
+                if destination.senders > destination.pace.allowed(maximum):
+                    break  # the window narrowed: one sender fewer
                 shipment = destination.outbox[0]
                 if not self._mine(shipment.bucket.name):  # its partition is being given up
                     destination.outbox.popleft()
@@ -200,6 +208,7 @@ class Sending:
                     continue
                 destination.outbox.popleft()  # no await since the peek: still this shipment
                 await self._send(destination, shipment)
+                self._add_senders(destination)  # the window may have widened
         finally:
             destination.senders -= 1
 
@@ -227,7 +236,12 @@ class Sending:
             shipment.content_type(settings),
         )
         now = time.time()
-        destination.pace.answered(result_of(status, retry_after=wait), now, wait=wait)
+        destination.pace.answered(
+            result_of(status, retry_after=wait),
+            now,
+            wait=wait,
+            maximum=settings.max_in_flight,
+        )
         step = next_step(
             job_id=shipment.jobs[0].id,
             attempt=attempt,
