@@ -15,14 +15,28 @@ The lake formats need the ``lake`` extra, PostgreSQL the ``postgres`` extra.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from exactly.errors import EnvironmentProblem, LakeError
-from exactly.lake.base import Compaction, LakeTable, Marker
 from exactly.urls import redact
+
+if TYPE_CHECKING:
+    from exactly.lake.base import Compaction, LakeTable, Marker
 
 __all__ = ["BACKENDS", "Compaction", "LakeTable", "Marker", "open_table"]
 
 BACKENDS = ("delta", "iceberg", "postgresql")  # the contract suite runs on each
 USAGE = "use delta://PATH, iceberg://DIR or postgresql://USER@HOST/DB?table=events"
+
+
+def __getattr__(name: str) -> Any:
+    """``Compaction``, ``LakeTable`` and ``Marker`` from ``base.py``, imported when first asked
+    for: ``exactly.lake.settings`` (read by every command's config) must not import pyarrow."""
+    if name in ("Compaction", "LakeTable", "Marker"):
+        from exactly.lake import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def open_table(url: str) -> LakeTable:
