@@ -38,6 +38,18 @@ def test_the_archive_is_named_by_the_java_and_the_jars(tmp_path: Path) -> None:
     assert class_sharing.archive_path(java, home, tmp_path / "cache") != after_upgrade
 
 
+def test_two_spark_homes_linking_the_same_jars_get_two_archives(tmp_path: Path) -> None:
+    """The JVM checks the classpath as it was when the archive was made: two shims (two
+    virtualenvs) linking to the same jars name different classpaths."""
+    java, home = fake_install(tmp_path)
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "jars").symlink_to(home / "jars")
+    assert class_sharing.archive_path(java, shim, tmp_path / "c") != class_sharing.archive_path(
+        java, home, tmp_path / "c"
+    )
+
+
 class Launches:
     """Records the trainers ``start_trainer`` would launch."""
 

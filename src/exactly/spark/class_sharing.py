@@ -44,7 +44,7 @@ def archive_path(java: Path, spark_home: Path | None, cache: Path | None = None)
         with contextlib.suppress(OSError):
             stat = path.stat()
             digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
-    digest.update(f"{jars}\n".encode())
+    digest.update(f"{home}\n{jars}\n".encode())  # the classpath as the JVM sees it, and its jars
     with contextlib.suppress(OSError):
         for jar in sorted(jars.iterdir()):
             digest.update(f"{jar.name}:{jar.stat().st_size}\n".encode())

@@ -7,11 +7,14 @@ process then spends about a second compiling PySpark, and a streaming query star
 pip-installed Spark's ``bin``, ``jars`` and ``sbin`` but has no ``pyspark.zip``, so workers import
 the same PySpark from site-packages, with cached bytecode: a query starts about 25% sooner.
 
-Used for local masters only: executors elsewhere get their Python from their own Spark.
+One shim per installation (``~/.cache/exactly/spark-home-VERSION-KEY``, the key from the
+installed PySpark's path), so two virtualenvs never repoint each other's links. Used for local
+masters only: executors elsewhere get their Python from their own Spark.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -26,7 +29,11 @@ def spark_home(cache: Path | None = None) -> Path | None:
     if not (installed / "jars").is_dir():
         return None  # not a pip-installed PySpark: leave SPARK_HOME alone
     root = cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    home = root / "exactly" / f"spark-home-{pyspark.__version__}"
+    # one shim per installation: two virtualenvs with the same PySpark, sharing one shim, would
+    # each point it at their own jars as they start, and a JVM starting meanwhile would find
+    # jars other than those its class-sharing archive was checked against
+    where = hashlib.sha256(str(installed.resolve()).encode()).hexdigest()[:12]
+    home = root / "exactly" / f"spark-home-{pyspark.__version__}-{where}"
     try:
         (home / "python" / "lib").mkdir(parents=True, exist_ok=True)
         for name in LINKED:
