@@ -76,20 +76,20 @@ def test_a_window_narrowed_by_a_429_is_capped_by_a_smaller_max_in_flight() -> No
 
 def test_the_breaker_opens_after_consecutive_failures_and_probes_one_at_a_time() -> None:
     pace = Pace(open_after=3, probe_minimum=1.0, probe_maximum=8.0, jitter=lambda: 1.0)
-    pace.answered(FAILED, 10.0)
-    pace.answered(REFUSED, 10.5)  # an answer: the count starts again
+    pace.answered(FAILED, 10.0, maximum=16)
+    pace.answered(REFUSED, 10.5, maximum=16)  # an answer: the count starts again
     for at in (11.0, 11.1):
-        pace.answered(FAILED, at)
+        pace.answered(FAILED, at, maximum=16)
     assert not pace.open
-    pace.answered(FAILED, 11.2)
+    pace.answered(FAILED, 11.2, maximum=16)
     assert pace.open and pace.failing_since == 11.0
     assert pace.take(11.5) > 0  # nothing before the probe time (1 s to 2 s)
     assert pace.take(13.3) == 0.0  # the probe
     assert pace.take(13.3) == 1.0  # a second request waits for the probe's answer
-    pace.answered(FAILED, 13.4)
+    pace.answered(FAILED, 13.4, maximum=16)
     assert pace.open and pace.probe_at == 13.4 + 4.0  # the next probe later
     assert pace.take(17.5) == 0.0
-    pace.answered(SUCCESS, 17.6)
+    pace.answered(SUCCESS, 17.6, maximum=16)
     assert not pace.open and pace.failing_since is None and pace.take(17.7) == 0.0
 
 
@@ -105,11 +105,11 @@ def test_a_run_of_failures_shorter_than_failing_for_keeps_the_breaker_closed() -
     retries succeed; the breaker must not open on the run alone."""
     pace = Pace(open_after=20, failing_for=30.0)
     for at in range(25):
-        pace.answered(FAILED, 100.0 + at / 25)
+        pace.answered(FAILED, 100.0 + at / 25, maximum=16)
     assert not pace.open
-    pace.answered(SUCCESS, 105.0)
+    pace.answered(SUCCESS, 105.0, maximum=16)
     for at in range(25):
-        pace.answered(FAILED, 106.0 + at * 2)
+        pace.answered(FAILED, 106.0 + at * 2, maximum=16)
     assert pace.open and pace.failing_since == 106.0
 
 

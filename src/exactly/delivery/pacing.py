@@ -2,8 +2,9 @@
 
 A destination is one receiver, so everything about its capacity is shared by its buckets (one per
 source): the configured ``rate`` and ``burst`` (GCRA, :mod:`exactly.gcra`), a pause the receiver
-asked for, a rate backed off after throttling, and a breaker after consecutive failures. The
-director asks :meth:`Pace.take` before each request and tells :meth:`Pace.answered` every outcome.
+asked for, a window of requests out narrowed after throttling, and a breaker after consecutive
+failures. The director asks :meth:`Pace.take` before each request and :meth:`Pace.allowed` how
+many may be out, and tells :meth:`Pace.answered` every outcome.
 
 * **Throttled** (429, or 503 with ``Retry-After``): the request that got it waits what it asked
   for (``Retry-After``, else the backoff's minimum; :func:`~exactly.delivery.policy.next_step`),
@@ -92,9 +93,7 @@ class Pace:
             self.tat = tat
         return 0.0
 
-    def answered(
-        self, result: str, now: float, *, wait: float | None = None, maximum: int = 1
-    ) -> None:
+    def answered(self, result: str, now: float, *, maximum: int, wait: float | None = None) -> None:
         """Take one request's outcome into account: ``wait``, its Retry-After in seconds;
         ``maximum``, the destination's ``max_in_flight`` (this director's share of it)."""
         self.probing = False
