@@ -1,10 +1,15 @@
-"""``exactly forget`` on the embedded defaults: after `exactly up` delivered, counted and landed
-a person's events among others', no byte of the data dir holds anything of them, and what they
-send later is suppressed.
+"""``exactly forget`` after ``exactly up`` delivered, counted and landed a person's events among
+others'.
 
-Every file under the data dir is read as bytes, gzip files decompressed and Parquet files read
-whole (their pages are compressed), and searched for the person's ids, traits, properties and
-context. Everybody else's events stay: delivered, counted (``exactly audit`` passes) and landed.
+On the embedded defaults, no byte of the data dir holds anything of them afterwards, and what
+they send later is suppressed. Every file under the data dir is read as bytes, gzip files
+decompressed and Parquet files read whole (their pages are compressed), and searched for the
+person's ids, traits, properties and context. Everybody else's events stay: delivered, counted
+(``exactly audit`` passes) and landed.
+
+On the scale-out stack (Kafka, Redis, PostgreSQL), the same holds of every row of every table in
+the PostgreSQL schema, and a lake rebuilt from the broker's records (which no broker rewrites)
+holds none of the person's.
 """
 
 from __future__ import annotations
