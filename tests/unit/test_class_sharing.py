@@ -38,6 +38,20 @@ def test_the_archive_is_named_by_the_java_and_the_jars(tmp_path: Path) -> None:
     assert class_sharing.archive_path(java, home, tmp_path / "cache") != after_upgrade
 
 
+def test_jars_installed_again_in_the_same_place_get_a_new_archive(tmp_path: Path) -> None:
+    """A virtualenv made again at the same path holds the same jars, newer: the JVM refuses an
+    archive made from the old ones ("A jar file is not the one used while building the shared
+    archive file"), so their archive must not be found again."""
+    import os
+
+    java, home = fake_install(tmp_path)
+    first = class_sharing.archive_path(java, home, tmp_path / "c")
+    jar = home / "jars" / "spark-sql.jar"
+    found = jar.stat()
+    os.utime(jar, ns=(found.st_atime_ns, found.st_mtime_ns + 1_000_000_000))
+    assert class_sharing.archive_path(java, home, tmp_path / "c") != first
+
+
 def test_two_spark_homes_linking_the_same_jars_get_two_archives(tmp_path: Path) -> None:
     """The JVM checks the classpath as it was when the archive was made: two shims (two
     virtualenvs) linking to the same jars name different classpaths."""

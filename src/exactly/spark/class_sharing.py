@@ -46,8 +46,9 @@ def archive_path(java: Path, spark_home: Path | None, cache: Path | None = None)
             digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
     digest.update(f"{home}\n{jars}\n".encode())  # the classpath as the JVM sees it, and its jars
     with contextlib.suppress(OSError):
-        for jar in sorted(jars.iterdir()):
-            digest.update(f"{jar.name}:{jar.stat().st_size}\n".encode())
+        for jar in sorted(jars.iterdir()):  # the JVM checks each jar's size and time
+            found = jar.stat()
+            digest.update(f"{jar.name}:{found.st_size}:{found.st_mtime_ns}\n".encode())
     root = cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
     return root / "exactly" / "class-sharing" / f"spark-{digest.hexdigest()[:16]}.jsa"
 
