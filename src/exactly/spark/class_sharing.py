@@ -54,9 +54,14 @@ def archive_path(java: Path, spark_home: Path | None, cache: Path | None = None)
 
 
 def archive_for(java: Path) -> Path:
-    """The archive for ``java`` and the Spark of ``SPARK_HOME`` (else the installed PySpark's)."""
+    """The archive for ``java`` and the Spark of ``SPARK_HOME``; unset, of the local shim a
+    session would set it to (``home.py``), else of the installed PySpark."""
     home = os.environ.get("SPARK_HOME")
-    return archive_path(java, Path(home) if home else None)
+    if home:
+        return archive_path(java, Path(home))
+    from exactly.spark.home import spark_home
+
+    return archive_path(java, spark_home())
 
 
 def state(archive: Path) -> str:
