@@ -367,7 +367,8 @@ def _delivered(settings: Settings, message_id: str, result: Trace) -> None:
         live = jobdb.jobs_with(message_id)
         for job, transitions in live:
             steps = [asdict(t) for t in transitions]
-            batch = jobdb.batch_of(job.destination, job.id)
+            # a pack's key is its message id; a batch the director formed is looked up
+            batch = job.message_id if job.packed else jobdb.batch_of(job.destination, job.id)
             history = None if batch is None else jobdb.batch_history(batch)
             if history is not None:  # a batch's member: its attempts are the batch's steps
                 steps = [asdict(step) for step in history[1]]
@@ -395,8 +396,15 @@ def _archived(settings: Settings, message_id: str, result: Trace, seen: set[int]
         for job in archive.records(name):
             if job["message_id"] == message_id and job["id"] not in seen:
                 found.append(
-                    _delivery(
-                        job["destination"], job["id"], job["created_at"], job["transitions"], True
+                    dataclasses.replace(
+                        _delivery(
+                            job["destination"],
+                            job["id"],
+                            job["created_at"],
+                            job["transitions"],
+                            True,
+                        ),
+                        batch=job.get("batch"),  # a pack's member: its pack's key
                     )
                 )
     return found

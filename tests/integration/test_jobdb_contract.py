@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import signal
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from exactly.delivery import packs
 from exactly.delivery.jobdb import BACKENDS, JobDB, open_jobdb
 from exactly.delivery.jobdb.base import (
     ARCHIVED,
@@ -915,3 +917,94 @@ def test_forgetting_jobs_expires_the_queued_and_empties_every_one(db: JobDB, url
         directory = Path(url.partition("://")[2])
         for path in directory.glob("jobdb.sqlite*"):
             assert b"echo u1 m1" not in path.read_bytes(), path
+
+
+def packed_jobs(sizes: list[int], *, start: int = 0) -> list[NewJob]:
+    """Packs of ``sizes`` members each, as the route query makes them (docs/delivery.md)."""
+    made: list[NewJob] = []
+    at = start
+    for size in sizes:
+        members = [
+            packs.Member(f"m{i}", f"u{i % 3}", b'{"messageId":"m%d"}' % i)
+            for i in range(at, at + size)
+        ]
+        at += size
+        key = packs.pack_key("hook", (m.message_id for m in members))
+        made.append(NewJob("web", "hook", packs.pack(members), key))
+    return made
+
+
+def test_a_pack_is_one_job_that_counts_and_fills_by_its_events(db: JobDB) -> None:
+    # dataset_rows is 10: a dataset fills by events, so a pack of 6 then one of 5 roll it
+    assert db.add(packed_jobs([6]) + jobs(1, start=100), query_id="q", batch_id=0) == 2
+    assert db.add(packed_jobs([5], start=6), query_id="q", batch_id=1) == 1
+    assert [(d.number, d.rows) for d in db.datasets()] == [(1, 7), (2, 5)]
+    pack, single, second = db.pending("web/hook")
+    assert (pack.events, single.events, second.events) == (6, 1, 5)
+    assert single.id == pack.id + 6  # a pack takes an id per member
+    assert pack.packed and pack.user_id is None and pack.message_id.startswith("pack_")
+    assert packs.message_ids(second.payload) == [f"m{i}" for i in range(6, 11)]
+    db.record([Transition(pack.id, EXECUTING, 1, time=time.time())])
+    db.record([Transition(pack.id, SUCCEEDED, 1, time=time.time(), status_code=200)])
+    summary = db.summary()["hook"]
+    assert summary.states == {SUCCEEDED: 6, AWAITING_SCHEDULING: 6}
+    assert summary.succeeded_last_minute == 6
+    recent = db.recent_successes(time.time() - 60, 4)
+    assert [payload for _, payload in recent] == [b'{"messageId":"m%d"}' % i for i in range(4)]
+
+
+def test_a_pack_is_traced_archived_and_forgotten_by_its_members(db: JobDB) -> None:
+    db.add(packed_jobs([8]), query_id="q", batch_id=0)
+    db.add(packed_jobs([3], start=8), query_id="q", batch_id=1)  # 11 events: a second dataset
+    first, second = db.pending("web/hook")
+    # trace: a member's message id finds its pack, as stored, with its transitions
+    db.record([Transition(second.id, EXECUTING, 1)])
+    found = db.jobs_with("m9")
+    assert [(job.id, [t.state for t in steps]) for job, steps in found] == [
+        (second.id, [EXECUTING])
+    ]
+    assert db.jobs_with("m20") == [] and [job.id for job, _ in db.jobs_with("m0")] == [first.id]
+    # forget: a pack loses only the person's members (u1's: m1, m4, m7, m10; and m9)
+    expired, emptied = db.forget_jobs(lambda mid, uid, payload: uid == "u1" or mid == "m9")
+    assert (expired, emptied) == (0, 5)
+    first, second = db.pending("web/hook")
+    assert packs.message_ids(first.payload) == ["m0", "m2", "m3", "m5", "m6"]
+    assert packs.message_ids(second.payload) == ["m8"]
+    assert db.summary()["hook"].states == {AWAITING_SCHEDULING: 5, EXECUTING: 1}
+    # archive: a record per member, each with its pack's key and transitions
+    db.record([Transition(first.id, SUCCEEDED, 1, status_code=200)])
+    archived: list[dict[str, Any]] = []
+    db.archive(1, archived.extend)
+    assert [(r["message_id"], r["user_id"], r["batch"]) for r in archived] == [
+        (f"m{i}", f"u{i % 3}", first.message_id) for i in (0, 2, 3, 5, 6)
+    ]
+    assert json.loads(archived[1]["payload"]) == {"messageId": "m2"}
+    assert [step["state"] for step in archived[0]["transitions"]] == [SUCCEEDED, "archiving"]
+
+
+def test_a_dataset_made_before_packs_counts_a_job_each_and_takes_none(db: JobDB, url: str) -> None:
+    """A JobDB made by an older version: its jobs tables have no ``events`` column."""
+    db.add(jobs(2), query_id="q", batch_id=0)
+    db.close()
+    _drop_events_column(url, 1)
+    with open_jobdb(url, dataset_rows=10) as older:
+        assert older.summary()["hook"].states == {AWAITING_SCHEDULING: 2}
+        older.add(packed_jobs([3], start=2), query_id="q", batch_id=1)
+        assert [d.number for d in older.datasets()] == [1, 2]  # a new dataset took the pack
+        assert older.summary()["hook"].states == {AWAITING_SCHEDULING: 5}
+        assert [job.id for job, _ in older.jobs_with("m3")] == [older.datasets()[1].first_id]
+
+
+def _drop_events_column(url: str, number: int) -> None:
+    """Make dataset ``number``'s jobs table as a JobDB before packs made it."""
+    columns = "id, bucket, destination, payload, message_id, user_id, created_at, expire_at"
+    with open_jobdb(url) as db:
+        cursor = db._cursor()
+        for statement in (
+            f"CREATE TABLE old_jobs AS SELECT {columns} FROM jobs_{number}",
+            f"DROP TABLE jobs_{number}",
+            f"CREATE TABLE jobs_{number} AS SELECT {columns} FROM old_jobs",
+            "DROP TABLE old_jobs",
+        ):
+            cursor.execute(statement)
+        db._connection.commit()

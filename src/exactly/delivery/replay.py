@@ -48,6 +48,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from exactly.delivery import packs
 from exactly.delivery.archive import Archive
 from exactly.delivery.jobdb.base import (
     ARCHIVED,
@@ -56,6 +57,7 @@ from exactly.delivery.jobdb.base import (
     DISCARDED,
     EXPIRED,
     SUCCEEDED,
+    Job,
     NewJob,
 )
 from exactly.delivery.jobdb.faces import ReplayJobs
@@ -302,15 +304,16 @@ def _replay(
                 result.live_jobs += len(page)
                 collected.add(
                     (
-                        job.message_id,
+                        message_id,
                         job.created_at,
                         job.id,
                         job.state,
                         job.bucket.partition("/")[0],
-                        job.user_id,
-                        job.payload,
+                        user_id,
+                        payload,
                     )
                     for job in page
+                    for message_id, user_id, payload in _messages(job)
                 )
             for file in archive.names():
                 result.archive_files += 1
@@ -368,3 +371,10 @@ def _replay(
 
 def _utc(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _messages(job: Job) -> list[packs.Member]:
+    """A job's message, or a pack's members (each replayed as a job of its own)."""
+    if job.packed:
+        return packs.members(job.payload)
+    return [packs.Member(job.message_id, job.user_id, job.payload)]

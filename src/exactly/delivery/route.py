@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from exactly.delivery import packs
+from exactly.delivery.batches import cut
 from exactly.delivery.choosing import Choosing
 from exactly.delivery.jobdb.base import NewJob, RouteCounts
 from exactly.delivery.jobdb.faces import RouterJobs
@@ -180,24 +182,71 @@ def jobs_for(
         name, expire_at = destination.name, now + destination.window
         takes = _takes(events, index, destination)
         shaped = events.shaped.get(index)
+        mine: list[NewJob] = []
         if shaped is None:
-            jobs += [
+            mine = [
                 NewJob(source, name, payload, message_id, user_id, expire_at)
                 for source, payload, message_id, user_id, take in zip(*columns, takes, strict=True)
                 if take
             ]
-            continue
-        for source, payload, message_id, user_id, take, result in zip(
-            *columns, takes, shaped, strict=True
-        ):
-            if not take or result is None or result.outcome == DROPPED:
-                continue
-            if result.outcome == SENT and result.body is not None:
-                jobs.append(NewJob(source, name, result.body, message_id, user_id, expire_at))
-            else:
-                error = result.error or "the transform gave no body"
-                jobs.append(NewJob(source, name, payload, message_id, user_id, expire_at, error))
+        else:
+            for source, payload, message_id, user_id, take, result in zip(
+                *columns, takes, shaped, strict=True
+            ):
+                if not take or result is None or result.outcome == DROPPED:
+                    continue
+                if result.outcome == SENT and result.body is not None:
+                    mine.append(NewJob(source, name, result.body, message_id, user_id, expire_at))
+                else:
+                    error = result.error or "the transform gave no body"
+                    mine.append(
+                        NewJob(source, name, payload, message_id, user_id, expire_at, error)
+                    )
+        jobs += packed(mine, destination) if packing(destination) else mine
     return jobs
+
+
+def packing(destination: DestinationSettings) -> bool:
+    """Whether the route query sends ``destination`` its events as packs, batches it makes
+    (:mod:`exactly.delivery.packs`): a batching destination that is not ordered (an ordered
+    one holds a user's later events while an earlier one is out, so its director forms its
+    batches)."""
+    return destination.batching and not destination.ordered
+
+
+def packed(jobs: Sequence[NewJob], destination: DestinationSettings) -> list[NewJob]:
+    """``jobs`` of one destination (in log order) as packs: per bucket, in order, cut by the
+    destination's ``batch`` limits (:func:`~exactly.delivery.batches.cut`); a job whose
+    transform failed stays a job of its own (added ``failed``). Pure: a replay of the same
+    micro-batch makes the same packs, though the JobDB's marker adds none of them again."""
+    limits = destination.batch
+    by_bucket: dict[str, list[NewJob]] = {}
+    alone: list[NewJob] = []
+    for job in jobs:
+        if job.error is not None:
+            alone.append(job)
+        else:
+            by_bucket.setdefault(job.source, []).append(job)
+    made: list[NewJob] = []
+    for source, members in by_bucket.items():
+        sizes = [len(job.payload) for job in members]
+        start = 0
+        while start < len(members):
+            end = start + limits.max_events
+            taken, _ = cut(
+                sizes[start:end],
+                max_events=limits.max_events,
+                max_bytes=limits.max_bytes,
+                form=limits.format,
+            )
+            chosen = members[start : start + taken]
+            start += taken
+            payload = packs.pack(
+                [packs.Member(job.message_id, job.user_id, job.payload) for job in chosen]
+            )
+            key = packs.pack_key(destination.name, (job.message_id for job in chosen))
+            made.append(NewJob(source, destination.name, payload, key, None, chosen[0].expire_at))
+    return [*made, *alone]
 
 
 def _takes(events: EventColumns, index: int, destination: DestinationSettings) -> Sequence[bool]:

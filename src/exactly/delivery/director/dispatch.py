@@ -19,7 +19,7 @@ from collections.abc import Callable
 from exactly.delivery.director.jobdb_thread import JobDBThread
 from exactly.delivery.director.queues import Bucket, Destination
 from exactly.delivery.director.sending import Sending
-from exactly.delivery.director.shipment import BatchShipment, JobShipment, Shipment
+from exactly.delivery.director.shipment import BatchShipment, Shipment, shipment_of
 from exactly.delivery.jobdb.base import AWAITING_RETRY, EXECUTING, Job
 
 REFILL = 1_000  # jobs: a bucket pages more in once it has room for this many
@@ -42,7 +42,9 @@ class Dispatch:
         self.stop = stop
         self.page_size = page_size
         self.poll_seconds = poll_seconds
-        self.skips: Callable[[Job], bool] | None = None  # a forgotten person's: never placed
+        # a forgotten person's job is never placed, and a pack holding them is placed without
+        # them (:meth:`~exactly.delivery.director.forgetting.Forgetting.keeps`)
+        self.keeps: Callable[[Job], Job | None] | None = None
 
     async def run(self, destination: Destination) -> None:
         """Page each bucket in, take jobs in turn within the destination's reserve and start
@@ -73,7 +75,7 @@ class Dispatch:
                 more = destination.batches_out < destination.reserve
             else:
                 jobs, held_back = destination.take(now)
-                taken = [JobShipment.of(bucket, job) for bucket, job in jobs]
+                taken = [shipment_of(bucket, job) for bucket, job in jobs]
                 more = destination.taken < destination.reserve
             if taken:
                 self.sending.start(destination, taken)
@@ -90,8 +92,8 @@ class Dispatch:
         bucket.paged_at = now
         bucket.caught_up = len(jobs) < room
         bucket.place(jobs, now)
-        if self.skips is not None:
-            bucket.drop(self.skips)  # placed first, so the cursor moves past them
+        if self.keeps is not None:
+            bucket.reshape(self.keeps)  # placed first, so the cursor moves past them
 
     async def _load_batches(self, bucket: Bucket, now: float) -> None:
         """The batches a previous run left open (in flight at a crash, or waiting to retry):

@@ -5,7 +5,8 @@ archive (its archiver writes there), so it applies the ``jobdb`` and ``archive``
 regulation itself (docs/forget.md):
 
 1. a job of a forgotten person is never sent: every director drops such jobs from what it holds
-   when a regulation appears, and from each page it reads (:meth:`Forgetting.skips`);
+   when a regulation appears, and from each page it reads (:meth:`Forgetting.keeps`); a pack
+   loses their members only;
 2. the holder of partition 0, with no archive pass under way and once the regulation is
    :data:`SETTLE_SECONDS` old (every director has dropped its jobs by then), expires and
    empties their jobs in the JobDB (``forget_jobs``), rewrites the archive's files without
@@ -18,10 +19,12 @@ its anonymousId) or by the ids in its payload.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from exactly.delivery import packs
 from exactly.forget.regulations import Forgotten, Regulations
 
 if TYPE_CHECKING:
@@ -72,13 +75,19 @@ class Forgetting:
         )
         return seconds
 
-    def skips(self, job: Job) -> bool:
-        """Whether ``job`` is a forgotten person's: never to be sent."""
+    def keeps(self, job: Job) -> Job | None:
+        """``job`` as it may be sent: none when it is a forgotten person's, a pack without
+        their members (the rest still sent, under the same key), else the same."""
         forgotten = self.forgotten
         if not forgotten:
-            return False
-        user_id = job.user_id
-        return bool(user_id and forgotten.ids(user_id, user_id)) or forgotten.value(job.payload)
+            return job
+        matches = _matches(forgotten)
+        if not job.packed:
+            return None if matches(job.message_id, job.user_id, job.payload) else job
+        payload, gone = packs.trim(job.payload, lambda member: matches(*member))
+        if payload is None:
+            return None
+        return dataclasses.replace(job, payload=payload) if gone else job
 
     async def turn(self, queues: Queues, *, applies: bool) -> bool:
         """Read new regulations; drop what memory holds of newly forgotten people; with
@@ -96,12 +105,12 @@ class Forgetting:
         if current.hashes != self.forgotten.hashes:
             self.forgotten = current
             dropped = sum(
-                len(bucket.drop(self.skips))
+                bucket.reshape(self.keeps)
                 for destination in queues.destinations.values()
                 for bucket in destination.buckets
             )
             if dropped:
-                self.report(f"forget: {dropped:,} jobs of forgotten people dropped, never sent")
+                self.report(f"forget: {dropped:,} events of forgotten people dropped, never sent")
         pending = [
             regulation
             for regulation in self.regulations.all()

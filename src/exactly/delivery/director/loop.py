@@ -107,7 +107,7 @@ class Director:
         self.gauging = None if self.metrics is None else Gauging(self.metrics, self.calls)
         self.forgetting = None if forgetting is None else forgetting(self.calls, archive)
         if self.forgetting is not None:
-            self.dispatch.skips = self.forgetting.skips
+            self.dispatch.keeps = self.forgetting.keeps
         chores = {LEASE: lease_seconds, CONTROLS: 1.0}
         if self.forgetting is not None:
             chores[FORGET] = 1.0

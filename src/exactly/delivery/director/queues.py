@@ -128,6 +128,10 @@ class Bucket:
             return [], None
         if self.ready_since is None:
             self.ready_since = now
+        if self.ready[0].packed:  # a batch the route query made: it goes as it is, alone
+            self.ready_since = None
+            self.taken += 1
+            return [self.ready.popleft()], None
         if self.ordered:
             blocked = set(self.users_out)
             candidates: list[Job] = []
@@ -138,11 +142,17 @@ class Bucket:
                 if job.retry_at is not None and job.retry_at > now:
                     blocked.add(user)
                     continue
+                if job.packed:  # taken alone when it comes first
+                    break
                 candidates.append(job)
                 if len(candidates) > limits.max_events:
                     break
         else:
-            candidates = [self.ready[at] for at in range(min(len(self.ready), limits.max_events))]
+            candidates = []
+            for at in range(min(len(self.ready), limits.max_events)):
+                if self.ready[at].packed:  # taken alone when it comes first
+                    break
+                candidates.append(self.ready[at])
         count, full = cut(
             (len(job.payload) for job in candidates),
             max_events=limits.max_events,
@@ -175,6 +185,24 @@ class Bucket:
             self.retries = [entry for entry in self.retries if not matches(entry[2])]
             heapq.heapify(self.retries)
         return dropped
+
+    def reshape(self, keep: Callable[[Job], Job | None]) -> int:
+        """Each waiting job (ready or to retry) as ``keep`` gives it back: the same, another
+        (a pack with members taken out), or none (dropped); the events that went."""
+        gone = 0
+
+        def kept(job: Job) -> Job | None:
+            nonlocal gone
+            found = keep(job)
+            gone += job.events - (0 if found is None else found.events)
+            return found
+
+        ready = (kept(job) for job in self.ready)
+        self.ready = deque(job for job in ready if job is not None)
+        retries = ((entry[0], entry[1], kept(entry[2])) for entry in self.retries)
+        self.retries = [(at, seq, job) for at, seq, job in retries if job is not None]
+        heapq.heapify(self.retries)
+        return gone
 
     def give_back(self, jobs: list[Job]) -> None:
         """Jobs from :meth:`next_jobs` that were not taken after all, in their places."""
@@ -297,6 +325,11 @@ class Destination:
         self.batches_out -= 1
         if ended:
             self.batch_ended(held)
+        self.wake.set()
+
+    def request_ended(self) -> None:
+        """A pack's attempt, taken as one of the batches out (:meth:`form`), has ended."""
+        self.batches_out -= 1
         self.wake.set()
 
     def batch_ended(self, held: BatchShipment) -> None:

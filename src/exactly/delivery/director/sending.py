@@ -32,7 +32,12 @@ except ImportError as error:  # pragma: no cover - depends on the installed pack
     ) from None
 
 from exactly.delivery.director.queues import Bucket, Destination
-from exactly.delivery.director.shipment import BatchShipment, JobShipment, Shipment
+from exactly.delivery.director.shipment import (
+    BatchShipment,
+    JobShipment,
+    Shipment,
+    shipment_of,
+)
 from exactly.delivery.director.writer import Writer, Writes
 from exactly.delivery.failures import failure
 from exactly.delivery.jobdb.base import (
@@ -142,7 +147,7 @@ class Sending:
             raise
         tally = self.tallies[destination.name]
         for shipment in ended:
-            tally.expired += len(shipment.jobs)
+            tally.expired += shipment.events
             shipment.release(destination, ended=True)
         destination.outbox.extend(ready)
         self._add_senders(destination)
@@ -167,6 +172,9 @@ class Sending:
                 yield item
                 continue
             bucket, jobs = item
+            if len(jobs) == 1 and jobs[0].packed:  # a batch the route query made
+                yield shipment_of(bucket, jobs[0], counted=True)
+                continue
             alone = [JobShipment.of(bucket, job) for job in jobs]
             live = [one.job for one in alone if not one.expired(now)]
             yield from (one for one in alone if one.expired(now))
@@ -263,7 +271,7 @@ class Sending:
             await self.writer.record(writes)  # 3. the outcome
         finally:
             shipment.release(destination, ended=step.state != AWAITING_RETRY)
-        count = len(shipment.jobs)
+        count = shipment.events
         if step.state == SUCCEEDED:
             tally.succeeded += count
             return

@@ -18,6 +18,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from exactly.delivery import packs
 from exactly.delivery.batches import CONTENT_TYPES, batch_id, body
 from exactly.delivery.jobdb.base import (
     AWAITING_RETRY,
@@ -55,6 +56,8 @@ class Outlet(Protocol):
 
     def batch_done(self, held: BatchShipment, *, ended: bool) -> None: ...
 
+    def request_ended(self) -> None: ...
+
 
 @dataclass(eq=False)
 class Shipment(ABC):
@@ -74,6 +77,11 @@ class Shipment(ABC):
     @property
     def created_at(self) -> float:
         return min(job.created_at for job in self.jobs)
+
+    @property
+    def events(self) -> int:
+        """The events it carries (a pack counts its members)."""
+        return sum(job.events for job in self.jobs)
 
     def expired(self, now: float) -> bool:
         """Whether its time is up before its next try, unless that try was set at the expiry
@@ -168,6 +176,39 @@ class JobShipment(Shipment):
     def release(self, destination: Outlet, *, ended: bool) -> None:
         # a job to retry waits in its bucket as a job again: its taking always ends here
         destination.done(self.bucket, self.job)
+
+
+@dataclass(eq=False)
+class PackShipment(JobShipment):
+    """A batch the route query made (:mod:`exactly.delivery.packs`): one job, sent as a batch,
+    under its key, with a body of its members in the destination's batch format; as a job
+    otherwise (its transitions, its retries back in its bucket). ``counted``: taken as one of
+    a batching destination's batches out, freed when its attempt ends."""
+
+    counted: bool = field(default=False, kw_only=True)
+
+    def body(self, settings: DestinationSettings) -> bytes:
+        form = settings.batch.format
+        if form == "json-array":
+            return b"[" + packs.joined(self.job.payload) + b"]"
+        return body(form, packs.payloads(self.job.payload), time.time())  # this sentAt
+
+    def content_type(self, settings: DestinationSettings) -> str:
+        return CONTENT_TYPES[settings.batch.format]
+
+    def release(self, destination: Outlet, *, ended: bool) -> None:
+        if self.counted:
+            self.counted = False
+            destination.request_ended()
+        destination.done(self.bucket, self.job)
+
+
+def shipment_of(bucket: Origin, job: Job, *, counted: bool = False) -> JobShipment:
+    """A job's shipment: a pack's (``counted`` among a batching destination's batches out), or
+    a job's alone."""
+    if job.packed:
+        return PackShipment(bucket, [job], job.attempt, job.retry_at, counted=counted)
+    return JobShipment.of(bucket, job)
 
 
 @dataclass(eq=False)

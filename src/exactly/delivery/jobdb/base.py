@@ -50,6 +50,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from exactly.delivery import packs
+
 HELD = "one director runs per JobDB: stop the other one first, or wait for it to stop"
 PARTITIONS_HELD = (
     "every partition is held by a running director: raise [delivery] partitions to run more "
@@ -96,6 +98,11 @@ class NewJob:
     @property
     def bucket(self) -> str:
         return bucket_of(self.source, self.destination)
+
+    @property
+    def events(self) -> int:
+        """The events it carries: a pack's members (:mod:`exactly.delivery.packs`), else 1."""
+        return packs.count(self.payload)
 
 
 @dataclass(frozen=True)
@@ -184,6 +191,16 @@ class Job:
     state: str = AWAITING_SCHEDULING
     attempt: int = 0
     retry_at: float | None = None
+
+    @property
+    def packed(self) -> bool:
+        """Whether it is a batch the route query made (:mod:`exactly.delivery.packs`)."""
+        return packs.is_packed(self.payload)
+
+    @property
+    def events(self) -> int:
+        """The events it carries: a pack's members, else 1."""
+        return packs.count(self.payload)
 
 
 @dataclass(slots=True, unsafe_hash=True)

@@ -6,7 +6,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from exactly.delivery.jobdb.base import ARCHIVED, ARCHIVING, PENDING
+from exactly.delivery import packs
+from exactly.delivery.jobdb.base import ARCHIVED, ARCHIVING, PENDING, Job
 from exactly.delivery.jobdb.sql.batching import Batching
 from exactly.delivery.jobdb.sql.rows import JOB_COLUMNS, job_of
 from exactly.errors import JobDBError
@@ -140,17 +141,7 @@ class Archiving(Batching):
             self._connection.commit()
             after = jobs[-1].id
             for job in jobs:
-                yield {
-                    "id": job.id,
-                    "bucket": job.bucket,
-                    "destination": job.destination,
-                    "payload": job.payload.decode("utf-8", "replace"),
-                    "message_id": job.message_id,
-                    "user_id": job.user_id,
-                    "created_at": job.created_at,
-                    "expire_at": job.expire_at,
-                    "transitions": steps.get(job.id, []),
-                }
+                yield from _job_records(job, steps.get(job.id, []))
 
     def drop_orphans(self) -> list[int]:
         """Drop dataset tables that ``jobdb_datasets`` does not list; the numbers dropped.
@@ -197,3 +188,30 @@ class Archiving(Batching):
             if kind in ("jobs", "job_state_transitions") and number.isdigit():
                 found.add((kind, int(number)))
         return found
+
+
+def _job_records(job: Job, transitions: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """A job's archive record; a pack's, one per member, each with the pack's key as
+    ``batch`` and its id and transitions (a member was sent, and ended, with its pack)."""
+    record = {
+        "id": job.id,
+        "bucket": job.bucket,
+        "destination": job.destination,
+        "payload": job.payload.decode("utf-8", "replace"),
+        "message_id": job.message_id,
+        "user_id": job.user_id,
+        "created_at": job.created_at,
+        "expire_at": job.expire_at,
+        "transitions": transitions,
+    }
+    if not job.packed:
+        yield record
+        return
+    for member in packs.members(job.payload):
+        yield {
+            **record,
+            "payload": member.payload.decode("utf-8", "replace"),
+            "message_id": member.message_id,
+            "user_id": member.user_id,
+            "batch": job.message_id,
+        }

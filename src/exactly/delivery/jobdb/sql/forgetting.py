@@ -1,12 +1,13 @@
 """``exactly forget``'s side of the JobDB: a person's jobs expired and emptied, in every dataset.
 
 Run while no director sends (the caller holds every partition, as ``deliveries expire`` does):
-a queued job of the person gets a terminal ``expired`` transition (error type ``forgotten``), so
-it is never sent; every job of theirs has its payload emptied and its ``user_id`` cleared, and
-every transition of it its response (a receiver's answer may quote the payload), as has every
-step of a batch that held one. Then the backend's scrub (:meth:`SQLSchema._scrub`) removes the
-old bytes: SQLite's ``secure_delete`` and an emptied WAL, PostgreSQL's ``VACUUM``, MariaDB's
-``OPTIMIZE TABLE``.
+a pack the route query made (:mod:`exactly.delivery.packs`) loses the person's members and
+keeps the others, sent as before; a queued job of the person (or a pack of theirs alone) gets a
+terminal ``expired`` transition (error type ``forgotten``), so it is never sent; every job of
+theirs has its payload emptied and its ``user_id`` cleared, and every transition of it its
+response (a receiver's answer may quote the payload), as has every step of a batch that held
+one. Then the backend's scrub (:meth:`SQLSchema._scrub`) removes the old bytes: SQLite's
+``secure_delete`` and an emptied WAL, PostgreSQL's ``VACUUM``, MariaDB's ``OPTIMIZE TABLE``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from exactly.delivery import packs
 from exactly.delivery.jobdb.base import EXPIRED, TERMINAL
 from exactly.delivery.jobdb.sql.schema import SQLSchema
 
@@ -37,16 +39,26 @@ class Forgetting(SQLSchema):
             for dataset in self._load_datasets(cursor):
                 number = dataset.number
                 self._execute(cursor, f"SELECT id, message_id, user_id, payload FROM jobs_{number}")
-                picked = [
-                    int(job_id)
-                    for job_id, message_id, user_id, payload in cursor.fetchall()
-                    if payload and matches(str(message_id), user_id, bytes(payload))
-                ]
+                picked: list[int] = []
+                trimmed: list[tuple[int, bytes, int]] = []  # packs with members left
+                for job_id, message_id, user_id, payload in cursor.fetchall():
+                    found = bytes(payload or b"")
+                    if not packs.is_packed(found):
+                        if found and matches(str(message_id), user_id, found):
+                            picked.append(int(job_id))
+                        continue
+                    kept, gone = packs.trim(found, lambda m: matches(*m))
+                    if kept is None:
+                        picked.append(int(job_id))
+                    elif gone:
+                        trimmed.append((int(job_id), kept, packs.count(kept)))
+                        emptied += gone
                 self._connection.commit()
-                if not picked:
+                if not picked and not trimmed:
                     continue
                 try:
                     self._begin(cursor)
+                    self._trim(cursor, number, trimmed)
                     expired += self._expire(cursor, number, picked)
                     for chunk in _chunks(picked):
                         marks = ", ".join("?" * len(chunk))
@@ -68,6 +80,7 @@ class Forgetting(SQLSchema):
                 self._connection.commit()
                 emptied += len(picked)
                 forgotten_ids.update(picked)
+                forgotten_ids.update(job_id for job_id, _, _ in trimmed)
             if forgotten_ids:
                 self._forget_batch_steps(cursor, forgotten_ids)
             # every table, changed now or not: an earlier forget may have been killed between
@@ -79,6 +92,21 @@ class Forgetting(SQLSchema):
             ]
             self._scrub(cursor, [*tables, "jobdb_batch_steps"])
         return expired, emptied
+
+    def _trim(self, cursor: Any, number: int, trimmed: Sequence[tuple[int, bytes, int]]) -> None:
+        """Packs with some members forgotten: the rest kept (and still sent, under the same
+        key), the responses of their transitions emptied."""
+        for job_id, payload, events in trimmed:
+            self._execute(
+                cursor,
+                f"UPDATE jobs_{number} SET payload = ?, events = ? WHERE id = ?",
+                (payload, events, job_id),
+            )
+            self._execute(
+                cursor,
+                f"UPDATE job_state_transitions_{number} SET response = NULL WHERE job_id = ?",
+                (job_id,),
+            )
 
     def _expire(self, cursor: Any, number: int, picked: Sequence[int]) -> int:
         """A terminal ``expired`` transition for each picked job not already terminal."""

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from exactly.delivery import packs
 from exactly.delivery.jobdb.base import (
     ARCHIVED,
     ARCHIVING,
@@ -92,10 +93,12 @@ class Reading(Controls):
             return counts
 
     def _state_counts(self, cursor: Any, n: int) -> dict[str, dict[str, int]]:
-        """Dataset ``n``'s jobs per destination and latest state: a scan of its every job."""
+        """Dataset ``n``'s jobs per destination and latest state, in events (a pack counts its
+        members): a scan of its every job."""
+        events = self._events(cursor, n)
         self._execute(
             cursor,
-            f"SELECT j.destination, t.state, COUNT(*) FROM jobs_{n} j LEFT JOIN "
+            f"SELECT j.destination, t.state, SUM({events}) FROM jobs_{n} j LEFT JOIN "
             f"job_state_transitions_{n} t ON t.id = (SELECT MAX(id) FROM "
             f"job_state_transitions_{n} WHERE job_id = j.id) GROUP BY j.destination, t.state",
         )
@@ -132,11 +135,15 @@ class Reading(Controls):
                         f"ORDER BY t.id DESC LIMIT {int(limit - len(found))}",
                         (SUCCEEDED, since),
                     )
-                    found += [(float(at), bytes(payload)) for at, payload in cursor.fetchall()]
+                    found += [
+                        (float(at), one)
+                        for at, payload in cursor.fetchall()
+                        for one in _payloads(bytes(payload))
+                    ]
                 if len(found) >= limit:
                     break
             self._connection.commit()
-            return found
+            return found[:limit]
 
     def _while_datasets_stand(self, read: Callable[[], _T]) -> _T:
         """``read``, again if a dataset it went through was dropped meanwhile.
@@ -252,10 +259,11 @@ class Reading(Controls):
         return part
 
     def _succeeded_lately(self, cursor: Any, n: int, now: float, found: dict[str, Summary]) -> None:
-        """Add dataset ``n``'s successes of the last minute to ``found``."""
+        """Add dataset ``n``'s successes of the last minute to ``found`` (in events)."""
+        events = self._events(cursor, n)
         self._execute(
             cursor,
-            f"SELECT j.destination, COUNT(*) FROM job_state_transitions_{n} t JOIN "
+            f"SELECT j.destination, SUM({events}) FROM job_state_transitions_{n} t JOIN "
             f"jobs_{n} j ON j.id = t.job_id WHERE t.state = ? AND t.time > ? AND "
             "t.time <= ? GROUP BY j.destination",
             (SUCCEEDED, now - 60.0, now),
@@ -277,7 +285,10 @@ class Reading(Controls):
 
     def jobs_with(self, message_id: str) -> list[tuple[Job, list[Transition]]]:
         """Every job of ``message_id`` in the live datasets with its transitions (by the index
-        ``jobs_N_message`` of a closed dataset; the newest, which has none yet, is scanned)."""
+        ``jobs_N_message`` of a closed dataset; the newest, which has none yet, is scanned),
+        and every pack holding it, as stored (its ``message_id`` is the pack's key): packs are
+        found by a scan of their ids, as few rows as a dataset's events over a batch's size."""
+        wanted = message_id.encode()
         with self._mutex:
             cursor = self._cursor()
             found: list[tuple[Job, list[Transition]]] = []
@@ -290,6 +301,20 @@ class Reading(Controls):
                         (message_id,),
                     )
                     jobs = [job_of((*row, None, None, None)) for row in cursor.fetchall()]
+                    if "events" in self._columns_of(cursor, n):
+                        self._execute(
+                            cursor,
+                            f"SELECT {JOB_COLUMNS} FROM jobs_{n} WHERE message_id LIKE ? "
+                            "ORDER BY id",
+                            ("pack%",),
+                        )
+                        jobs += [
+                            job
+                            for job in (job_of((*row, None, None, None)) for row in cursor)
+                            if job.packed
+                            and wanted in job.payload
+                            and message_id in packs.message_ids(job.payload)
+                        ]
                     for job in jobs:
                         self._execute(
                             cursor,
@@ -300,3 +325,8 @@ class Reading(Controls):
                         found.append((job, [transition_of(r) for r in cursor.fetchall()]))
             self._connection.commit()
             return found
+
+
+def _payloads(payload: bytes) -> list[bytes]:
+    """A job's payload, or a pack's members' payloads in its order."""
+    return packs.payloads(payload) if packs.is_packed(payload) else [payload]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
+from itertools import accumulate
 from typing import Any
 
 from exactly.delivery.jobdb.base import FAILED, Dataset, NewJob, RouteCounts, Span
@@ -47,7 +48,8 @@ class Routing(Covering):
             failures = 0
             while True:
                 newest = self._datasets[-1] if self._datasets else self._load_datasets(cursor)[-1]
-                if self._legacy_dataset(cursor, newest.number) or self._full(newest, len(jobs)):
+                adding = sum(job.events for job in jobs)
+                if self._legacy_dataset(cursor, newest.number) or self._full(newest, adding):
                     try:
                         self._index_messages(cursor, newest.number)  # before it is closed
                         self._create_dataset(cursor, newest.number + 1)  # DDL before the txn
@@ -99,12 +101,14 @@ class Routing(Covering):
         last = cursor.fetchone()
         if last is not None and int(last[0]) >= batch_id:
             return 0
-        # 3. the jobs
+        # 3. the jobs: a pack takes as many ids as it has members (the dataset fills by events)
         now = time.time()
         target = newest
+        sizes = [job.events for job in jobs]
+        adding = sum(sizes)
         if newest.number not in self._legacy:  # made by another router meanwhile: check it
             raise _Retry
-        if self._legacy[newest.number] or self._full(newest, len(jobs)):
+        if self._legacy[newest.number] or self._full(newest, adding):
             target = Dataset(newest.number + 1, newest.first_id + newest.rows, 0, now)
             if not self._dataset_exists(cursor, target.number):
                 raise _Retry
@@ -114,9 +118,10 @@ class Routing(Covering):
                 "VALUES (?, ?, ?, ?)",
                 (target.number, target.first_id, 0, now),
             )
+        ids = list(accumulate(sizes, initial=target.first_id + target.rows))
         rows_ = [
             (
-                target.first_id + target.rows + i,
+                job_id,
                 job.bucket,
                 job.destination,
                 job.payload,
@@ -124,20 +129,21 @@ class Routing(Covering):
                 job.user_id,
                 now,
                 job.expire_at or now + 4 * 3600,
+                size,
             )
-            for i, job in enumerate(jobs)
+            for job_id, job, size in zip(ids, jobs, sizes, strict=False)
         ]
         if rows_:
             cursor.executemany(
                 self._sql(
-                    f"INSERT INTO jobs_{target.number} ({JOB_COLUMNS}) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                    f"INSERT INTO jobs_{target.number} ({JOB_COLUMNS}, events) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 ),
                 rows_,
             )
         failed = [
-            (target.first_id + target.rows + i, now, 0, FAILED, "transform", job.error)
-            for i, job in enumerate(jobs)
+            (job_id, now, 0, FAILED, "transform", job.error)
+            for job_id, job in zip(ids, jobs, strict=False)
             if job.error is not None
         ]
         if failed:
@@ -152,7 +158,7 @@ class Routing(Covering):
         self._execute(
             cursor,
             "UPDATE jobdb_datasets SET n_rows = ? WHERE number = ?",
-            (target.rows + len(jobs), target.number),
+            (target.rows + adding, target.number),
         )
         # 4. the counts: under the dataset row's lock, so a read then a write is safe
         for destination, more in sorted(counts.items()):

@@ -49,7 +49,8 @@ class SQLSchema(ABC):
         self._connection: Any = None
         self._datasets: list[Dataset] = []
         self._closed_buckets: dict[int, set[str]] = {}  # dataset -> its buckets, once not newest
-        self._legacy: dict[int, bool] = {}  # dataset -> whether its jobs table has credentials
+        self._legacy: dict[int, bool] = {}  # dataset -> whether it was made by an older JobDB
+        self._columns: dict[int, set[str]] = {}  # dataset -> its jobs table's columns
         self._mutex = threading.RLock()  # one connection, used from one thread at a time
 
     # -- what a backend provides ---------------------------------------------------------------
@@ -305,7 +306,7 @@ class SQLSchema(ABC):
             f"bucket {t['text']} NOT NULL, destination {t['text']} NOT NULL, "
             f"payload {t['blob']} NOT NULL, message_id "
             f"{t['text']} NOT NULL, user_id {t['text']}, created_at {t['real']} NOT NULL, "
-            f"expire_at {t['real']} NOT NULL"
+            f"expire_at {t['real']} NOT NULL, events {t['id']} NOT NULL DEFAULT 1"
             + (f", INDEX jobs_{n}_bucket (bucket, id))" if inline else ")"),
         )
         self._execute(
@@ -349,22 +350,37 @@ class SQLSchema(ABC):
         return self._datasets
 
     def _legacy_dataset(self, cursor: Any, number: int) -> bool:
-        """Whether dataset ``number``'s jobs table was made by a JobDB that stored each job's
-        endpoint and headers (NOT NULL columns, which today's jobs leave empty): such a dataset
-        takes no new jobs, ``add`` opens the next one. Its columns are read once per dataset;
-        reads name their columns, so its jobs are delivered and archived without them."""
+        """Whether dataset ``number``'s jobs table was made by an older JobDB: one that stored
+        each job's endpoint and headers (NOT NULL columns, which today's jobs leave empty), or
+        one without the ``events`` column a pack needs (:mod:`exactly.delivery.packs`). Such a
+        dataset takes no new jobs, ``add`` opens the next one. Its columns are read once per
+        dataset; reads name their columns, so its jobs are delivered and archived as they
+        are."""
         known = self._legacy.get(number)
+        if known is None:
+            columns = self._columns_of(cursor, number)
+            known = "endpoint" in columns or "headers" in columns or "events" not in columns
+            self._legacy[number] = known
+        return known
+
+    def _columns_of(self, cursor: Any, number: int) -> set[str]:
+        known = self._columns.get(number)
         if known is None:
             try:
                 self._execute(cursor, f"SELECT * FROM jobs_{number} WHERE 1 = 0")
                 cursor.fetchall()
-                columns = {str(column[0]).lower() for column in cursor.description}
+                known = {str(column[0]).lower() for column in cursor.description}
             except BaseException:
                 self._connection.rollback()
                 raise
             self._connection.commit()
-            known = self._legacy[number] = "endpoint" in columns or "headers" in columns
+            self._columns[number] = known
         return known
+
+    def _events(self, cursor: Any, number: int) -> str:
+        """SQL for the events a job of dataset ``number`` carries, as ``j``: its ``events``
+        (a pack's members), or 1 in a dataset made before packs."""
+        return "j.events" if "events" in self._columns_of(cursor, number) else "1"
 
     # -- reads over the live datasets ----------------------------------------------------------
 
