@@ -1,15 +1,17 @@
 """Batches: events/s a batching destination delivers, beside a bare client posting the same.
 
     .venv/bin/python bench/delivery_batches.py [--events 200000] [--batch 500] [--concurrency 8]
-                                               [--rounds 3]
+                                               [--rounds 3] [--jobs packs|events]
 
 The fast receiver of ``bench/delivery.py`` (a raw asyncio protocol in its own process, on the
 same cores) answers 200. Per round, interleaved:
 
-* **director**: ``--events`` jobs of a 300-byte event added to an empty sqlite JobDB, then
-  delivered by :class:`exactly.delivery.director.Director` to a destination with
-  ``batch.max_events = --batch`` (``json-array``, ``max_in_flight = --concurrency``), every
-  batch recorded before it leaves and its outcome after; events/s from start to drained;
+* **director**: ``--events`` events of 300 bytes added to an empty sqlite JobDB as the route
+  query adds them (``--jobs packs``: a job per batch, docs/delivery.md "Packs"; ``events``: a
+  job per event, which the director forms into batches), then delivered by
+  :class:`exactly.delivery.director.Director` to a destination with ``batch.max_events =
+  --batch`` (``json-array``, ``max_in_flight = --concurrency``), every batch recorded before it
+  leaves and its outcome after; events/s from start to drained;
 * **bare client**: aiohttp posting the same number of ``json-array`` bodies of ``--batch``
   events, ``--concurrency`` at a time, with the same headers; events/s.
 
@@ -29,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from delivery import PAYLOAD, empty_jobdb, receiver, timed
+from exactly.delivery import route
 from exactly.delivery.batches import body
 from exactly.delivery.director import Director
 from exactly.delivery.jobdb import open_jobdb
@@ -38,7 +41,7 @@ from exactly.delivery.settings import DestinationSettings
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 
-def director_rate(url: str, events: int, size: int, concurrency: int) -> float:
+def director_rate(url: str, events: int, size: int, concurrency: int, *, packed: bool) -> float:
     target = DestinationSettings.model_validate(
         {
             "name": "bench",
@@ -50,14 +53,13 @@ def director_rate(url: str, events: int, size: int, concurrency: int) -> float:
     )
     with empty_jobdb("sqlite") as jobdb_url, open_jobdb(jobdb_url, dataset_rows=1_000_000) as db:
         for number, start in enumerate(range(0, events, 10_000)):
-            db.add(
-                [
-                    NewJob("web", "bench", PAYLOAD, f"m{i}", expire_at=time.time() + 3600)
-                    for i in range(start, min(events, start + 10_000))
-                ],
-                query_id="bench",
-                batch_id=number,
-            )
+            jobs = [
+                NewJob("web", "bench", PAYLOAD, f"m{i}", expire_at=time.time() + 3600)
+                for i in range(start, min(events, start + 10_000))
+            ]
+            if packed:  # as the route query adds them: a job per batch
+                jobs = route.packed(jobs, target)
+            db.add(jobs, query_id="bench", batch_id=number)
         director = Director(db, [target], poll_seconds=0.05, report=lambda _: None)
         seconds = timed(lambda: director.run(until_drained=True))
         assert director.tallies["bench"].succeeded == events, director.tallies
@@ -101,6 +103,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--jobs",
+        choices=("packs", "events"),
+        default="packs",
+        help="packs: the route query's batches, a job each (today's route); events: a job "
+        "per event, batched by the director (an ordered destination, or the route before packs)",
+    )
     options = parser.parse_args()
     print(f"cores {os.cpu_count()}, load average {os.getloadavg()}", flush=True)
     directors: list[float] = []
@@ -108,12 +117,18 @@ def main() -> None:
     with receiver() as url:
         for round_ in range(options.rounds):
             client = client_rate(url, options.events, options.batch, options.concurrency)
-            director = director_rate(url, options.events, options.batch, options.concurrency)
+            director = director_rate(
+                url,
+                options.events,
+                options.batch,
+                options.concurrency,
+                packed=options.jobs == "packs",
+            )
             clients.append(client)
             directors.append(director)
             print(
-                f"round {round_ + 1}: director {director:,.0f} events/s, bare aiohttp "
-                f"{client:,.0f} events/s, ratio {director / client:.2f}",
+                f"round {round_ + 1}: director ({options.jobs}) {director:,.0f} events/s, "
+                f"bare aiohttp {client:,.0f} events/s, ratio {director / client:.2f}",
                 flush=True,
             )
     ratios = [d / c for d, c in zip(directors, clients, strict=True)]

@@ -1,6 +1,7 @@
 """The route query's events/s: ``events`` into a sqlite JobDB, one job per event.
 
     .venv/bin/python bench/route.py [--events 300000] [--per-batch 50000] [--shape MODE]
+                                    [--batch N]
 
 ``bench/aggregate.py``'s fill (the demo's events, ~300 B, 4 partitions of the embedded sqlite
 log), then the route query as ``exactly route --until-caught-up`` runs it (one Spark session,
@@ -10,7 +11,9 @@ the first over the time since the first ended. ``--shape`` gives the destination
 true for every event (``filter``: ``type is not null``) or also a Python ``transform`` that
 copies three fields (``transform``), so the three runs make the same jobs; ``none``: neither.
 The ``exactly`` imported is the first on ``PYTHONPATH``, so two checkouts compare in turn with
-``bench/pairs.py``.
+``bench/pairs.py``. ``--batch N``: the destination batches up to N events a request
+(``[destinations.batch] max_events``), so the route query adds them as packs, a job per batch
+(docs/delivery.md); the JobDB's count is in events either way.
 """
 
 from __future__ import annotations
@@ -45,12 +48,15 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=300_000)
     parser.add_argument("--per-batch", type=int, default=50_000)
     parser.add_argument("--shape", choices=SHAPES, default="none")
+    parser.add_argument("--batch", type=int, default=1, help="events a request (max_events)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="exactly-route-") as work:
         home = Path(work)
         (home / "exactly.toml").write_text(
             f'data_dir = "{home / "data"}"\n'
-            '[[destinations]]\nname = "all"\nurl = "http://127.0.0.1:9/in"\n' + SHAPES[args.shape]
+            '[[destinations]]\nname = "all"\nurl = "http://127.0.0.1:9/in"\n'
+            + SHAPES[args.shape]
+            + f"[destinations.batch]\nmax_events = {args.batch}\n"
         )
         (home / "bench_shapes.py").write_text(TRANSFORM)
         settings = load_settings(home / "exactly.toml")
@@ -70,7 +76,7 @@ def main() -> None:
     rate = sum(n for _, n in steady) / (steady[-1][0] - marks[0][0])
     assert jobs == args.events, (jobs, args.events)
     print(f"{len(marks)} micro-batches, {jobs:,} jobs", flush=True)
-    print(f"route ({args.shape}) {rate:,.0f} events/s")
+    print(f"route ({args.shape}, batches of {args.batch}) {rate:,.0f} events/s")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from exactly.delivery import packs
 from exactly.delivery.jobdb import JobDB
 from exactly.delivery.jobdb.base import EXECUTING
 from tests.batches_in_flight import INSIDE_SHARE
@@ -40,13 +41,16 @@ def executing(db: JobDB) -> set[Key]:
 
 def executing_batches(db: JobDB) -> dict[Key, list[str]]:
     """The batches ``executing`` now, by (destination, batch id), with their members' message
-    ids."""
+    ids: those the director formed, and packs (a pack's id is its key)."""
     found: dict[Key, list[str]] = {}
     for bucket in db.buckets():
         for batch in db.open_batches(bucket):
             if batch.state == EXECUTING:
                 members = [job.message_id for job in batch.jobs]
                 found[batch.batch.destination, batch.batch.id] = members
+        for job in db.pending(bucket):  # packs, the batches the route query made
+            if job.packed and job.state == EXECUTING:
+                found[job.destination, job.message_id] = packs.message_ids(job.payload)
     return found
 
 

@@ -1,8 +1,9 @@
 """Batching destinations under crashes, and a ``segment`` destination feeding a real collector.
 
 ``exactly deliver`` is SIGKILLed 20 times, on each JobDB backend (SQLite, PostgreSQL, MariaDB),
-while it sends batches to a receiver that flaps between 503 and 200 and, in Segment's
-``/v1/batch`` format, to a second ``exactly collect``. Each kill is recorded with the batches in
+while it sends batches to a receiver that flaps between 503 and 200 (packs, the batches the route
+query makes: docs/delivery.md) and, in Segment's ``/v1/batch`` format, to a second ``exactly
+collect`` (batches the director forms of single jobs). Each kill is recorded with the batches in
 flight at it (received, their outcome not recorded: ``tests/requests_in_flight.py``); at least
 three quarters of the kills must find one. A receiver may see a batch succeed again only if that
 batch was in flight (``executing``) at a kill, once more per such kill, and then whole, under the
@@ -28,8 +29,10 @@ from typing import Any
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from exactly.config import load_settings
 from exactly.delivery.jobdb import BACKENDS, JobDB, open_jobdb
 from exactly.delivery.jobdb.base import SUCCEEDED, NewJob
+from exactly.delivery.route import packed, packing
 from tests.integration.collector_server import KEYS, Collector
 from tests.jobdb import jobdb_url
 from tests.receiver import Receiver
@@ -75,22 +78,26 @@ def segment_event(i: int) -> bytes:
     ).encode()
 
 
-def enqueue(db: JobDB, name: str, count: int) -> None:
-    db.add(
-        [
-            NewJob(
-                source="web",
-                destination=name,
-                payload=segment_event(i),
-                message_id=f"msg-{i:05d}",
-                user_id=f"u{i % 7}",
-                expire_at=time.time() + 3600,
-            )
-            for i in range(count)
-        ],
-        query_id=f"route-{name}",
-        batch_id=0,
-    )
+def enqueue(db: JobDB, name: str, count: int, *, packed_by: Path | None = None) -> None:
+    """``count`` jobs for ``name``; with ``packed_by`` (a config), as the route query adds them
+    for that destination (packs of its ``max_events``), else a job per event (the director
+    forms the batches)."""
+    jobs = [
+        NewJob(
+            source="web",
+            destination=name,
+            payload=segment_event(i),
+            message_id=f"msg-{i:05d}",
+            user_id=f"u{i % 7}",
+            expire_at=time.time() + 3600,
+        )
+        for i in range(count)
+    ]
+    if packed_by is not None:
+        (settings,) = [d for d in load_settings(packed_by).destinations if d.name == name]
+        assert packing(settings)
+        jobs = packed(jobs, settings)
+    db.add(jobs, query_id=f"route-{name}", batch_id=0)
 
 
 def deliver(config_path: Path, url: str, *extra: str) -> subprocess.Popen[bytes]:
@@ -130,8 +137,8 @@ def test_batches_under_20_kills_resend_only_what_was_in_flight_and_whole(
     ):
         config_path = config(tmp_path, receiver.url + "/flap", collector.url)
         with open_jobdb(url) as db:
-            enqueue(db, "hook", JOBS)
-            enqueue(db, "collector", SEGMENT_JOBS)
+            enqueue(db, "hook", JOBS, packed_by=config_path)  # packs, as the route query makes
+            enqueue(db, "collector", SEGMENT_JOBS)  # a job per event: the director batches
         stop = threading.Event()
 
         def flap() -> None:

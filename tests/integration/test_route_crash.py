@@ -7,7 +7,9 @@ Spark's, so the next run replays a batch the JobDB already holds. Meanwhile a th
 ``exactly deliver`` and SIGKILLs it once it is sending (0 to 0.3 s after the receivers got a
 request of its own), twenty times, while two of the three receivers flip between 503 and 200.
 Two destinations choose and shape: ``filtered`` has a Spark SQL ``filter``, ``shaped`` a
-Python ``transform`` beside the config (it drops some events and fails on others), and some
+Python ``transform`` beside the config (it drops some events and fails on others); ``batched``
+takes batches of 7, which the route query makes as packs (each event in one pack, each pack's
+key always the same members and body, whatever the replays); and some
 events carry a Segment ``integrations`` object that leaves destinations out. Afterwards one route
 run catches up and one director drains:
 
@@ -64,8 +66,9 @@ LISTS = {  # destination: (sources, events), as in the config below
     "orders": (None, ["Order Completed"]),
     "ios": (["ios"], None),
 }
-FILTERS = {**LISTS, "filtered": (None, None), "shaped": (None, None)}
-CHOOSING = {  # the two that choose and shape, as in the config below
+FILTERS = {**LISTS, "filtered": (None, None), "shaped": (None, None), "batched": (None, None)}
+CHOOSING = {  # the two that choose and shape, and the one that batches, as in the config below
+    "batched": "[destinations.batch]\nmax_events = 7\n",  # packs, made by the route query
     "filtered": "filter = \"properties.plan = 'pro' or properties.revenue > 100\"\n",
     "shaped": 'filter = "type = \'track\'"\ntransform = "shapes:to_crm"\n',
 }
@@ -225,6 +228,38 @@ class Verifier:
         return sum(n - 1 for n in successes.values())
 
 
+class BatchVerifier(Verifier):
+    """The same for a batching destination: a request is a pack (the route query's batch), its
+    id the pack's key, which always carries the same members and body; each event is in one
+    pack, whatever the route's replays."""
+
+    def __init__(self, receiver: Receiver) -> None:
+        super().__init__(receiver)
+        self.members: dict[str, list[str]] = {}
+
+    def check(self) -> None:
+        for request in self.receiver.requests[self.checked :]:
+            key = request.headers["webhook-id"]
+            try:
+                assert request.headers["Idempotency-Key"] == key and key.startswith("pack_")
+                members = [event["messageId"] for event in json.loads(request.body)]
+                assert self.webhook.verify(request.body, request.headers) is not None
+                assert self.bodies.setdefault(key, request.body) == request.body
+                self.members[key] = members
+            except Exception as error:  # noqa: BLE001 (reported at the end)
+                self.failures.append(f"{key}: {error!r}")
+            self.checked += 1
+
+    def duplicates(self, ids: set[str]) -> int:
+        self.check()
+        assert not self.failures, self.failures[:5]
+        successes = self.receiver.successes()
+        assert set(successes) == set(self.members)
+        every = Counter(message for members in self.members.values() for message in members)
+        assert set(every) == ids and set(every.values()) == {1}  # each event in one pack
+        return sum(n - 1 for n in successes.values())
+
+
 class Directors:
     """``exactly deliver`` started and SIGKILLed ``KILLS`` times in a thread, each run once the
     receivers got a request of its own and a moment later (0 to 0.3 s): most kills find
@@ -307,6 +342,7 @@ def test_route_and_deliver_killed_20_times_each_deliver_every_event(
         Receiver(delay=0.02) as ios,
         Receiver(delay=0.02) as filtered,
         Receiver(delay=0.02) as shaped,
+        Receiver(delay=0.02) as batched,
     ):
         receivers = {
             "all": steady,
@@ -314,6 +350,7 @@ def test_route_and_deliver_killed_20_times_each_deliver_every_event(
             "ios": ios,
             "filtered": filtered,
             "shaped": shaped,
+            "batched": batched,
         }
         urls = {
             "all": steady.url + "/ok",
@@ -321,6 +358,7 @@ def test_route_and_deliver_killed_20_times_each_deliver_every_event(
             "ios": ios.url + "/flap",
             "filtered": filtered.url + "/ok",
             "shaped": shaped.url + "/flap",
+            "batched": batched.url + "/flap",
         }
         config_path = config(tmp_path / "exactly.toml", urls)
         with open_log(log_url) as log:
@@ -333,10 +371,13 @@ def test_route_and_deliver_killed_20_times_each_deliver_every_event(
         def flap() -> None:
             while flapping.is_set():
                 time.sleep(director_rng.uniform(0.1, 0.5))
-                orders.down = not orders.down
+                orders.down = batched.down = not orders.down
                 ios.down = shaped.down = not orders.down
 
-        verifiers = {name: Verifier(receiver) for name, receiver in receivers.items()}
+        verifiers = {
+            name: (BatchVerifier if name == "batched" else Verifier)(receiver)
+            for name, receiver in receivers.items()
+        }
 
         def verify() -> None:
             while flapping.is_set():
@@ -369,7 +410,7 @@ def test_route_and_deliver_killed_20_times_each_deliver_every_event(
             checking.join(30)
         assert directors.failure is None, directors.failure
         assert not directors.thread.is_alive()
-        orders.down = ios.down = shaped.down = False
+        orders.down = ios.down = shaped.down = batched.down = False
         final = subprocess.run(
             [*directors.command, "--until-drained"], capture_output=True, timeout=300
         )

@@ -11,7 +11,8 @@ A Spark streaming query from the ``exactly`` source with ``foreachBatch``. Per m
    destination that takes it): the payload is the event's JSON as kept in ``events`` (or the
    transform's body), the message id its ``messageId``, the destination its name (never its URL
    or headers: the director resolves those when it sends), the expiry now + the destination's
-   ``expire``;
+   ``expire``; a batching destination that is not ordered gets its jobs as packs, a job per
+   batch of its events (:func:`packed`, :mod:`exactly.delivery.packs`);
 4. the jobs, the counts and the marker (query id, batch id, the stream, the end offsets of step
    1) commit in one JobDB transaction (:meth:`~exactly.delivery.jobdb.faces.RouterJobs.add`);
    a marker at or past the batch id means a replay: nothing is added;

@@ -71,7 +71,7 @@ class Expiry:
         """Expire the destination's pending jobs created before ``before`` in ``partitions``
         (an operator's ask): those held in memory, those recorded but not sent, and those not
         yet paged in; only requests already out (and batches, which go out and end as they
-        would) finish as they would. The number expired."""
+        would) finish as they would. The events expired (a pack counts its members)."""
         jobdb = self.calls.jobdb
         gone: list[Job] = []
         for bucket in destination.buckets:
@@ -112,6 +112,6 @@ class Expiry:
         finally:
             for shipment in unsent:
                 shipment.release(destination, ended=True)
-        count = len(writes.transitions)
+        count = sum(job.events for job in gone) + sum(shipment.events for shipment in unsent)
         self.tallies[destination.name].expired += count
         return count
