@@ -32,7 +32,8 @@ from standardwebhooks.webhooks import Webhook
 from exactly.config import load_settings
 from exactly.delivery.jobdb import BACKENDS, JobDB, open_jobdb
 from exactly.delivery.jobdb.base import SUCCEEDED, NewJob
-from exactly.delivery.route import packed, packing
+from exactly.delivery.packs import packing
+from exactly.delivery.route import packed
 from tests.integration.collector_server import KEYS, Collector
 from tests.jobdb import jobdb_url
 from tests.receiver import Receiver

@@ -100,7 +100,7 @@ def test_pause_resume_and_expire_while_the_director_runs(
             assert len(receiver.requests) == held
             assert "paused" in cli(config, "deliveries")
             line = cli(config, "deliveries", "expire", "hook")
-            assert "pending jobs created before" in line and "expired" in line, line
+            assert "pending events created before" in line and "expired" in line, line
             assert cli(config, "deliveries", "resume", "hook").strip() == "hook: resumed"
             with open_jobdb(url) as db:
                 wait_for(lambda: not db.pending("web/hook", limit=1))

@@ -13,8 +13,8 @@ from exactly.delivery.batches import OVERHEAD
 from exactly.delivery.director.queues import Bucket
 from exactly.delivery.director.shipment import JobShipment, PackShipment, shipment_of
 from exactly.delivery.jobdb.base import Job, NewJob
-from exactly.delivery.packs import Member
-from exactly.delivery.route import EventColumns, Outcome, jobs_for, packed, packing
+from exactly.delivery.packs import Member, packing
+from exactly.delivery.route import EventColumns, Outcome, jobs_for, packed
 from exactly.delivery.settings import DestinationSettings
 from exactly.delivery.transforms import FAILED, SENT
 

@@ -43,7 +43,8 @@ def deliveries(
     integrations object), dropped (its transform returned None), failed (its transform
     failed; shown by exactly trace).
 
-    Read from the JobDB's live datasets; jobs of archived (dropped) datasets are not counted. The
+    Counts are events: a batch the route query made counts its events. Read from the JobDB's
+    live datasets; jobs of archived (dropped) datasets are not counted. The
     rate is the deliveries of the last minute per second, beside the destination's ``rate`` limit.
     A destination is "paused" by an operator (``exactly deliveries pause``) or "failing since"
     a time when its breaker opened after consecutive failures (it is probed until it answers).

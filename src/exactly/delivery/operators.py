@@ -73,7 +73,7 @@ def expire(
                 f"{destination}: asked the running director to expire jobs created before "
                 f"{when}; it has not answered in {wait:g} s (see `exactly deliveries`)"
             )
-    return f"{destination}: {count:,} pending jobs created before {when} expired"
+    return f"{destination}: {count:,} pending events created before {when} expired"
 
 
 def expire_now(jobdb: OperatorJobs, destination: str, before: float) -> int:
@@ -93,7 +93,7 @@ def expire_now(jobdb: OperatorJobs, destination: str, before: float) -> int:
                     for job in gone
                 ]
             )
-            count += len(gone)
+            count += sum(job.events for job in gone)  # a pack counts its events
             if len(page) < 10_000:
                 break
             after = page[-1].id

@@ -28,7 +28,10 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Callable, Iterable, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from exactly.delivery.settings import DestinationSettings
 
 MAGIC = b"\x00xp1"
 _COUNT = struct.Struct("<I")
@@ -41,6 +44,13 @@ class Member(NamedTuple):
     message_id: str
     user_id: str | None
     payload: bytes
+
+
+def packing(destination: DestinationSettings) -> bool:
+    """Whether the route query sends ``destination`` its events as packs: a batching
+    destination that is not ordered (an ordered one holds a user's later events while an
+    earlier one is out, so its director forms its batches)."""
+    return destination.batching and not destination.ordered
 
 
 def is_packed(payload: bytes) -> bool:

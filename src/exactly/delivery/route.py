@@ -44,6 +44,7 @@ from exactly.delivery.batches import cut
 from exactly.delivery.choosing import Choosing
 from exactly.delivery.jobdb.base import NewJob, RouteCounts
 from exactly.delivery.jobdb.faces import RouterJobs
+from exactly.delivery.packs import packing
 from exactly.delivery.patience import Patience, patiently
 from exactly.delivery.settings import ROUTE_RECORDS_PER_TRIGGER, DestinationSettings
 from exactly.delivery.transforms import DROPPED, SENT
@@ -205,14 +206,6 @@ def jobs_for(
                     )
         jobs += packed(mine, destination) if packing(destination) else mine
     return jobs
-
-
-def packing(destination: DestinationSettings) -> bool:
-    """Whether the route query sends ``destination`` its events as packs, batches it makes
-    (:mod:`exactly.delivery.packs`): a batching destination that is not ordered (an ordered
-    one holds a user's later events while an earlier one is out, so its director forms its
-    batches)."""
-    return destination.batching and not destination.ordered
 
 
 def packed(jobs: Sequence[NewJob], destination: DestinationSettings) -> list[NewJob]:

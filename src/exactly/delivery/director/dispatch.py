@@ -21,6 +21,8 @@ from exactly.delivery.director.queues import Bucket, Destination
 from exactly.delivery.director.sending import Sending
 from exactly.delivery.director.shipment import BatchShipment, Shipment, shipment_of
 from exactly.delivery.jobdb.base import AWAITING_RETRY, EXECUTING, Job
+from exactly.delivery.packs import packing
+from exactly.delivery.settings import DestinationSettings
 
 REFILL = 1_000  # jobs: a bucket pages more in once it has room for this many
 
@@ -54,7 +56,7 @@ class Dispatch:
             now = time.time()
             waits = [self.poll_seconds]
             for bucket in list(destination.buckets):
-                room = self.page_size - bucket.held
+                room = self.page_size - bucket.held_events
                 # page in runs of at least REFILL jobs (or when nothing is ready): a page per
                 # answered job would keep the JobDB's thread busy with small queries, and the
                 # outcomes' commits, which free the slots, would wait behind them
@@ -62,7 +64,7 @@ class Dispatch:
                 if batching and not bucket.loaded:
                     await self._load_batches(bucket, now)
                 if refill and (not bucket.caught_up or now - bucket.paged_at >= self.poll_seconds):
-                    await self._page(bucket, room, now)
+                    await self._page(bucket, room, now, destination.settings)
                 bucket.due(now)
                 if not bucket.caught_up:
                     waits.append(0.05)
@@ -87,10 +89,20 @@ class Dispatch:
                 await asyncio.wait_for(destination.wake.wait(), max(0.0, min(waits)))
             destination.wake.clear()
 
-    async def _page(self, bucket: Bucket, room: int, now: float) -> None:
-        jobs = await self.calls.pending(bucket.name, after=bucket.cursor, limit=room)
+    async def _page(
+        self, bucket: Bucket, room: int, now: float, settings: DestinationSettings
+    ) -> None:
+        """Page in up to ``room`` events: as many jobs, or, while the bucket's jobs are packs
+        (or may be: a destination the route query packs for, before its first page), as many
+        full packs as fit."""
+        limit = room
+        if bucket.packs or (bucket.paged_at == 0.0 and packing(settings)):
+            limit = max(1, room // settings.batch.max_events)
+        jobs = await self.calls.pending(bucket.name, after=bucket.cursor, limit=limit)
         bucket.paged_at = now
-        bucket.caught_up = len(jobs) < room
+        bucket.caught_up = len(jobs) < limit
+        if jobs:
+            bucket.packs = any(job.packed for job in jobs)
         bucket.place(jobs, now)
         if self.keeps is not None:
             bucket.reshape(self.keeps)  # placed first, so the cursor moves past them

@@ -50,10 +50,19 @@ class Bucket:
     in_batches: set[int] = field(default_factory=set)
     ready_since: float | None = None
     loaded: bool = False
+    # packs (docs/delivery.md): the events the packs held carry beyond one each, so that what
+    # a bucket holds is bounded in events; and whether the last page read held packs
+    extra: int = 0
+    packs: bool = False
 
     @property
     def held(self) -> int:
         return len(self.ready) + len(self.retries) + self.taken
+
+    @property
+    def held_events(self) -> int:
+        """What it holds counted in events (a pack counts its members): bounded by the page."""
+        return self.held + self.extra
 
     @property
     def idle(self) -> bool:
@@ -64,6 +73,8 @@ class Bucket:
         every job in ``ready``, by id, and :meth:`next_jobs` skips those not yet due)."""
         for job in jobs:
             self.cursor = max(self.cursor, job.id)
+            if job.packed:
+                self.extra += job.events - 1
             if job.id in self.in_batches:  # a member of a batch loaded open: sent as such
                 self.in_batches.discard(job.id)
                 continue
@@ -184,6 +195,7 @@ class Bucket:
             self.ready = deque(job for job in self.ready if not matches(job))
             self.retries = [entry for entry in self.retries if not matches(entry[2])]
             heapq.heapify(self.retries)
+            self.extra -= sum(job.events - 1 for job in dropped)
         return dropped
 
     def reshape(self, keep: Callable[[Job], Job | None]) -> int:
@@ -194,7 +206,9 @@ class Bucket:
         def kept(job: Job) -> Job | None:
             nonlocal gone
             found = keep(job)
-            gone += job.events - (0 if found is None else found.events)
+            events = 0 if found is None else found.events
+            gone += job.events - events
+            self.extra -= job.events - max(events, 1)
             return found
 
         ready = (kept(job) for job in self.ready)

@@ -45,6 +45,7 @@ class Origin(Protocol):
     taken: int
     users_out: set[str]
     batches: list[tuple[float, int, BatchShipment]]
+    extra: int
 
     def again(self, job: Job) -> None: ...
 
@@ -200,6 +201,8 @@ class PackShipment(JobShipment):
         if self.counted:
             self.counted = False
             destination.request_ended()
+        if ended:  # no longer held by its bucket (a retry waits there again)
+            self.bucket.extra -= self.job.events - 1
         destination.done(self.bucket, self.job)
 
 
