@@ -112,7 +112,7 @@ def test_pause_resume_and_expire_while_the_director_runs(
                 )
         assert states == {SUCCEEDED: held, EXPIRED: 400 - held}
         assert by_operator == 400 - held
-        assert f"{400 - held} pending jobs" in line
+        assert f"{400 - held} pending events" in line
         assert sorted(set(receiver.ids().values())) == [1]
 
 
@@ -121,7 +121,7 @@ def test_expire_with_no_director_running(tmp_path: Path) -> None:
     with open_jobdb(url) as db:
         enqueue(db, "hook", 5)
         enqueue(db, "other", 2)
-        assert "5 pending jobs" in expire(db, "hook", time.time() + 1)
+        assert "5 pending events" in expire(db, "hook", time.time() + 1)
         assert db.states() == {"hook": {EXPIRED: 5}, "other": {"awaiting-scheduling": 2}}
 
 
