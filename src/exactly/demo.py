@@ -2,9 +2,9 @@
 
 1. ``exactly up`` starts (a subprocess, as one service: the collector with two sources, one Spark
    application running the dedupe, aggregate, route and lake queries, and the director) with a
-   config
-   the demo writes under the data dir, whose three destinations are paths of a local receiver
-   that answers 503 to a fifth of the requests (:mod:`exactly.delivery.demo`);
+   config the demo writes under the data dir, whose four destinations (one of them taking
+   batches) are paths of a local receiver that answers 503 to a fifth of the requests
+   (:mod:`exactly.delivery.demo`);
 2. generated clients send Segment events through ``/v1/batch``; some batches are sent again, as a
    client that timed out before seeing the answer does, so ``raw`` holds the same messageIds
    twice;

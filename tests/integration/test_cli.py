@@ -127,6 +127,7 @@ def test_demo_small(tmp_path: Path) -> None:
     # delivery: every event to every matching destination, through the receiver's 503s
     assert re.search(r"all-events +[\d,]+ requests +3,000 events +0 duplicates", result.stdout)
     assert re.search(r"orders +[\d,]+ requests +[1-9][\d,]* events +0 duplicates", result.stdout)
+    assert re.search(r"batches +[\d,]+ requests +3,000 events +0 duplicates", result.stdout)
     assert "MISMATCH" not in result.stdout
     # the lake: every event once in the Delta table, and a DuckDB query over it
     assert "lake: 3,000 rows, 3,000 distinct messageIds, as in events: exact" in result.stdout

@@ -2,10 +2,11 @@
 
 1. a local HTTP receiver starts on a free loopback port (:class:`FlakyReceiver`, the standard
    library's threaded server) and answers 503 to a fifth of the requests, chosen at random;
-2. ``exactly up``'s route query turns the events into jobs for three demo destinations on that
-   receiver (every event; ``Order Completed`` only; the ``ios`` source only), written into the
-   demo's config by :func:`destinations_toml`, and its director sends them, retrying the 503s
-   after a short backoff;
+2. ``exactly up``'s route query turns the events into jobs for four demo destinations on that
+   receiver (every event; ``Order Completed`` only; the ``ios`` source only; every event again,
+   in batches of up to 500, which the route query makes: packs), written into the demo's config
+   by :func:`destinations_toml`, and its director sends them, retrying the 503s after a short
+   backoff;
 3. :func:`received` tells what each destination got: requests, distinct events, duplicates, and
    the events its filters should have taken (:func:`expected`, read back from ``events``).
 """
@@ -24,12 +25,15 @@ FILTERS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...] | None]] = {
     "all-events": (None, None),  # name: (sources, events)
     "orders": (None, ("Order Completed",)),
     "ios": (("ios",), None),
+    "batches": (None, None),
 }
+BATCHED = {"batches": 500}  # name: max_events (json-array bodies)
 
 
 @dataclass
 class Inbox:
-    """What one path of the receiver got: requests, and 2xx answers per webhook-id."""
+    """What one path of the receiver got: requests, and 2xx answers per event (its webhook-id,
+    or each messageId of a batch)."""
 
     requests: int = 0
     succeeded: Counter[str] = field(default_factory=Counter)
@@ -53,8 +57,11 @@ class FlakyReceiver:
             disable_nagle_algorithm = True
 
             def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                status = receiver.answer(self.path, self.headers.get("webhook-id", ""))
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                ids = [self.headers.get("webhook-id", "")]
+                if body[:1] == b"[":  # a batch: each of its events counts
+                    ids = [str(event.get("messageId")) for event in json.loads(body)]
+                status = receiver.answer(self.path, ids)
                 body = b"ok" if status == 200 else b"busy, try again"
                 self.send_response(status)
                 self.send_header("Content-Length", str(len(body)))
@@ -72,13 +79,14 @@ class FlakyReceiver:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
-    def answer(self, path: str, message_id: str) -> int:
+    def answer(self, path: str, message_ids: list[str]) -> int:
+        """A request carrying ``message_ids`` (one, or a batch's): 503 at random, else 200."""
         with self._lock:
             inbox = self.inboxes.setdefault(path, Inbox())
             inbox.requests += 1
             if self._rng.random() < self.failure_rate:
                 return 503
-            inbox.succeeded[message_id] += 1
+            inbox.succeeded.update(message_ids)
             return 200
 
     def __enter__(self) -> FlakyReceiver:
@@ -106,6 +114,8 @@ def destinations_toml(url: str) -> str:
         if events is not None:
             lines.append(f"events = {json.dumps(list(events))}")
         lines += ["[destinations.backoff]", 'min = "50ms"', 'max = "500ms"']
+        if name in BATCHED:
+            lines += ["[destinations.batch]", f"max_events = {BATCHED[name]}"]
         entries.append("\n".join(lines))
     return "\n\n".join(entries) + "\n"
 
