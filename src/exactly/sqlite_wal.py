@@ -4,7 +4,10 @@ In WAL mode the old image of every page a transaction changed stays in the ``-wa
 the usual checkpoints, which copy the pages back but leave the file as it is; only
 ``wal_checkpoint(TRUNCATE)`` empties it, and it does nothing while another connection reads.
 With ``secure_delete`` on for the changes, the old bytes are then gone from both files
-(docs/forget.md, "What was measured").
+(docs/forget.md, "What was measured"), except the copies a b-tree balance left: inserting in the
+middle of a table (an append to a topic's partition other than the last) moves cells between
+pages and leaves their old bytes in the space it frees, which ``secure_delete`` does not zero;
+:func:`rebuild` (``VACUUM``) writes the file again from its live rows.
 """
 
 from __future__ import annotations
@@ -14,6 +17,17 @@ import time
 from pathlib import Path
 
 EMPTY_SECONDS = 30.0  # how long :func:`empty_wal` tries while readers hold the WAL
+
+
+def rebuild(path: Path) -> None:
+    """``VACUUM`` ``path``: every page written again from the live rows, the file cut to them
+    (others' writes wait meanwhile, as for a long append)."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=60.0)
+    try:
+        conn.execute("PRAGMA busy_timeout = 60000")
+        conn.execute("VACUUM")
+    finally:
+        conn.close()
 
 
 def empty_wal(path: Path, seconds: float = EMPTY_SECONDS) -> bool:

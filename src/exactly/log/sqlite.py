@@ -62,7 +62,7 @@ from exactly.log.sqlite_format import (
     partition_range,
 )
 from exactly.log.watermark import Watermark
-from exactly.sqlite_wal import empty_wal
+from exactly.sqlite_wal import empty_wal, rebuild
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
@@ -434,8 +434,9 @@ class SqliteLog(Log):
         hint: Callable[[bytes], bool] | None = None,
     ) -> int:
         """In place, batch by batch (the batches ``hint`` picks, found before the write lock is
-        taken, then read again under it); ``secure_delete`` zeroes the old bytes in the file and
-        a TRUNCATE checkpoint empties the WAL of their page images (:func:`empty_wal`)."""
+        taken, then read again under it); ``secure_delete`` zeroes the old bytes in the file, a
+        ``VACUUM`` removes the copies b-tree balances left (:func:`rebuild`) and a TRUNCATE
+        checkpoint empties the WAL of their page images (:func:`empty_wal`)."""
         self.topic_info(topic)
         picked = [
             rowid
@@ -471,9 +472,10 @@ class SqliteLog(Log):
                     conn.execute("UPDATE batches SET data = ? WHERE id = ?", (data, rowid))
             return changed
 
-        # with nothing picked, still empty the WAL: an earlier rewrite may have been killed
-        # between its commit and this
+        # with nothing picked, still rebuild and empty the WAL: an earlier rewrite may have
+        # been killed between its commit and this
         changed: int = self._writer(topic).submit(apply).result() if picked else 0
+        rebuild(self._path(topic))  # the copies b-tree balances left in freed space
         if not empty_wal(self._path(topic)):
             raise LogError(
                 f"could not empty the write-ahead log of {self._path(topic)} (readers held it "

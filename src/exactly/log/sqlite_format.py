@@ -301,12 +301,12 @@ def connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
     if readonly:
         conn.execute("PRAGMA query_only = ON")
     else:
-        _write_ahead(conn)
+        write_ahead(conn)
         conn.execute("PRAGMA synchronous = NORMAL")
     return conn
 
 
-def _write_ahead(conn: sqlite3.Connection) -> None:
+def write_ahead(conn: sqlite3.Connection) -> None:
     """Put the file in WAL mode, waiting out other processes doing the same to a new file.
 
     Switching reads the header and then upgrades to a write transaction; SQLite answers that
