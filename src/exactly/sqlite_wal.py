@@ -1,4 +1,5 @@
-"""Emptying a SQLite file's write-ahead log, for ``exactly forget``.
+"""SQLite's write-ahead log: switching a file to it (every SQLite store), and emptying it and
+rebuilding the file, for ``exactly forget``.
 
 In WAL mode the old image of every page a transaction changed stays in the ``-wal`` file after
 the usual checkpoints, which copy the pages back but leave the file as it is; only
@@ -12,11 +13,34 @@ pages and leaves their old bytes in the space it frees, which ``secure_delete`` 
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import time
 from pathlib import Path
 
+from exactly.backoff import backoff
+
 EMPTY_SECONDS = 30.0  # how long :func:`empty_wal` tries while readers hold the WAL
+
+
+def write_ahead(conn: sqlite3.Connection, seconds: float) -> None:
+    """Put the file in WAL mode, waiting out other processes doing the same to a new file.
+
+    Switching reads the header and then upgrades to a write transaction; SQLite answers that
+    upgrade ``database is locked`` at once, without its busy handler (waiting could deadlock), when
+    another connection holds the write lock. So the first writers of a new file (a job's tasks, or
+    ``up``'s route query and directors, starting together) race here: the losers retry, for at
+    most ``seconds``.
+    """
+    deadline = time.monotonic() + seconds
+    for attempt in itertools.count(1):
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+        time.sleep(backoff(attempt, minimum=0.001, maximum=0.1))
 
 
 def rebuild(path: Path) -> None:

@@ -18,18 +18,16 @@ batches, under the write lock, by the first process that opens it (:func:`conver
 
 from __future__ import annotations
 
-import itertools
 import sqlite3
 import struct
-import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from exactly.backoff import backoff
 from exactly.log.base import Header, LogRecord, Record
+from exactly.sqlite_wal import write_ahead
 
 if TYPE_CHECKING:
     import numpy as np
@@ -301,28 +299,9 @@ def connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
     if readonly:
         conn.execute("PRAGMA query_only = ON")
     else:
-        write_ahead(conn)
+        write_ahead(conn, BUSY_TIMEOUT)
         conn.execute("PRAGMA synchronous = NORMAL")
     return conn
-
-
-def write_ahead(conn: sqlite3.Connection) -> None:
-    """Put the file in WAL mode, waiting out other processes doing the same to a new file.
-
-    Switching reads the header and then upgrades to a write transaction; SQLite answers that
-    upgrade ``database is locked`` at once, without its busy handler (waiting could deadlock), when
-    another connection holds the write lock. So the first writers of a new file (a job's tasks
-    starting together) race here: the losers retry, within the busy timeout.
-    """
-    deadline = time.monotonic() + BUSY_TIMEOUT
-    for attempt in itertools.count(1):
-        try:
-            conn.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as error:
-            if "locked" not in str(error) or time.monotonic() > deadline:
-                raise
-        time.sleep(backoff(attempt, minimum=0.001, maximum=0.1))
 
 
 def partitions_of(conn: sqlite3.Connection) -> int | None:

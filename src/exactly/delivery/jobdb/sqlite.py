@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 from exactly.delivery.jobdb.base import HELD, RUNNING
 from exactly.delivery.jobdb.sql import MARKER_COLUMNS, SQLJobDB
 from exactly.errors import DirectorLockHeld, JobDBError, ReplayRunning
-from exactly.log.sqlite_format import write_ahead
+from exactly.sqlite_wal import write_ahead
 
 FILE = "jobdb.sqlite"  # in the URL's directory
 
@@ -48,7 +48,7 @@ class SqliteJobDB(SQLJobDB):
         connection = sqlite3.connect(
             self.path, isolation_level=None, check_same_thread=False, timeout=60.0
         )
-        write_ahead(connection)  # processes opening a new file together: the losers retry
+        write_ahead(connection, 60.0)  # processes opening a new file together: losers retry
         connection.execute("PRAGMA synchronous=FULL")
         return connection
 
