@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -298,3 +299,42 @@ def test_a_range_read_that_gets_nowhere_fails(
         with pytest.raises(ShortRead, match=r"stopped at offset 4, short of 5"):
             list(log.read_range(topic, 0, 0, patience=0.5))
         assert 0.5 <= time.monotonic() - started < 5
+
+
+# -- a transaction a killed writer left open ----------------------------------------------------
+
+KILLED_WRITER = """
+import os, sys
+from exactly.log import Record, open_log
+log = open_log(sys.argv[1])
+writer = log.open_writer(sys.argv[2], 1, "sink-a")
+writer.append([Record(b"open 1"), Record(b"open 2")])
+writer._producer.flush(10)  # at the broker, in a transaction never committed
+os.kill(os.getpid(), 9)
+"""
+
+
+def test_a_sink_restarting_ends_the_transaction_its_killed_run_left_open(
+    kafka_url: str, topic: str
+) -> None:
+    from exactly.errors import ShortRead
+    from exactly.spark.datasource.sink import end_open_writes
+
+    with open_log(kafka_url) as log:
+        log.create_topic(topic, 2)
+        log.append(topic, 1, [Record(b"before")])
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    killed = subprocess.run([sys.executable, "-c", KILLED_WRITER, kafka_url, topic], env=env)
+    assert killed.returncode == -9
+    with open_log(kafka_url, timeout=2) as log:
+        log.append(topic, 1, [Record(b"after")])
+        with pytest.raises((ShortRead, LogUnavailable)):  # Tansu never times it out
+            list(log.read_range(topic, 1, 0, 4, patience=2))
+        assert end_open_writes(log, topic, None) == 0  # a first run: no query id, nothing
+        assert end_open_writes(log, topic, "sink-a") == 2
+    with open_log(kafka_url) as log:
+        started = time.monotonic()
+        values = [r.value for chunk in log.read_range(topic, 1, 0) for r in chunk]
+        assert time.monotonic() - started < 5
+    # what the killed writer left stays visible on Tansu (the writer module's TANSU QUIRK)
+    assert values == [b"before", b"open 1", b"open 2", b"after"]

@@ -301,12 +301,19 @@ def run(
 ) -> Progress:
     """Run the query until caught up (``until_caught_up``) or stopped; returns progress.
 
-    ``then`` runs on each task's Arrow batches on their way to the sink (tests inject failures
-    there). A failure raises the :class:`~exactly.errors.ExactlyError` a task raised, when there
+    Call it with the checkpoint's lock held (:func:`~exactly.spark.streaming.checkpoint_lock`):
+    it first ends what a killed run of the query left open in ``events``
+    (:func:`~exactly.spark.datasource.sink.end_open_writes`). ``then`` runs on each task's Arrow
+    batches on their way to the sink (tests inject failures there). A failure raises the :class:`~exactly.errors.ExactlyError` a task raised, when there
     is one.
     """
+    from exactly.log import open_log
+    from exactly.spark import checkpoint
+    from exactly.spark.datasource.sink import end_open_writes
     from exactly.spark.streaming import run_query
 
+    with open_log(plan.log_url) as log:  # (the checkpoint's lock is held: no run of ours is live)
+        end_open_writes(log, plan.output, checkpoint.query_id(plan.checkpoint))
     rows, sink = build(spark, plan, partitions, then)
     writer = (
         rows.writeStream.format(sink)

@@ -118,6 +118,11 @@ def run_copy(
     ``on_batch(batch_id, records)`` is called for each micro-batch seen. A failure of the query
     raises the :class:`~exactly.errors.ExactlyError` a task raised, when there is one.
     """
+    from exactly.log import open_log
+    from exactly.spark.datasource.sink import end_open_writes
+
+    with open_log(plan.log_url) as log:  # (the checkpoint's lock is held: no run of ours is live)
+        end_open_writes(log, plan.destination, checkpoint.query_id(plan.checkpoint))
     reader = (
         spark.readStream.format("exactly")
         .option("log", plan.log_url)
