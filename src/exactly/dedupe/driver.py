@@ -18,6 +18,7 @@ from exactly.dedupe.job import (
     describe,
     late_rows,
     prepare,
+    records_read,
     run,
     store_kind,
 )
@@ -146,7 +147,7 @@ def drive(
         nonlocal late
         late += late_rows(report)
         if on_batch is not None:
-            on_batch(int(report["batchId"]), int(report.get("numInputRows", 0)))
+            on_batch(int(report["batchId"]), records_read(report, plan.mode == "claim"))
         try:
             current = _save(log, plan, late, report)
         except (ExactlyError, OSError) as error:  # a report: never a reason to stop
@@ -159,18 +160,20 @@ def drive(
 
     progress = run(spark, plan, partitions, note)
     final = _save(log, plan, late, progress.batches.get(max(progress.batches, default=-1), {}))
-    batches = sum(1 for b in progress.batches.values() if int(b.get("numInputRows", 0)))
+    batches = sum(1 for b in progress.batches.values() if records_read(b, progress.ranges))
     return Summary(progress.records, batches, final)
 
 
 def _save(
     log: Log, plan: DedupePlan, late: int, report: dict[str, Any]
 ) -> status_file.DedupeStatus:
-    last: dict[str, Any] = {
-        key: report[key]
-        for key in ("batchId", "timestamp", "numInputRows", "processedRowsPerSecond")
-        if key in report
-    }
+    last: dict[str, Any] = {key: report[key] for key in ("batchId", "timestamp") if key in report}
+    rows = int(report.get("numInputRows", 0))
+    if "numInputRows" in report:  # Spark's rows are offset ranges where a store claims
+        last["numInputRows"] = records = records_read(report, plan.mode == "claim")
+        if "processedRowsPerSecond" in report:
+            rate = float(report["processedRowsPerSecond"])
+            last["processedRowsPerSecond"] = rate * records / rows if rows else rate
     current = status_file.collect(log, plan, late, last)
     status_file.save(plan, current)
     return current

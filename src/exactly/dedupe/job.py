@@ -30,6 +30,7 @@ scope are never read with another.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -215,13 +216,17 @@ def build(
     """The query's rows and the sink format that writes them to ``events``.
 
     The sink is the ``exactly`` sink with the job's last Python step as its stage (registered
-    as ``exactly-dedupe-OUTPUT``, ``datasource.register_staged``), so the rows cross from the
-    JVM to Python once per task: with a claim store the rows are ``raw``'s and the stage claims
-    them; with spark-state the stage puts each task's rows in source order. ``then`` runs on the
-    task's Arrow batches after the stage (tests inject failures there).
+    as ``exactly-dedupe-OUTPUT``, ``datasource.register_staged``). With a claim store no record
+    crosses to the JVM: the source yields each task's offset ranges of ``raw`` (option
+    ``ranges``), and the stage, in the same task, reads their records and claims them. With
+    spark-state, the rows are ``raw``'s (Spark's operator needs them) and the stage puts each
+    task's rows in source order. ``then`` runs on the task's Arrow batches after the stage (tests
+    inject failures there).
     """
     from exactly.spark.datasource import register_staged
+    from exactly.spark.datasource.options import SourceOptions
     from exactly.spark.datasource.sink import Columns
+    from exactly.spark.datasource.source import read_ranges
 
     reader = (
         spark.readStream.format("exactly")
@@ -229,6 +234,7 @@ def build(
         .option("topic", plan.source)
         .option("readRecords", str(plan.read_records))
         .option("readTasks", str(read_tasks(spark)))
+        .option("ranges", str(plan.mode == "claim").lower())
     )
     if plan.max_records_per_trigger is not None:
         reader = reader.option("maxRecordsPerTrigger", str(plan.max_records_per_trigger))
@@ -244,6 +250,9 @@ def build(
         plan.forget_key,
     )
     stage: Stage = partial(dedupe_partition, task)
+    if plan.mode == "claim":
+        reading = SourceOptions(plan.log_url, plan.source, read_records=plan.read_records)
+        stage = partial(_in_turn, partial(read_ranges, reading), stage)
     rows = raw
     if plan.mode == "spark-state":
         routed = raw.mapInArrow(stage, SCHEMA + ", id binary" if task.adds_id else SCHEMA)
@@ -287,9 +296,31 @@ class Progress:
 
     batches: dict[int, dict[str, Any]] = field(default_factory=dict)
 
+    ranges: bool = False  # the source yielded offset ranges (a claim store): see records_read
+
     @property
     def records(self) -> int:
-        return sum(int(b.get("numInputRows", 0)) for b in self.batches.values())
+        return sum(records_read(b, self.ranges) for b in self.batches.values())
+
+
+def records_read(report: dict[str, Any], ranges: bool) -> int:
+    """The raw records a micro-batch read, from its progress report. With ``ranges`` (a claim
+    store: the source's option ``ranges``) Spark's input rows are offset ranges, so the records
+    are counted from the batch's offsets (on Kafka, with its transaction markers)."""
+    from exactly.spark.datasource.source import records_in
+
+    sources = report.get("sources") or []
+    if not ranges or not sources:
+        return int(report.get("numInputRows", 0))
+    start, end = (_position(sources[0].get(key)) for key in ("startOffset", "endOffset"))
+    return 0 if end is None else records_in(start, end)
+
+
+def _position(found: object) -> dict[str, Any] | None:
+    """A source position as a progress report holds it (JSON, or its text)."""
+    if isinstance(found, str):
+        found = json.loads(found)
+    return found if isinstance(found, dict) else None
 
 
 def run(
@@ -304,8 +335,8 @@ def run(
     Call it with the checkpoint's lock held (:func:`~exactly.spark.streaming.checkpoint_lock`):
     it first ends what a killed run of the query left open in ``events``
     (:func:`~exactly.spark.datasource.sink.end_open_writes`). ``then`` runs on each task's Arrow
-    batches on their way to the sink (tests inject failures there). A failure raises the :class:`~exactly.errors.ExactlyError` a task raised, when there
-    is one.
+    batches on their way to the sink (tests inject failures there). A failure raises the
+    :class:`~exactly.errors.ExactlyError` a task raised, when there is one.
     """
     from exactly.log import open_log
     from exactly.spark import checkpoint
@@ -329,7 +360,7 @@ def run(
         trigger_seconds=plan.trigger_seconds,
         on_batch=on_batch,
     )
-    return Progress(batches)
+    return Progress(batches, ranges=plan.mode == "claim")
 
 
 def late_rows(report: dict[str, Any]) -> int:

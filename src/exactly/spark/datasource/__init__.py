@@ -12,7 +12,8 @@ one clear line. Readers and writers are in ``source.py`` and ``sink.py``.
 
 :func:`register_staged` registers the same sink under another name with a step run first in the
 sink's own Python worker: a query whose last step is Python on Arrow batches (the dedupe job's
-claims) then costs one trip from the JVM to Python instead of two.
+claims) then costs one trip from the JVM to Python instead of two. With the source's option
+``ranges`` it costs none: the step reads the records itself (``source.read_ranges``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from exactly.spark import checkpoint
 from exactly.spark.datasource import lease
 from exactly.spark.datasource.options import EXACTLY_ONCE, SinkOptions, SourceOptions, shared_log
 from exactly.spark.datasource.sink import Columns, LogStreamWriter, Stage
-from exactly.spark.datasource.source import LogBatchReader, LogStreamReader
+from exactly.spark.datasource.source import RANGES_SCHEMA, LogBatchReader, LogStreamReader
 from exactly.spark.datasource.source import schema as source_schema
 
 if TYPE_CHECKING:
@@ -44,6 +45,8 @@ class LogDataSource(DataSource):
         return NAME
 
     def schema(self) -> str:
+        if self.options.get("ranges", "false").lower() == "true":
+            return RANGES_SCHEMA
         fields = self.options.get("fields")
         return source_schema(
             self.options.get("headers", "true").lower() != "false",

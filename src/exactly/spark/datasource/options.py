@@ -35,6 +35,7 @@ class SourceOptions:
     read_tasks: int | None = None  # at most this many read tasks (None: one per partition)
     headers: bool = True  # False: no headers column (its decoding costs as much as the rest)
     fields: Fields | None = None  # JSON fields read from each value in Arrow (``source.py``)
+    ranges: bool = False  # each task's offset ranges, not their records (``source.py``)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -50,6 +51,9 @@ class SourceOptions:
         fields = options.get("fields")
         if fields is not None and not arrow:
             raise ConfigError("option fields needs option arrow=true: the fields are read in Arrow")
+        ranges = _flag(options.get("ranges", "false"), "ranges")
+        if ranges and fields is not None:
+            raise ConfigError("option ranges reads no records: it takes no option fields")
         return cls(
             log=log,
             topic=topic,
@@ -61,6 +65,7 @@ class SourceOptions:
             read_tasks=None if tasks is None else _positive(tasks, "readTasks"),
             headers=_flag(options.get("headers", "true"), "headers"),
             fields=None if fields is None else Fields.parse(fields),
+            ranges=ranges,
         )
 
 
