@@ -59,6 +59,7 @@ the job opens and closes each raw partition it dedupes; the close flushes the me
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -427,9 +428,9 @@ def job(
     )
     with open_log(log_url) as log:
         partitions = prepare(log, plan)
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), tree_cpu()
         progress = run(spark, plan, partitions)
-        elapsed = time.perf_counter() - began
+        elapsed, cpu = time.perf_counter() - began, tree_cpu() - cpu
         passed = sum(log.end_offsets(plan.output).values())
     batches = [progress.batches[b] for b in sorted(progress.batches)]
     try:  # (a tree before ranges, on PYTHONPATH for a same-run baseline: Spark's rows)
@@ -451,7 +452,21 @@ def job(
         "events_per_s": events / elapsed,
         "steady_per_s": steady_rows / steady_seconds if steady_seconds else float("nan"),
         "batches": len(batches),
+        "cpu_us_per_event": cpu / events * 1e6,
     }
+
+
+def tree_cpu() -> float:
+    """CPU seconds of this process and every process under it (the JVM, its Python workers)."""
+    import psutil
+
+    total = 0.0
+    me = psutil.Process()
+    for process in [me, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            times = process.cpu_times()
+            total += times.user + times.system
+    return total
 
 
 def main() -> None:

@@ -144,6 +144,43 @@ def test_read_tasks_group_partitions_and_the_grouping_is_recorded(
     assert len(reader.partitions({"0": 0}, {k: v for k, v in end.items() if k != "tasks"})) == 5
 
 
+def test_ranges_yield_each_tasks_offset_ranges_that_read_back_as_the_records(
+    spark: SparkSession, log_url: str, log: Log, topic: str, tmp_path: Path
+) -> None:
+    import pyarrow as pa
+
+    from exactly.spark.datasource.options import SourceOptions
+    from exactly.spark.datasource.source import OffsetRange, read, read_ranges, records_in
+
+    log.create_topic(topic, 3)
+    fill(log, topic, 3, 25)
+    limited = source(spark, log_url, topic, ranges="true", readTasks="2", maxRecordsPerTrigger="30")
+    assert limited.schema.simpleString() == "struct<partition:int,start:bigint,end:bigint>"
+    rows, per_batch = drain(spark, limited, tmp_path)
+    # Spark counts ranges: three batches of 30, 30 and 15 records, each a range per partition
+    assert per_batch == [3, 3, 3]
+    spans = sorted((r.partition, r.start, r.end) for r in rows)
+    assert spans == [(p, s, min(s + 10, 25)) for p in range(3) for s in (0, 10, 20)]
+    assert records_in({"0": 10, "1": 10, "2": 10, "tasks": 2}, {"0": 20, "1": 20, "2": 20}) == 30
+    assert records_in(None, {"0": 5, "2": 7}) == 12
+    # what the ranges read back is what the source reads without the option, in order
+    options = SourceOptions.parse({"log": log_url, "topic": topic, "readRecords": "4"})
+    batch = pa.RecordBatch.from_pylist(
+        [{"partition": p, "start": s, "end": e} for p, s, e in spans],
+        schema=pa.schema([("partition", pa.int32()), ("start", pa.int64()), ("end", pa.int64())]),
+    )
+    found = pa.Table.from_batches(list(read_ranges(options, iter([batch])))).to_pylist()
+    expected: list[dict[str, Any]] = []
+    for p, s, e in spans:
+        expected += pa.Table.from_batches(list(read(options, OffsetRange(p, s, e)))).to_pylist()
+    assert [(r["partition"], r["offset"]) for r in found] == [
+        (p, n) for p, s, e in spans for n in range(s, e)
+    ]
+    assert found == expected
+    with pytest.raises(ConfigError, match="ranges"):
+        SourceOptions.parse({"log": log_url, "topic": topic, "ranges": "true", "fields": "[]"})
+
+
 def test_rate_limit(
     spark: SparkSession, log_url: str, log: Log, topic: str, tmp_path: Path
 ) -> None:
