@@ -277,6 +277,55 @@ def test_filters_transforms_and_integrations_choose_and_shape_each_job_once(
     assert spark.conf.get("spark.sql.ansi.enabled") == "true"
 
 
+def test_top_level_filters_and_the_integrations_rule_read_in_the_source_as_from_json(
+    spark: SparkSession, tmp_path: Path, jobdb: JobDB
+) -> None:
+    """With no filter naming an object, the source reads the routed fields in its Python worker
+    (the filters' ``source_fields``), ``from_json`` only what it cannot be sure of: the jobs
+    are the ones the rule and the filter, written again here, choose."""
+    chosen = (
+        DestinationSettings(name="everyone", url="http://127.0.0.1:9/e", ignore_integrations=True),
+        DestinationSettings(name="tracks", url="http://127.0.0.1:9/t", filter="type = 'track'"),
+        DestinationSettings(name="hears", url="http://127.0.0.1:9/h", filter="userId != 'u7'"),
+        DestinationSettings(name="shaped", url="http://127.0.0.1:9/s"),
+    )
+    choosing = Choosing.compile(spark, chosen)
+    reading = choosing.source_reading()
+    assert reading["keepValues"] == "true"
+    assert ["integrations", "map", ["All", "hears", "shaped", "tracks"]] in json.loads(
+        reading["fields"]
+    )
+    for named in ("properties.plan = 'pro'", "integrations['x'] = 'false'", "context is null"):
+        with_object = (DestinationSettings(name="d", url="http://127.0.0.1:9/d", filter=named),)
+        assert Choosing.compile(spark, with_object).source_reading() == {}
+    events = make_events(600)
+    for n, event in enumerate(events[::7]):  # null values: still read by the source
+        event["integrations"] = ({"hears": None, "All": False}, {"All": None}, {})[n % 3]
+    log_url = f"sqlite://{tmp_path / 'log'}"
+    with open_log(log_url) as log:
+        log.create_topic("events", PARTITIONS)
+        for partition in range(PARTITIONS):
+            values = [orjson.dumps(event) for event in events[partition::PARTITIONS]]
+            log.append("events", partition, [Record(value) for value in values])
+    read = spark.read.format("exactly").options(log=log_url, topic="events", **reading).load()
+    assert read.where("fields is not null").count() > 400  # most read by the source
+    assert read.where("value is null").count() == 0  # every payload kept
+    plan = RoutePlan(
+        log_url, tmp_path / "checkpoint", chosen, until_caught_up=True, read_records=200
+    )
+    drive(spark, plan, jobdb, say=lambda _: None)
+    jobs: Counter[tuple[str, str, bytes]] = Counter()
+    for destination in chosen:
+        for event in events:
+            takes = {"tracks": event["type"] == "track", "hears": event["userId"] != "u7"}
+            rule = destination.ignore_integrations or lets(
+                event.get("integrations"), destination.name
+            )
+            if takes.get(destination.name, True) and rule:
+                jobs[(destination.name, event["messageId"], orjson.dumps(event))] += 1
+    assert stored_jobs(jobdb)[0] == jobs
+
+
 @pytest.mark.parametrize(
     ("text", "says"),
     [

@@ -56,12 +56,18 @@ class Choosing:
         (the route and backfill have dropped forgotten people's records: ``forget.readers``)."""
         from pyspark.sql import functions as F
 
-        return records.select(
-            F.from_json(F.col("value").cast("string"), self.filters.schema).alias("e"),
-            "value",
-            "partition",
-            "offset",
-        ).select(*self.filters.columns("e"), "value", "partition", "offset")
+        event = F.from_json(F.col("value").cast("string"), self.filters.schema)
+        if "fields" in records.columns:  # read by the source where it could (``source_reading``)
+            event = F.coalesce(F.col("fields"), event)
+        return records.select(event.alias("e"), "value", "partition", "offset").select(
+            *self.filters.columns("e"), "value", "partition", "offset"
+        )
+
+    def source_reading(self) -> dict[str, str]:
+        """The source's options that read the filters' fields in its Python worker
+        (``Filters.source_fields``), keeping every value (the payload); none when it cannot."""
+        fields = self.filters.source_fields
+        return {} if fields is None else {"fields": fields.option, "keepValues": "true"}
 
     def chosen(self, index: int) -> Column:
         """Whether destination ``index``'s lists and filter take the event (never null)."""

@@ -29,7 +29,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from exactly.delivery.integrations import ALL
 from exactly.errors import ConfigError
+from exactly.events.fields import Field, Fields
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -80,6 +82,23 @@ class Filters:
 
     fields: _Node
     conditions: tuple[str | None, ...]
+    looked_up: frozenset[str] = frozenset()  # the integrations keys the rules read
+
+    @property
+    def source_fields(self) -> Fields | None:
+        """The fields as the ``exactly`` source can read them in its Python worker (its option
+        ``fields``), when it can: every field a top-level text field, and ``integrations``
+        looked up only by the rules' keys (no filter names it). None otherwise: ``from_json``
+        reads every event, as it always may."""
+        found = []
+        for name, node in sorted(self.fields.children.items()):
+            if name == "integrations" and not node.children and self.looked_up:
+                found.append(Field(name, "map", tuple(sorted(self.looked_up))))
+            elif name in OBJECTS or node.children:
+                return None
+            else:
+                found.append(Field(name, "string"))
+        return Fields(tuple(found))
 
     @property
     def schema(self) -> str:
@@ -289,4 +308,11 @@ def compile_filters(spark: SparkSession, destinations: Sequence[DestinationSetti
                 f"{_where(index, destination)}: {destination.filter!r} is a "
                 f"{kind.simpleString()}, not a condition (true or false)"
             )
-    return Filters(root, conditions)
+    named = {
+        parts[0]
+        for destination in destinations
+        if destination.filter is not None
+        for parts in references(session, destination.filter)
+    }
+    keys = {ALL} | {d.name for d in destinations if not d.ignore_integrations}
+    return Filters(root, conditions, frozenset() if "integrations" in named else frozenset(keys))

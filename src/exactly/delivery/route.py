@@ -451,9 +451,19 @@ def run(
     if choosing is None:
         choosing = Choosing.compile(spark, plan.destinations)
     router = BatchRouter(jobdb, plan, choosing, note)
-    columns = ("partition", "offset", "value")
+    reading = choosing.source_reading()
+    columns = ("partition", "offset", "value", *(["fields"] if reading else []))
     try:
-        run_batches(spark, "route", plan, router, columns, start=start, failed=StreamError)
+        run_batches(
+            spark,
+            "route",
+            plan,
+            router,
+            columns,
+            start=start,
+            failed=StreamError,
+            options=reading,
+        )
     finally:
         router.following.close()
     return progress

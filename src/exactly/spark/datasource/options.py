@@ -36,6 +36,7 @@ class SourceOptions:
     headers: bool = True  # False: no headers column (its decoding costs as much as the rest)
     fields: Fields | None = None  # JSON fields read from each value in Arrow (``source.py``)
     ranges: bool = False  # each task's offset ranges, not their records (``source.py``)
+    keep_values: bool = False  # with fields: every record's value, its fields read or not
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -52,6 +53,7 @@ class SourceOptions:
         if fields is not None and not arrow:
             raise ConfigError("option fields needs option arrow=true: the fields are read in Arrow")
         ranges = _flag(options.get("ranges", "false"), "ranges")
+        keep_values = _flag(options.get("keepValues", "false"), "keepValues")
         if ranges and fields is not None:
             raise ConfigError("option ranges reads no records: it takes no option fields")
         return cls(
@@ -66,6 +68,7 @@ class SourceOptions:
             headers=_flag(options.get("headers", "true"), "headers"),
             fields=None if fields is None else Fields.parse(fields),
             ranges=ranges,
+            keep_values=keep_values,
         )
 
 

@@ -9,7 +9,9 @@ Option ``fields`` (top-level fields of JSON values, as ``Fields.option`` writes 
 and keys of maps of text) adds a column ``fields``: the struct of those fields, read in the
 Python worker by Arrow's JSON reader where it reads a value exactly as Spark's ``from_json``
 would (``exactly.events.fields``), and null where it cannot be sure; the ``value`` of a record
-whose fields were read is null, so that only the others cross to the JVM. Each record has one of
+whose fields were read is null, so that only the others cross to the JVM (with option
+``keepValues=true`` every value is kept: a query that needs the value itself, as the route its
+payload). Each record has one of
 the two, and ``coalesce(fields, from_json(CAST(value AS STRING), <Fields.ddl>))`` is what
 ``from_json`` alone gives for those fields (of a map, for the keys named), for a fraction of its
 CPU (the aggregate job reads events this way).
@@ -173,7 +175,11 @@ def read_range(options: SourceOptions, task: OffsetRange) -> Iterator[Any]:
             batch = next(batches, None)
             if batch is None:
                 return
-            arrow = to_arrow(batch, options.headers, options.fields) if options.arrow else None
+            arrow = (
+                to_arrow(batch, options.headers, options.fields, options.keep_values)
+                if options.arrow
+                else None
+            )
         if arrow is not None:
             yield arrow
         else:
@@ -200,15 +206,19 @@ def records_in(start: dict[str, Any] | None, end: dict[str, Any]) -> int:
 
 
 def to_arrow(
-    records: Sequence[LogRecord], headers: bool = True, fields: Fields | None = None
+    records: Sequence[LogRecord],
+    headers: bool = True,
+    fields: Fields | None = None,
+    keep_values: bool = False,
 ) -> pa.RecordBatch:
     """Log records as one Arrow record batch of :data:`ARROW_SCHEMA` (without ``headers``:
-    :data:`ARROW_SCHEMA_WITHOUT_HEADERS`), then the ``fields`` column when asked."""
+    :data:`ARROW_SCHEMA_WITHOUT_HEADERS`), then the ``fields`` column when asked (and the
+    values of the records whose fields were read only with ``keep_values``)."""
     partitions, positions, keys, values, found, stamps = zip(*records, strict=True)
     millis = pa.array(stamps, pa.int64())
     value_column = pa.array(values, pa.binary())
     read = None if fields is None else parse_fields(values, fields, value_column)
-    if read is not None:  # a value whose fields were read does not cross to the JVM
+    if read is not None and not keep_values:  # a value whose fields were read stays here
         value_column = pc.if_else(pc.is_null(read), value_column, pa.scalar(None, pa.binary()))
     columns = [
         pa.array(partitions, pa.int32()),
