@@ -28,7 +28,10 @@ to N events (``json-array``, ``max_wait`` 200 ms), its accept->delivered measure
 first one's. ``--directors N``: ``up`` starts N directors over 8 partitions. With ``up``,
 accept->routed too: when the route query had added the jobs of an event to the JobDB (the datasets'
 row counts, read 10 times a second; no job is read), which splits accept->delivered into the Spark
-side's part and the director's.
+side's part and the director's. Last, the CPU each process used while the clients sent, and the
+same per event sent for each part (the JVM, Spark's Python workers, the collector, the
+pipeline's driver, the directors): what the offered rate moves least, for comparing code on a
+busy machine.
 """
 
 from __future__ import annotations
@@ -215,6 +218,29 @@ def _cpu_report(
     ]
 
 
+PARTS = (  # a process's part, by words of its name (the first that matches)
+    ("the JVM", ("pyspark-shell",)),
+    ("Spark's Python workers", ("pyspark.worker", "pyspark.daemon", "pyspark.sql")),
+    ("the collector", ("collect", "appender", "collector")),
+    ("the pipeline's driver", ("pipeline",)),
+    ("the directors", ("deliver",)),
+)
+
+
+def _cpu_per_event(
+    before: dict[tuple[int, str], float], after: dict[tuple[int, str], float], events: int
+) -> str:
+    """Microseconds of CPU per event for each part of the pipeline (:data:`PARTS`), then all of
+    it: the figure the offered rate moves least, for comparing code on a busy machine."""
+    parts: dict[str, float] = dict.fromkeys([name for name, _ in PARTS] + ["the rest"], 0.0)
+    for (pid, name), value in after.items():
+        part = next((p for p, words in PARTS if any(w in name for w in words)), "the rest")
+        parts[part] += value - before.get((pid, name), 0.0)
+    micros = {part: seconds * 1e6 / max(events, 1) for part, seconds in parts.items()}
+    shown = ", ".join(f"{part} {value:.0f} µs" for part, value in micros.items())
+    return f"{shown}; all {sum(micros.values()):.0f} µs"
+
+
 def counted(path: Path) -> int:
     try:
         with contextlib.closing(sqlite3.connect(path, timeout=1)) as db:
@@ -354,7 +380,9 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
                 port, total, resend_rate=0.0, rate=args.rate, on_accepted=on_accepted, seed=7
             )
             ended = time.time()
-            cpu_lines = _cpu_report(cpu, _cpu(parts), ended - first)
+            spent = _cpu(parts)
+            cpu_lines = _cpu_report(cpu, spent, ended - first)
+            cpu_per_event = _cpu_per_event(cpu, spent, traffic.events)
             deadline = time.time() + 300
             while (
                 visible[-1][1] < total
@@ -396,6 +424,7 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
     print(f"{mode}: accept->routed p50 / p99 {pct(to_routed, 0.5)} / {pct(to_routed, 0.99)}")
     print(f"{mode}: CPU while sending ({ended - first:.0f} s), per process:")
     print("\n".join(f"  {line}" for line in cpu_lines), flush=True)
+    print(f"{mode}: CPU per event sent, while sending: {cpu_per_event}", flush=True)
     return [
         f"| {mode} | {traffic.events / traffic.seconds:,.0f} | "
         f"{reached / max(finished - first, 1e-9):,.0f} | {middle:,} -> {last:,} | "
