@@ -272,6 +272,7 @@ def compile_filters(spark: SparkSession, destinations: Sequence[DestinationSetti
     root = _Node()
     for name in ROUTED:
         _add(root, [name])
+    named: set[str] = set()  # the top-level fields the filters name
     for index, destination in enumerate(destinations):
         if destination.filter is None:
             continue
@@ -285,6 +286,7 @@ def compile_filters(spark: SparkSession, destinations: Sequence[DestinationSetti
                 "event; name one, such as type, event or properties.plan"
             )
         for parts in names:
+            named.add(parts[0])
             if parts[0] not in FIELDS:
                 raise ConfigError(
                     f"{_where(index, destination)}: events have no field {parts[0]!r}; "
@@ -308,11 +310,5 @@ def compile_filters(spark: SparkSession, destinations: Sequence[DestinationSetti
                 f"{_where(index, destination)}: {destination.filter!r} is a "
                 f"{kind.simpleString()}, not a condition (true or false)"
             )
-    named = {
-        parts[0]
-        for destination in destinations
-        if destination.filter is not None
-        for parts in references(session, destination.filter)
-    }
     keys = {ALL} | {d.name for d in destinations if not d.ignore_integrations}
     return Filters(root, conditions, frozenset() if "integrations" in named else frozenset(keys))
