@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -748,6 +749,53 @@ def test_one_replay_of_a_destination_at_a_time(url: str) -> None:
     finally:
         if holder.is_alive():
             holder.kill()
+
+
+def test_a_replay_lock_is_free_before_its_connection_closes(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Left normally or by an error, a server's lock is given back before its connection closes:
+    the server frees a closed connection's locks only a moment after the client has gone on,
+    and a loaded one refused the next backfill of the same destination in the same process."""
+    from exactly.errors import ReplayRunning
+
+    if url.startswith("sqlite"):
+        pytest.skip("a file lock, given back by the close itself")
+    if url.startswith("postgresql"):
+        import psycopg
+
+        connection_class: Any = psycopg.Connection
+    else:
+        import pymysql
+
+        connection_class = pymysql.connections.Connection
+    db, other = open_jobdb(url), open_jobdb(url)
+    found: list[str] = []
+    checking = False
+    close = connection_class.close
+
+    def checked_close(self: Any) -> None:  # as the lock's connection closes: is it free?
+        nonlocal checking
+        if not checking:
+            checking = True
+            try:
+                with other.replay_lock("hook"):
+                    found.append("free")
+            except ReplayRunning:
+                found.append("held")
+            finally:
+                checking = False
+        close(self)
+
+    monkeypatch.setattr(connection_class, "close", checked_close)
+    with db.replay_lock("hook"):
+        pass
+    with contextlib.suppress(KeyError), db.replay_lock("hook"):
+        raise KeyError
+    monkeypatch.undo()
+    assert found == ["free", "free"]
+    db.close()
+    other.close()
 
 
 def _lease(url: str, partitions: list[int], ready: Any) -> None:

@@ -147,19 +147,21 @@ class MySQLJobDB(SQLJobDB):
 
     @contextlib.contextmanager
     def replay_lock(self, destination: str, kind: str = "replay") -> Iterator[None]:
+        name = "CONCAT('exactly-', %s, ':', SHA1(CONCAT(DATABASE(), ':', %s)))"  # <= 64 chars
         connection = pymysql.connect(**self._options(), autocommit=True)
         try:
-            with connection.cursor() as cursor:  # lock names are 64 characters at most: a hash
-                cursor.execute(
-                    "SELECT GET_LOCK(CONCAT('exactly-', %s, ':', "
-                    "SHA1(CONCAT(DATABASE(), ':', %s))), 0)",
-                    (kind, destination),
-                )
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT GET_LOCK({name}, 0)", (kind, destination))
                 if cursor.fetchone()[0] != 1:
                     raise ReplayRunning(
                         f"another {kind} of {destination!r} is running on {self.describe()}; "
                         f"{RUNNING}"
                     )
-            yield  # the lock goes with the connection
+            try:
+                yield  # a holder that dies loses the lock with its connection
+            finally:
+                with contextlib.suppress(pymysql.Error), connection.cursor() as cursor:
+                    # released before the close, as in postgres.py
+                    cursor.execute(f"SELECT RELEASE_LOCK({name})", (kind, destination))
         finally:
             connection.close()

@@ -121,14 +121,20 @@ class PostgresJobDB(SQLJobDB):
 
     @contextlib.contextmanager
     def replay_lock(self, destination: str, kind: str = "replay") -> Iterator[None]:
+        key = "hashtext('exactly-' || %s || ':' || current_schema() || ':' || %s)"
         with psycopg.connect(self.url, autocommit=True, connect_timeout=10) as connection:
             taken = connection.execute(
-                "SELECT pg_try_advisory_lock(hashtext('exactly-' || %s || ':' || current_schema() "
-                "|| ':' || %s))",
-                (kind, destination),
+                f"SELECT pg_try_advisory_lock({key})", (kind, destination)
             ).fetchone()
             if not (taken and taken[0]):
                 raise ReplayRunning(
                     f"another {kind} of {destination!r} is running on {self.describe()}; {RUNNING}"
                 )
-            yield  # the lock goes with the connection
+            try:
+                yield  # a holder that dies loses the lock with its connection
+            finally:
+                # released before the connection closes: the server ends a closed connection's
+                # session, and frees its locks, only after the client has gone on (a loaded
+                # server refused the next backfill of the same destination in the same process)
+                with contextlib.suppress(psycopg.Error):
+                    connection.execute(f"SELECT pg_advisory_unlock({key})", (kind, destination))
