@@ -28,16 +28,20 @@ if TYPE_CHECKING:
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 LOG_BACKENDS = list(BACKENDS)
 # The Spark crash tests, each SIGKILLing a JVM 20 times or more while the next one starts, in
-# two chains: with pytest-xdist (``./dev test`` starts two workers) each worker starts with one
-# chain and runs its tests one after another, in the order listed here, then both share the
-# rest (:func:`pytest_xdist_make_scheduler`, :func:`pytest_collection_modifyitems`). One chain
+# two chains: with pytest-xdist (``./dev test`` starts three workers) two workers start with a
+# chain each and run its tests one after another, in the order listed here, the third starts
+# with the rest, and all share what is left once a chain ends
+# (:func:`pytest_xdist_make_scheduler`, :func:`pytest_collection_modifyitems`). One chain
 # alone took 69 minutes while the other worker had run everything else in 45 (2026-11-28).
+# With two workers the rest waited for a chain to end, and then used only about one of the
+# two cores (its tests wait on servers, clocks and kills): 44.6 minutes on 2026-11-29 against
+# 36.4 with the third worker, the chains running at about two cores throughout.
 # Two crash tests at once do not starve each other: a kill waits for a micro-batch of its own
 # run to be in flight (``tests/batches_in_flight.py``), however slow the start, and the
 # pipeline crash tests passed beside benchmarks that held the load average at 10 to 20. The
 # cluster test does starve beside another crash test (four JVMs of its own: at load 19 a Python
 # planner missed Spark's fixed 10 s to connect back, three times): it comes last in the longer
-# chain, once the shorter one has ended and the other worker runs the light tests.
+# chain, once the shorter one has ended and the other workers run the light tests.
 CHAINS = (
     ("test_pipeline_crash", "test_up", "test_forget", "test_cluster"),
     (
