@@ -35,7 +35,7 @@ LOG_BACKENDS = list(BACKENDS)
 # alone took 69 minutes while the other worker had run everything else in 45 (2026-11-28).
 # With two workers the rest waited for a chain to end, and then used only about one of the
 # two cores (its tests wait on servers, clocks and kills): 44.6 minutes on 2026-11-29 against
-# 36.4 with the third worker, the chains running at about two cores throughout.
+# 36.4 and 40.3 with the third worker, the chains running at about two cores throughout.
 # Two crash tests at once do not starve each other: a kill waits for a micro-batch of its own
 # run to be in flight (``tests/batches_in_flight.py``), however slow the start, and the
 # pipeline crash tests passed beside benchmarks that held the load average at 10 to 20. The
