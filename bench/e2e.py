@@ -31,7 +31,9 @@ row counts, read 10 times a second; no job is read), which splits accept->delive
 side's part and the director's. Last, the CPU each process used while the clients sent, and the
 same per event sent for each part (the JVM, Spark's Python workers, the collector, the
 pipeline's driver, the directors): what the offered rate moves least, for comparing code on a
-busy machine.
+busy machine; and each query's micro-batches that started while the clients sent, from its
+checkpoint (``bench/micro_batches.py``): their durations, the waits between them and their
+records, which is where the latencies go.
 """
 
 from __future__ import annotations
@@ -57,7 +59,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import micro_batches  # type: ignore[import-not-found]
 from exactly.config import load_settings
 from exactly.delivery.jobdb.sqlite import FILE as JOBDB_FILE
 from exactly.demo import SOURCES, collector_answers, free_port, send
@@ -425,6 +429,8 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
     print(f"{mode}: CPU while sending ({ended - first:.0f} s), per process:")
     print("\n".join(f"  {line}" for line in cpu_lines), flush=True)
     print(f"{mode}: CPU per event sent, while sending: {cpu_per_event}", flush=True)
+    print(f"{mode}: micro-batches that started while sending (bench/micro_batches.py):")
+    print("\n".join(micro_batches.table(settings.data_dir, first, ended)), flush=True)
     return [
         f"| {mode} | {traffic.events / traffic.seconds:,.0f} | "
         f"{reached / max(finished - first, 1e-9):,.0f} | {middle:,} -> {last:,} | "

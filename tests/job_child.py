@@ -25,7 +25,17 @@ from exactly.log import Log, open_log
 from tests.batches_in_flight import Checkpoints, Landings
 
 ROOT = Path(__file__).resolve().parents[1]
-FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m"
+# The Java options of every Spark driver a test starts in a process of its own: C1 only and
+# the serial collector (a JVM that lives seconds), and Spark's interpreted expressions and
+# operators instead of code generated for each query and compiled by Janino (Spark reads
+# ``-Dspark.*`` as its settings). Generating code was a sixth of a crash test's CPU: the
+# embedded pipeline crash test alone, seed 30, took 517 and 539 CPU seconds with it and 436 and
+# 457 without (2026-11-29). The results are the same: Spark takes these paths itself wherever
+# code cannot be generated, and no test here measures speed.
+FAST_JVM = (
+    "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m"
+    " -Dspark.sql.codegen.wholeStage=false -Dspark.sql.codegen.factoryMode=NO_CODEGEN"
+)
 AT_START = 3  # of a test's kills, how many come while the queries start (no batch of their own)
 AFTER_START = 0.5  # the most seconds a kill waits once a micro-batch of its run is in flight
 # the children cap micro-batches small so that kills have many to land in; the last run, which

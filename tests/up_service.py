@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.batches_in_flight import Checkpoints, Landing, Landings, find
+from tests.job_child import FAST_JVM
 from tests.receiver import Receiver
 from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 WRITE_KEY = "wk_up_test"
-FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m"
 
 
 @dataclass(frozen=True)

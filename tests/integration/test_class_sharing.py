@@ -1,4 +1,5 @@
-"""The driver JVM really maps the class-sharing archive the test session prepared."""
+"""The driver JVM really maps the class-sharing archive the test session prepared, and gets the
+options of ``[spark] jit``."""
 
 from __future__ import annotations
 
@@ -44,10 +45,15 @@ def driver_options(tmp_path: Path, **env: str) -> str:
 def test_the_driver_maps_the_archive(tmp_path: Path) -> None:
     archive = prepare()
     assert archive is not None
-    assert f"-XX:SharedArchiveFile={archive}" in driver_options(tmp_path)
+    options = driver_options(tmp_path)
+    assert f"-XX:SharedArchiveFile={archive}" in options
+    assert "-XX:TieredStopAtLevel=1" in options  # [spark] jit = "quick", the default
 
 
 @pytest.mark.spark
 def test_class_sharing_can_be_turned_off(tmp_path: Path) -> None:
-    options = driver_options(tmp_path, EXACTLY_SPARK__CLASS_SHARING="false")
+    options = driver_options(
+        tmp_path, EXACTLY_SPARK__CLASS_SHARING="false", EXACTLY_SPARK__JIT="full"
+    )
     assert "SharedArchiveFile" not in options
+    assert "TieredStopAtLevel" not in options

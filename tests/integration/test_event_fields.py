@@ -349,3 +349,72 @@ def test_the_source_reads_them_and_leaves_the_rest_to_from_json(
         spark, values
     )
     assert records.where(F.col("fields").isNotNull()).count() >= valid
+
+
+def test_merged_rows_add_up_to_what_every_record_alone_does(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Option ``merge``: the aggregate job's tables over alike records merged into weighted rows
+    are the tables over every record alone, parsed by ``from_json``: counts, counts of an
+    expression, integer and decimal sums, by minute, hour and day, over the corpus's odd
+    events and broken values, records without an event time among them."""
+    from exactly.aggregate.frame import aggregate, check, events_frame, mergeable
+    from exactly.aggregate.job import source_reading
+    from exactly.aggregate.spec import EVENT_COUNTS, GroupKey, Measure, TableSpec
+
+    values, _ = corpus()
+    rng = random.Random(45)
+    log_url = f"sqlite://{tmp_path / 'log'}"
+    with open_log(log_url) as log:
+        log.create_topic("events", 2)
+        for at in range(0, len(values), 500):  # record times over three days, some before 1970
+            stamp = rng.choice([1_795_000_000_000, 1_795_086_400_000, -86_400_000, 0])
+            log.append(
+                "events",
+                at // 500 % 2,
+                [Record(v, None, (), stamp + at) for v in values[at : at + 500]],
+            )
+    tables = [
+        EVENT_COUNTS,
+        TableSpec(
+            "by_hour",
+            (
+                GroupKey("hour", "hour", "time"),
+                GroupKey("day", "day", "time"),
+                GroupKey("type", "type"),
+            ),
+            (
+                Measure("events", "count", "*"),
+                Measure("with_event", "count", "event"),
+                Measure("letters", "sum", "length(event)"),
+                Measure("bought", "sum", "properties['a b']"),
+            ),
+        ),
+    ]
+    before = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    try:
+        specs = check(spark, tables)
+        assert mergeable(specs)
+        columns, options = source_reading(specs)
+        assert options.get("merge") == "timestamp,receivedAt"
+
+        def read(columns: list[str], options: dict[str, str]) -> DataFrame:
+            reader = spark.read.format("exactly").option("log", log_url).option("topic", "events")
+            return reader.option("headers", "false").options(**options).load().select(*columns)
+
+        merged = read(columns, options)
+        alone = read(["partition", "offset", "value", "timestamp"], {})
+        assert merged.count() < alone.count() - 1000  # the valid events without revenue merged
+        assert merged.agg({"weight": "sum"}).first()[0] == len(values)
+        for spec in specs:
+            ours = sorted(
+                tuple(row) for row in aggregate(events_frame(merged, specs), spec).collect()
+            )
+            theirs = sorted(
+                tuple(row) for row in aggregate(events_frame(alone, specs), spec).collect()
+            )
+            assert ours == theirs, spec.name
+            assert len(theirs) > 10
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", before)

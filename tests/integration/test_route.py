@@ -27,6 +27,7 @@ from exactly.errors import JobDBError
 from exactly.log import open_log
 from tests.aggregate_stream import EventStream, append
 from tests.cli_text import messages, said
+from tests.job_child import FAST_JVM
 from tests.jobdb import jobdb_url
 
 if TYPE_CHECKING:
@@ -179,7 +180,7 @@ def test_route_adds_each_job_once_across_reruns_replays_and_a_lost_checkpoint(
 
 def run_cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "exactly", "--config", str(config), *args]
-    env = {**os.environ, "JDK_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+    env = {**os.environ, "JDK_JAVA_OPTIONS": FAST_JVM}
     return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
 
 

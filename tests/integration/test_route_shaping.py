@@ -30,6 +30,7 @@ from exactly.delivery.settings import DestinationSettings
 from exactly.errors import ConfigError
 from exactly.log import open_log
 from exactly.log.base import Record
+from tests.job_child import FAST_JVM
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -407,7 +408,7 @@ def test_exactly_transform_prints_what_a_destination_would_get(tmp_path: Path) -
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "JDK_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"},
+        env={**os.environ, "JDK_JAVA_OPTIONS": FAST_JVM},
     )
     assert done.returncode == 0, done.stderr
     printed = [json.loads(line) for line in done.stdout.splitlines()]
@@ -441,7 +442,7 @@ def test_exactly_up_stops_at_once_on_a_filter_it_cannot_run(tmp_path: Path) -> N
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        env={**os.environ, "JDK_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"},
+        env={**os.environ, "JDK_JAVA_OPTIONS": FAST_JVM},
     )
     try:
         _, stderr = process.communicate(timeout=300)

@@ -13,10 +13,10 @@ from exactly.log import open_log
 from exactly.spark.copy import default_checkpoint
 from exactly.spark.streaming import checkpoint_lock
 from tests.cli_text import messages
+from tests.job_child import FAST_JVM
 from tests.spark_helpers import assert_copied, fill, jvm_lines
 
 EXACTLY = [sys.executable, "-m", "exactly"]
-FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -41,14 +41,13 @@ import pytest
 from exactly.log import Log, Record, open_log
 from tests import short_reads
 from tests.batches_in_flight import Checkpoints, Landings
-from tests.job_child import AFTER_START
+from tests.job_child import AFTER_START, FAST_JVM
 from tests.seeds import crash_seed
 from tests.spark_helpers import assert_copied
 
 KILLS = 20  # per backend, never fewer (issue 4)
 AT_START = 2  # of them, killed during start-up (0.5-6 s after it), the others inside a batch
 PARTITIONS = 3
-FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 class Growing:

@@ -167,7 +167,7 @@ def fail_first_attempt(log_url: str, destination: str, evidence: Path) -> Callab
     """A mapInArrow function: in Spark partition 0's first attempt, fail after 300 rows.
 
     Before failing it notes how many records partition 0 of the destination holds, to show the
-    failed attempt had written some.
+    failed attempt had written some; on SQLite it waits up to 30 s for the sink's first append.
     """
 
     def run(batches: Iterator) -> Iterator:  # type: ignore[type-arg]
@@ -184,8 +184,11 @@ def fail_first_attempt(log_url: str, destination: str, evidence: Path) -> Callab
                 yield batch.slice(at, 10)
                 seen += min(10, batch.num_rows - at)
                 if failing and seen >= 300:  # 300 KB: past the Python worker's output buffer
-                    time.sleep(1.0)  # let the sink append what it got
                     with open_log(log_url) as log:
+                        # let the sink append what it got: a loaded machine takes seconds
+                        deadline = time.monotonic() + (30 if log_url.startswith("sqlite") else 1)
+                        while not log.end_offset(destination, 0) and time.monotonic() < deadline:
+                            time.sleep(0.1)
                         evidence.write_text(json.dumps(log.end_offset(destination, 0)))
                     raise RuntimeError("injected failure of a first attempt")
 

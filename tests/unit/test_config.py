@@ -50,6 +50,7 @@ def test_precedence_flag_over_env_over_file(
         ('[collector.sources]\n"web\\n" = "k"\n', "collector.sources"),
         ('[collector.sources]\nweb = "k"\napp = "k"\n', "same write key"),
         ('[collector]\nsources = "web"\n', "NAME=WRITE_KEY"),
+        ('[spark]\njit = "fast"\n', "spark.jit"),
     ],
 )
 def test_bad_config_names_the_problem(tmp_path: Path, text: str, message: str) -> None:

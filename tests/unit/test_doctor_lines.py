@@ -62,6 +62,14 @@ def test_compact_hides_credentials_and_options() -> None:
 
 def test_reasons_in_a_few_words() -> None:
     assert reason(ConnectionRefusedError(111, "Connection refused")) == "refused"
+    quoted = OSError(
+        "could not list topics on the Kafka log at kafka://h:9?sasl.username=app&sasl.password="
+        "*** (KafkaError{str=Broker transport failure})"
+    )
+    assert reason(quoted) == (
+        "could not list topics on the Kafka log at kafka://h:9 (KafkaError{str=Broker transport "
+        "failure})"
+    )
     assert reason(socket.gaierror(-2, "Name or service not known")) == "no such host"
     assert reason(OSError('could not translate host name "x" to address')) == "no such host"
     assert reason(TimeoutError("timed out")) == "timed out"

@@ -3,6 +3,7 @@ and how the director takes and sends one (pure parts, no JobDB)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 from hypothesis import given
@@ -64,6 +65,70 @@ def test_a_key_names_its_destination_and_members_in_order() -> None:
     assert key != packs.pack_key("other", ["m1", "m2"])
     assert key != packs.pack_key("hook", ["m2", "m1"])
     assert key != packs.pack_key("hook", ["m1"])
+
+
+def test_a_key_is_the_same_as_when_it_was_hashed_id_by_id() -> None:
+    """Keys already in JobDBs stay the keys of their packs: the digest of the destination and
+    of each id after a newline, as the first packs were keyed."""
+    for ids in (["m1"], ["m1", "m2", "ü-3"], ["", "x"]):
+        digest = hashlib.sha256(b"pack\nhook")
+        for message_id in ids:
+            digest.update(b"\n" + message_id.encode())
+        assert packs.pack_key("hook", ids) == "pack_" + digest.hexdigest()[:32]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["web", "ios", ""]),
+            st.integers(1, 900),
+            st.none() | st.text(max_size=6),
+            st.booleans(),
+        ),
+        max_size=60,
+    ),
+    st.integers(2, 7),  # max_events: 1 is no batching
+    st.integers(1024, 3000),
+)
+def test_the_route_s_packs_from_columns_are_its_packs_of_jobs(
+    rows: list[tuple[str, int, str | None, bool]], max_events: int, max_bytes: int
+) -> None:
+    """jobs_for packs a batching destination's events straight from the columns; packed()
+    packs jobs (a transform's): both cut and pack the same events alike."""
+    hook = destination(max_events=max_events, max_bytes=max_bytes)
+    n = len(rows)
+    events = EventColumns(
+        [source for source, _, _, _ in rows],
+        ["e"] * n,
+        [f"m{i}" for i in range(n)],
+        [user for _, _, user, _ in rows],
+        [b'"%s"' % (b"x" * size) for _, size, _, _ in rows],
+        [0] * n,
+        list(range(n)),
+        takes=[[take for _, _, _, take in rows]],
+    )
+    jobs = [
+        NewJob(source, "hook", payload, message_id, user, hook.window)
+        for source, payload, message_id, user, (*_, take) in zip(
+            events.source, events.payload, events.message_id, events.user_id, rows, strict=True
+        )
+        if take
+    ]
+    made = jobs_for(events, [hook], now=0.0)
+    assert made == packed(jobs, hook)
+    # and what a pack is, checked apart from the code that cuts: per bucket, the members in
+    # log order; each pack as full as the limits let it be
+    for source in {job.source for job in jobs}:
+        mine = [job for job in made if job.source == source]
+        members = [packs.members(job.payload) for job in mine]
+        assert [m.message_id for ms in members for m in ms] == [
+            job.message_id for job in jobs if job.source == source
+        ]
+        for ms, after in zip(members, [*members[1:], None], strict=True):
+            size = OVERHEAD["json-array"] + sum(len(m.payload) + 1 for m in ms)
+            assert len(ms) <= max_events and (len(ms) == 1 or size <= max_bytes)
+            if after is not None:  # the next member did not fit
+                assert len(ms) == max_events or size + len(after[0].payload) + 1 > max_bytes
 
 
 def test_trim_takes_out_only_the_members_picked() -> None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from exactly.aggregate.spec import EVENT_SCHEMA, GroupKey, Measure, TableSpec
 from exactly.errors import ConfigError
 from exactly.events.fields import Field, Fields
+from exactly.spark.datasource.merging import WEIGHT
 from exactly.spark.datasource.source import SCHEMA as RECORD_SCHEMA
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ TIME_FIELDS = ("timestamp", "receivedAt")  # what the time buckets are computed 
 EPOCH = "TIMESTAMP '1970-01-01 00:00:00'"
 DECIMAL = "DECIMAL(38,6)"
 MAPS = ("properties", "traits")  # the event's maps, of JSON text
+PLACE_COLUMNS = ("partition", "offset")  # a record's place in the log, beside its fields
 
 
 def events_frame(records: DataFrame, specs: Sequence[TableSpec] = ()) -> DataFrame:
@@ -53,6 +55,7 @@ def events_frame(records: DataFrame, specs: Sequence[TableSpec] = ()) -> DataFra
         "partition",
         "offset",
         F.col("timestamp").alias("logged_at"),
+        *([WEIGHT] if WEIGHT in records.columns else []),
     )
     when = F.coalesce(*[F.col(f"e.{name}") for name in TIME_FIELDS], F.col("logged_at"))
     return parsed.select(
@@ -62,6 +65,7 @@ def events_frame(records: DataFrame, specs: Sequence[TableSpec] = ()) -> DataFra
         F.date_trunc("minute", when).alias("minute"),
         F.date_trunc("hour", when).alias("hour"),
         F.date_trunc("day", when).alias("day"),
+        *([WEIGHT] if WEIGHT in records.columns else []),
     )
 
 
@@ -150,7 +154,7 @@ def fields_read(query: DataFrame) -> frozenset[str]:
     references of its plan's top (the aggregate)."""
     found = query._jdf.queryExecution().analyzed().references().toSeq()
     names = {found.apply(i).name() for i in range(found.size())}
-    return frozenset(names & set(event_schema().fieldNames()))
+    return frozenset(names & {*event_schema().fieldNames(), *PLACE_COLUMNS})
 
 
 def key_column(key: GroupKey) -> Column:
@@ -163,24 +167,48 @@ def key_column(key: GroupKey) -> Column:
     return value.alias(key.name)
 
 
-def measure_column(measure: Measure) -> Column:
+def measure_column(measure: Measure, weighted: bool = False) -> Column:
+    """``measure`` over a frame's rows; ``weighted``: rows with a ``weight`` column, each the
+    events it stands for (``mergeable``): a count adds the weights, a sum each value times its
+    weight, in the measure's own type."""
     from pyspark.sql import functions as F
 
+    argument = measure.argument
     if measure.function == "count":
-        argument = "1" if measure.argument == "*" else f"({measure.argument})"
-        return F.expr(f"count({argument})").alias(measure.name)
+        if not weighted:
+            return F.expr(f"count({'1' if argument == '*' else f'({argument})'})").alias(
+                measure.name
+            )
+        weight = WEIGHT if argument == "*" else f"if(({argument}) IS NULL, 0, {WEIGHT})"
+        return F.expr(f"coalesce(sum({weight}), 0)").alias(measure.name)
+    times = f" * {WEIGHT}" if weighted else ""
     if measure.kind == "integer":
-        return F.expr(f"coalesce(sum(CAST(({measure.argument}) AS BIGINT)), 0)").alias(measure.name)
-    return F.expr(
-        f"coalesce(sum(try_cast(({measure.argument}) AS {DECIMAL})), CAST(0 AS {DECIMAL}))"
-    ).alias(measure.name)
+        return F.expr(f"coalesce(sum(CAST(({argument}) AS BIGINT){times}), 0)").alias(measure.name)
+    value = f"try_cast(({argument}) AS {DECIMAL})"
+    if weighted:
+        value = f"CAST({value}{times} AS {DECIMAL})"
+    return F.expr(f"coalesce(sum({value}), CAST(0 AS {DECIMAL}))").alias(measure.name)
 
 
 def aggregate(frame: DataFrame, spec: TableSpec) -> DataFrame:
-    """One row per group of ``spec`` in ``frame``: the keys, then the measures."""
+    """One row per group of ``spec`` in ``frame``: the keys, then the measures (weighted when
+    the frame has a ``weight`` column)."""
+    weighted = WEIGHT in frame.columns
     return frame.groupBy(*[key_column(k) for k in spec.keys]).agg(
-        *[measure_column(m) for m in spec.measures]
+        *[measure_column(m, weighted) for m in spec.measures]
     )
+
+
+def mergeable(specs: Sequence[TableSpec]) -> bool:
+    """Whether the source may merge alike events into weighted rows for ``specs`` (option
+    ``merge``, ``exactly.spark.datasource.merging``): every table checked, reading only the
+    fields the source reads (``source_fields``), its time only through the time buckets, and
+    neither a record's partition nor its offset. Counts and sums are all a table has, and
+    they weigh."""
+    if source_fields(specs) is None:
+        return False
+    read = set().union(*(spec.fields or () for spec in specs))
+    return not read & {*TIME_FIELDS, *PLACE_COLUMNS}
 
 
 def empty_frame(spark: SparkSession) -> DataFrame:

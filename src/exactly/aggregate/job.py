@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from exactly.aggregate.base import AggregateDB, Batch
-from exactly.aggregate.frame import aggregate, events_frame, source_fields
+from exactly.aggregate.frame import TIME_FIELDS, aggregate, events_frame, mergeable, source_fields
 from exactly.aggregate.settings import RECORDS_PER_TRIGGER
 from exactly.aggregate.spec import EVENT_COUNTS, TableSpec
 from exactly.errors import AggregateError
@@ -32,6 +32,7 @@ from exactly.log import Log
 from exactly.spark import checkpoint as spark_checkpoint
 from exactly.spark.batches import BatchFunction, run_batches
 from exactly.spark.datasource import offsets
+from exactly.spark.datasource.merging import WEIGHT
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -182,12 +183,16 @@ def run(
 def source_reading(specs: Sequence[TableSpec]) -> tuple[list[str], dict[str, str]]:
     """The columns the job reads from the source, and the source's options beyond the usual:
     the ``fields`` column and option when the source can read the tables' fields in Arrow
-    (``frame.source_fields``)."""
+    (``frame.source_fields``), and with them the ``weight`` column and option ``merge`` when
+    it may merge alike events (``frame.mergeable``)."""
     columns = ["partition", "offset", "value", "timestamp"]
     fields = source_fields(specs)
     if fields is None:
         return columns, {}
-    return [*columns, "fields"], {"fields": fields.option}
+    if not mergeable(specs):
+        return [*columns, "fields"], {"fields": fields.option}
+    merge = {"fields": fields.option, "merge": ",".join(TIME_FIELDS)}
+    return [*columns, "fields", WEIGHT], merge
 
 
 def say(line: str) -> None:

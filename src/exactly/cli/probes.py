@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import re
 import socket
 import textwrap
 import threading
@@ -70,9 +71,13 @@ class Probe:
     modules: tuple[str, ...] = ()  # what ``run`` imports, imported before the probes run
 
 
+_URL_OPTIONS = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s?]+)\?[^\s)]*")  # a URL's ?options
+
+
 def reason(error: BaseException) -> str:
-    """What went wrong, in a few words: a driver's message reduced to what the user acts on."""
-    text = " ".join(str(error).split()) or type(error).__name__
+    """What went wrong, in a few words: a driver's message reduced to what the user acts on,
+    without the options of a URL it quotes (the doctor shows each URL without them)."""
+    text = _URL_OPTIONS.sub(r"\1", " ".join(str(error).split())) or type(error).__name__
     lowered = text.lower()
     if isinstance(error, ConnectionRefusedError) or "refused" in lowered:
         return "refused"

@@ -136,10 +136,15 @@ class CollectorApp:
         )
         await self.appender.start()
         if settings.forget_key_file is not None:
-            self._regulations = asyncio.create_task(self._follow_regulations())
+            # the regulations are read once before the first request is taken: a forgotten
+            # person's events sent the moment the collector starts are not stored either
+            read: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._regulations = asyncio.create_task(self._follow_regulations(read))
+            await asyncio.wait([read, self._regulations], return_when=asyncio.FIRST_COMPLETED)
 
-    async def _follow_regulations(self) -> None:
-        """Keep :attr:`forgotten` at most a second behind the regulations topic."""
+    async def _follow_regulations(self, read: asyncio.Future[None]) -> None:
+        """Keep :attr:`forgotten` at most a second behind the regulations topic; ``read`` is
+        done once the first reading is (or failed: the log is away, :attr:`last_error`)."""
         from exactly.forget.regulations import REFRESH_SECONDS, Regulations, read_key
 
         assert self.settings.forget_key_file is not None
@@ -154,6 +159,8 @@ class CollectorApp:
                     self.forgotten = regulations.forgotten(key)
                 except ExactlyError as error:  # the log is away: keep what was read
                     self.last_error = str(error)
+                if not read.done():
+                    read.set_result(None)
                 await asyncio.sleep(REFRESH_SECONDS / 2)
         finally:
             log.close()

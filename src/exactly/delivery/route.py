@@ -36,6 +36,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import compress
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -185,6 +186,9 @@ def jobs_for(
         takes = _takes(events, index, destination)
         shaped = events.shaped.get(index)
         mine: list[NewJob] = []
+        if shaped is None and packing(destination):  # the packs straight from the columns
+            jobs += packs_of(*columns, takes, destination, expire_at)
+            continue
         if shaped is None:
             mine = [
                 NewJob(source, name, payload, message_id, user_id, expire_at)
@@ -211,36 +215,65 @@ def jobs_for(
 def packed(jobs: Sequence[NewJob], destination: DestinationSettings) -> list[NewJob]:
     """``jobs`` of one destination (in log order) as packs: per bucket, in order, cut by the
     destination's ``batch`` limits (:func:`~exactly.delivery.batches.cut`); a job whose
-    transform failed stays a job of its own (added ``failed``). Pure: a replay of the same
-    micro-batch makes the same packs, though the JobDB's marker adds none of them again."""
+    transform failed stays a job of its own (added ``failed``). The jobs are one micro-batch's,
+    so one expiry: the packs take the first job's. Pure: a replay of the same micro-batch makes
+    the same packs, though the JobDB's marker adds none of them again."""
+    if not jobs:
+        return []
+    alone = [job for job in jobs if job.error is not None]
+    members = [job for job in jobs if job.error is None]
+    made = packs_of(
+        [job.source for job in members],
+        [job.payload for job in members],
+        [job.message_id for job in members],
+        [job.user_id for job in members],
+        [True] * len(members),
+        destination,
+        jobs[0].expire_at,
+    )
+    return [*made, *alone]
+
+
+def packs_of(
+    sources: Sequence[str],
+    payloads: Sequence[bytes],
+    message_ids: Sequence[str],
+    user_ids: Sequence[str | None],
+    takes: Sequence[bool],
+    destination: DestinationSettings,
+    expire_at: float,
+) -> list[NewJob]:
+    """The packs of the events ``takes`` picks, given as columns in log order: per bucket (its
+    source), in order, cut by the destination's ``batch`` limits. What :func:`packed` makes of
+    their jobs, with no job or member made per event."""
     limits = destination.batch
-    by_bucket: dict[str, list[NewJob]] = {}
-    alone: list[NewJob] = []
-    for job in jobs:
-        if job.error is not None:
-            alone.append(job)
-        else:
-            by_bucket.setdefault(job.source, []).append(job)
+    picked = list(compress(range(len(takes)), takes))
+    by_bucket: dict[str, list[int]] = {}
+    if picked and len(set(sources)) == 1:  # the usual micro-batch: one source, one bucket
+        by_bucket[sources[0]] = picked
+    else:
+        for index in picked:
+            by_bucket.setdefault(sources[index], []).append(index)
     made: list[NewJob] = []
-    for source, members in by_bucket.items():
-        sizes = [len(job.payload) for job in members]
+    for source, indices in by_bucket.items():
+        bodies = [payloads[index] for index in indices]
+        ids = [message_ids[index] for index in indices]
+        users = [user_ids[index] for index in indices]
+        sizes = list(map(len, bodies))
         start = 0
-        while start < len(members):
-            end = start + limits.max_events
+        while start < len(indices):
             taken, _ = cut(
-                sizes[start:end],
+                sizes[start : start + limits.max_events],
                 max_events=limits.max_events,
                 max_bytes=limits.max_bytes,
                 form=limits.format,
             )
-            chosen = members[start : start + taken]
-            start += taken
-            payload = packs.pack(
-                [packs.Member(job.message_id, job.user_id, job.payload) for job in chosen]
-            )
-            key = packs.pack_key(destination.name, (job.message_id for job in chosen))
-            made.append(NewJob(source, destination.name, payload, key, None, chosen[0].expire_at))
-    return [*made, *alone]
+            stop = start + taken
+            payload = packs.pack_columns(ids[start:stop], users[start:stop], bodies[start:stop])
+            key = packs.pack_key(destination.name, ids[start:stop])
+            made.append(NewJob(source, destination.name, payload, key, None, expire_at))
+            start = stop
+    return made
 
 
 def _takes(events: EventColumns, index: int, destination: DestinationSettings) -> Sequence[bool]:

@@ -51,6 +51,7 @@ class LogDataSource(DataSource):
         return source_schema(
             self.options.get("headers", "true").lower() != "false",
             None if fields is None else Fields.parse(fields),
+            merge="merge" in self.options,
         )
 
     def reader(self, schema: StructType) -> DataSourceReader:

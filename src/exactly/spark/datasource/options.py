@@ -37,6 +37,7 @@ class SourceOptions:
     fields: Fields | None = None  # JSON fields read from each value in Arrow (``source.py``)
     ranges: bool = False  # each task's offset ranges, not their records (``source.py``)
     keep_values: bool = False  # with fields: every record's value, its fields read or not
+    merge: tuple[str, ...] = ()  # with fields: records alike merged, weighted (``merging.py``)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -56,6 +57,8 @@ class SourceOptions:
         keep_values = _flag(options.get("keepValues", "false"), "keepValues")
         if ranges and fields is not None:
             raise ConfigError("option ranges reads no records: it takes no option fields")
+        parsed = None if fields is None else Fields.parse(fields)
+        merge = _merge(options.get("merge"), parsed, keep_values)
         return cls(
             log=log,
             topic=topic,
@@ -66,9 +69,10 @@ class SourceOptions:
             read_records=_positive(options.get("readRecords", "5000"), "readRecords"),
             read_tasks=None if tasks is None else _positive(tasks, "readTasks"),
             headers=_flag(options.get("headers", "true"), "headers"),
-            fields=None if fields is None else Fields.parse(fields),
+            fields=parsed,
             ranges=ranges,
             keep_values=keep_values,
+            merge=merge,
         )
 
 
@@ -162,3 +166,19 @@ def shared_log(url: str, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Lo
         if log is None:
             log = _logs[(url, max_record_bytes)] = open_log(url, max_record_bytes=max_record_bytes)
         return log
+
+
+def _merge(text: str | None, fields: Fields | None, keep_values: bool) -> tuple[str, ...]:
+    """Option ``merge``: the time fields read through their minute, as the source's rows merge
+    them (``merging.py``); a merged row keeps no value, so it needs ``fields`` and refuses
+    ``keepValues``."""
+    if text is None:
+        return ()
+    if fields is None or keep_values:
+        raise ConfigError("option merge needs option fields, and takes no keepValues")
+    names = tuple(name.strip() for name in text.split(","))
+    kinds = {field.name: field.kind for field in fields.fields}
+    wrong = [name for name in names if kinds.get(name) != "timestamp"]
+    if wrong:
+        raise ConfigError(f"option merge names {wrong[0]!r}, which is not a timestamp field")
+    return names

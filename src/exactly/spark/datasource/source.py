@@ -14,7 +14,8 @@ whose fields were read is null, so that only the others cross to the JVM (with o
 payload). Each record has one of
 the two, and ``coalesce(fields, from_json(CAST(value AS STRING), <Fields.ddl>))`` is what
 ``from_json`` alone gives for those fields (of a map, for the keys named), for a fraction of its
-CPU (the aggregate job reads events this way).
+CPU (the aggregate job reads events this way). With option ``merge`` as well, records alike
+become one row with a ``weight`` column, for a query that only adds up (``merging.py``).
 
 Option ``ranges=true`` reads no record: each task yields its offset ranges, a row ``partition``
 int, ``start`` bigint, ``end`` bigint per range, for a query whose next step is Python that reads
@@ -59,7 +60,7 @@ from exactly.events.fields import Fields
 from exactly.events.fields import parse as parse_fields
 from exactly.gc_pause import collection_paused
 from exactly.log import LogRecord
-from exactly.spark.datasource import offsets
+from exactly.spark.datasource import merging, offsets
 from exactly.spark.datasource.options import SourceOptions, shared_log
 
 END_RECHECKS = 5  # reads of the ends, a second apart, before a partition behind stops a query
@@ -84,11 +85,13 @@ ARROW_SCHEMA_WITHOUT_HEADERS = ARROW_SCHEMA.remove(ARROW_SCHEMA.get_field_index(
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def schema(headers: bool, fields: Fields | None = None) -> str:
+def schema(headers: bool, fields: Fields | None = None, merge: bool = False) -> str:
     """The source's columns: all of them, or all but ``headers`` (option ``headers=false``), then
-    ``fields`` when asked (option ``fields``)."""
+    ``fields`` when asked (option ``fields``), then ``weight`` (option ``merge``)."""
     columns = SCHEMA if headers else SCHEMA_WITHOUT_HEADERS
-    return columns if fields is None else f"{columns}, fields struct<{fields.ddl}>"
+    if fields is not None:
+        columns = f"{columns}, fields struct<{fields.ddl}>"
+    return f"{columns}, {merging.WEIGHT} bigint" if merge else columns
 
 
 @dataclass(frozen=True)
@@ -180,7 +183,10 @@ def read_range(options: SourceOptions, task: OffsetRange) -> Iterator[Any]:
                 if options.arrow
                 else None
             )
-        if arrow is not None:
+        if arrow is not None and options.merge:
+            assert options.fields is not None
+            yield from merging.merged(arrow, options.fields, options.merge)
+        elif arrow is not None:
             yield arrow
         else:
             yield from to_rows(batch, options.headers)
