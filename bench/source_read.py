@@ -1,22 +1,29 @@
-"""What a read task of the source costs per record, with and without the headers column.
+"""What a read task of the source costs per record: records then Arrow, or columns cut from the
+stored batches.
 
     .venv/bin/python bench/source_read.py [--records 200000] [--repeat 5]
 
-One partition of the embedded sqlite log holding records as the ``events`` topic does (a JSON
-value of ~270 bytes, the messageId as key, the two headers the dedupe job and the sink add),
-read in batches of 10,000 and turned into Arrow record batches the way a read task does, on
-one core, outside Spark:
+One partition of the embedded sqlite log holding records as the ``events`` topic does (a
+Segment event of about 400 bytes as the value, the messageId as key, the two headers the dedupe
+job and the sink add), read in reads of 10,000 and turned into the source's Arrow record batches
+the way a read task does (``source.read_range``), on one core, outside Spark. Two paths:
 
-* headers as before this change: a Python dict per header, ``pa.array`` of lists of dicts;
-* headers as now: one ``list<struct>`` column built from flat lists;
-* ``headers=false``: the log does not decode them and the batch has no headers column.
+* records: the log decodes each record into a Python tuple (``Log.read_range``), and the batch
+  is built from them (``column_reads.of_records``): how every read went before, and how a backend
+  without a columnar read (Kafka) still goes;
+* columns: the sqlite log cuts keys and values out of its stored batches with Arrow
+  (``Log.read_range_columns``, ``sqlite_format.decode_columns``).
 
-Medians of ``--repeat`` rounds, the three alternated in each round; prints a markdown table.
+Each path three ways: without headers (the aggregate's and the route's reads), with them, and
+without them but with the aggregate's fields parsed from the values (``fields``). Medians of
+``--repeat`` rounds, the paths alternated in each round; prints a markdown table with each
+path's ratio to records.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -24,27 +31,46 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from exactly.log import LogRecord, Record, open_log
-from exactly.spark.datasource.source import ARROW_SCHEMA, to_arrow
+from exactly.events.fields import Field, Fields
+from exactly.log import Log, Record, open_log
+from exactly.log.base import read_through
+from exactly.log.column_reads import of_records
+from exactly.spark.datasource.source import from_columns
 
-VALUE = b'{"type":"track","event":"Viewed","userId":"u1","sourceId":"web"}' + b" " * 200
-
-
-def per_dict(records: Sequence[LogRecord]) -> pa.RecordBatch:
-    """The headers column as the source built it before: a dict per header."""
-    batch = to_arrow(records, headers=False)
-    column = pa.array(
-        [[{"key": n, "value": v} for n, v in r.headers] for r in records],
-        ARROW_SCHEMA.field("headers").type,
+FIELDS = Fields(  # what the aggregate's counts read
+    (
+        Field("type", "string"),
+        Field("event", "string"),
+        Field("sourceId", "string"),
+        Field("timestamp", "timestamp"),
+        Field("receivedAt", "timestamp"),
+        Field("properties", "map", ("revenue",)),
     )
-    return pa.RecordBatch.from_arrays([*batch.columns, column], schema=ARROW_SCHEMA)
+)
+READ = 10_000
+
+
+def event(n: int) -> bytes:
+    return json.dumps(
+        {
+            "type": "track",
+            "event": f"Viewed {n % 7}",
+            "messageId": uuid.uuid4().hex,
+            "userId": f"user-{n % 1000}",
+            "sourceId": "web",
+            "timestamp": "2026-11-30T03:00:00.123Z",
+            "receivedAt": "2026-11-30T03:00:01.456Z",
+            "properties": {"revenue": "12.5", "page": f"/items/{n}", "plan": "pro"},
+            "context": {"library": {"name": "analytics.js", "version": "4.1.0"}},
+        }
+    ).encode()
 
 
 def fill(url: str, records: int) -> None:
@@ -56,7 +82,7 @@ def fill(url: str, records: int) -> None:
                 0,
                 [
                     Record(
-                        VALUE,
+                        event(n),
                         key=uuid.uuid4().hex.encode(),
                         headers=(
                             ("exactly.source.offset", b"%d" % n),
@@ -68,14 +94,31 @@ def fill(url: str, records: int) -> None:
             )
 
 
-def read_all(url: str, headers: bool, build: Callable[[Sequence[LogRecord]], object]) -> float:
+def by_records(log: Log, headers: bool) -> Iterator[pa.RecordBatch]:
+    """The read as every backend's records, then columns (``Log._read_columns_at``)."""
+
+    def read_at(offset: int, retry: bool) -> tuple[pa.RecordBatch | None, int]:
+        records, reached = log._read_at("events", 0, offset, READ, 4 << 20, headers)
+        return (of_records(records, headers) if records else None), reached
+
+    end = log.end_offset("events", 0)
+    yield from read_through(read_at, 0, end, 1.0, "events")
+
+
+def by_columns(log: Log, headers: bool) -> Iterator[pa.RecordBatch]:
+    return log.read_range_columns("events", 0, 0, max_records=READ, headers=headers)
+
+
+def read_all(
+    url: str, path: Callable[[Log, bool], Iterator[pa.RecordBatch]], way: str
+) -> tuple[float, int]:
+    """Seconds to read the partition into the source's batches, and the rows read."""
+    headers, fields = way == "headers", FIELDS if way == "fields" else None
     with open_log(url) as log:
-        began = time.perf_counter()
-        offset = 0
-        while batch := log.read("events", 0, offset, max_records=10_000, headers=headers):
-            build(batch)
-            offset = batch[-1].offset + 1
-        return time.perf_counter() - began
+        began, rows = time.perf_counter(), 0
+        for read in path(log, headers):
+            rows += from_columns(read, 0, fields).num_rows
+        return time.perf_counter() - began, rows
 
 
 def main() -> None:
@@ -83,30 +126,30 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    load = os.getloadavg()[0]
-    ways: dict[str, tuple[bool, Callable[[Sequence[LogRecord]], object]]] = {
-        "headers, a dict per header (before)": (True, per_dict),
-        "headers, from flat lists (now)": (True, to_arrow),
-        "headers=false": (False, lambda records: to_arrow(records, headers=False)),
-    }
-    micros: dict[str, list[float]] = {name: [] for name in ways}
+    load = os.getloadavg()
+    paths = {"records": by_records, "columns": by_columns}
+    ways = ("no headers", "headers", "fields")
+    micros: dict[tuple[str, str], list[float]] = {(p, w): [] for w in ways for p in paths}
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as scratch:
         url = f"sqlite://{Path(scratch) / 'log'}"
         fill(url, args.records)
-        for headers, build in ways.values():
-            read_all(url, headers, build)  # warm the page cache and the code
+        for path, way in micros:
+            read_all(url, paths[path], way)  # warm the page cache and the code
         for _ in range(args.repeat):
-            for name, (headers, build) in ways.items():
-                micros[name].append(read_all(url, headers, build) / args.records * 1e6)
-    first = statistics.median(micros[next(iter(ways))])
-    print(f"machine: {platform.platform()}, {os.cpu_count()} cores, load {load:.2f} before")
-    print(f"{args.records:,} records, medians of {args.repeat}")
-    print("| read task, per record | runs (µs) | median (µs) | / before |")
-    print("| --- | --- | ---: | ---: |")
-    for name, found in micros.items():
-        median = statistics.median(found)
-        runs = ", ".join(f"{x:.2f}" for x in found)
-        print(f"| {name} | {runs} | {median:.2f} | {median / first:.2f} |")
+            for path, way in micros:
+                seconds, rows = read_all(url, paths[path], way)
+                assert rows == args.records, (path, way, rows)
+                micros[path, way].append(seconds / rows * 1e6)
+    print(f"machine: {platform.platform()}, {os.cpu_count()} cores")
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in load)}")
+    print(f"{args.records:,} records, reads of {READ:,}, medians of {args.repeat}")
+    print("| read task, per record | path | runs (µs) | median (µs) | / records |")
+    print("| --- | --- | --- | ---: | ---: |")
+    for path, way in micros:
+        median = statistics.median(micros[path, way])
+        base = statistics.median(micros["records", way])
+        runs = ", ".join(f"{x:.2f}" for x in micros[path, way])
+        print(f"| {way} | {path} | {runs} | {median:.2f} | {median / base:.2f} |")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import settings
 
 from exactly.log import BACKENDS, Log, open_log
 
@@ -28,6 +29,11 @@ if TYPE_CHECKING:
     from tests.up_service import Stack
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+# Hypothesis checks what the code does, not how fast: its 200 ms deadline per example failed a
+# first example that paid for pyarrow's lazy imports (455 ms on a slow machine), and the suite
+# runs three workers on two cores
+settings.register_profile("exactly", deadline=None)
+settings.load_profile("exactly")
 LOG_BACKENDS = list(BACKENDS)
 # The Spark crash tests, each SIGKILLing a JVM 20 times or more while the next one starts, in
 # two chains: with pytest-xdist (``./dev test`` starts three workers) two workers start with a

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 
 from exactly.errors import (
@@ -133,6 +134,62 @@ def test_bounded_batches(log: Log, topic: str) -> None:
     assert log.read(topic, 0, 250) == []
     assert log.read(topic, 0, 10_000) == []
     assert len(read_all(log, topic, 0)) == 250
+
+
+def as_columns(records: list, headers: bool) -> dict[str, list]:  # type: ignore[type-arg]
+    """``records`` as ``read_range_columns`` answers them, column by column."""
+    found = {
+        "offset": [r.offset for r in records],
+        "key": [r.key for r in records],
+        "value": [r.value for r in records],
+        "timestamp": [r.timestamp for r in records],
+    }
+    if headers:
+        found["headers"] = [[{"key": n, "value": v} for n, v in r.headers] for r in records]
+    return found
+
+
+@pytest.mark.parametrize("headers", [True, False])
+def test_a_columnar_read_answers_the_records_of_a_read(log: Log, topic: str, headers: bool) -> None:
+    """``read_range_columns`` gives the same records as ``read_range`` in Arrow columns, from
+    any offset to any end, cut by ``max_records`` and ``max_bytes`` alike."""
+    log.create_topic(topic, 1)
+    for append in range(3):  # stored batches of several sizes; keys, headers, times or none
+        log.append(
+            topic,
+            0,
+            [
+                Record(
+                    b"%d.%d" % (append, n) + b"x" * (n % 40),
+                    key=None if n % 3 == 0 else b"k%d" % n,
+                    headers=(("a", b"%d" % n),) * (n % 3),
+                    timestamp=1_700_000_000_000 + n if n % 2 else None,
+                )
+                for n in range(50 * append + 7)
+            ],
+        )
+    end = log.end_offset(topic, 0)
+    for start, stop, max_records, max_bytes in [
+        (0, end, 1000, 4 << 20),
+        (3, end - 5, 17, 4 << 20),
+        (60, end, 1000, 300),
+        (end - 1, end, 5, 1),
+    ]:
+        expected = [
+            r
+            for batch in log.read_range(
+                topic, 0, start, stop, max_records=max_records, max_bytes=max_bytes
+            )
+            for r in batch
+        ]
+        batches = list(
+            log.read_range_columns(
+                topic, 0, start, stop, max_records=max_records, max_bytes=max_bytes, headers=headers
+            )
+        )
+        assert all(0 < batch.num_rows <= max_records for batch in batches)
+        read = pa.Table.from_batches(batches).to_pydict()
+        assert read == as_columns(expected, headers), (start, stop, max_records, max_bytes)
 
 
 def test_large_record_alone_still_read(log: Log, topic: str) -> None:

@@ -13,8 +13,16 @@ from hypothesis import strategies as st
 from exactly.errors import InvalidRecord, RecordTooLarge
 from exactly.log import Log, Record
 from exactly.log.base import records_of
+from exactly.log.column_reads import of_records
 from exactly.log.columns import HEADERS, check, record_columns, with_header, without_header
-from exactly.log.sqlite_format import BATCH_BYTES, pack, pack_columns
+from exactly.log.sqlite_format import (
+    BATCH_BYTES,
+    PackedBatch,
+    decode_columns,
+    decode_records,
+    pack,
+    pack_columns,
+)
 
 names = st.sampled_from(["a", "b", "", "é\x00", "exactly.seq"])
 headers = st.lists(st.tuples(names, st.binary(max_size=8)), max_size=3).map(tuple)
@@ -48,6 +56,21 @@ def test_columns_pack_byte_for_byte_as_their_records(
     part = columns.slice(start, length)
     assert records_of(part) == found[start : start + length]
     assert pack_columns(part, stamp) == pack(found[start : start + length], stamp)
+
+
+@given(st.lists(records, max_size=30), st.integers(0, 2**40), st.booleans(), st.data())
+def test_a_stored_batch_decodes_to_the_columns_of_its_records(
+    found: list[Record], offset: int, headers: bool, data: st.DataObject
+) -> None:
+    """``decode_columns`` answers what ``decode_records`` does, in columns: keys null or not,
+    empty values, headers asked or not, from any record on, any count."""
+    (batch,) = pack(found, 7) or [PackedBatch(0, b"", None)]
+    skip = data.draw(st.integers(0, len(found)))
+    count = data.draw(st.integers(0, len(found) + 2))
+    expected, content = decode_records(batch.data, 0, offset, skip, count, headers)
+    read, contents = decode_columns(batch.data, offset, skip, count, headers)
+    assert read.equals(of_records(expected, headers))
+    assert int(contents.sum()) == content
 
 
 def test_large_records_are_cut_into_the_same_batches() -> None:

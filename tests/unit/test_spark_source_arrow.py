@@ -9,13 +9,13 @@ from hypothesis import strategies as st
 
 from exactly.errors import ExactlyError
 from exactly.log import LogRecord
+from exactly.log.column_reads import header_column
 from exactly.spark.datasource.options import SourceOptions
 from exactly.spark.datasource.source import (
     ARROW_SCHEMA,
     ARROW_SCHEMA_WITHOUT_HEADERS,
     SCHEMA,
     SCHEMA_WITHOUT_HEADERS,
-    header_column,
     schema,
     to_arrow,
 )

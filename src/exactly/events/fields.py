@@ -37,7 +37,6 @@ import json
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import compress
 
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -140,23 +139,20 @@ class Fields:
         return rf'"(?:{quoted})"\s*:\s*[^"n\s]'
 
 
-def parse(
-    values: Sequence[bytes], fields: Fields, array: pa.BinaryArray | None = None
-) -> pa.StructArray:
+def parse(values: Sequence[bytes] | pa.BinaryArray, fields: Fields) -> pa.StructArray:
     """Each value's ``fields``, or null where ``from_json`` has to read it (module docstring).
 
-    ``array``: ``values`` as an Arrow array, when the caller has one.
+    ``values``: bytes, or an Arrow binary array of them (no null), read as they are.
     """
-    if array is None:
-        array = pa.array(values, pa.binary())
+    array = values if isinstance(values, pa.Array) else pa.array(values, pa.binary())
     # 1. the shape
     lengths = pc.binary_length(array)
     shaped = pc.and_kleene(pc.starts_with(array, pattern="{"), pc.less(lengths, MAX_VALUE_BYTES))
     taken = pc.fill_null(shaped, False).to_numpy(zero_copy_only=False)
     long = np.flatnonzero(taken & (pc.fill_null(lengths, 0).to_numpy() >= LIMIT))
     if len(long):
-        taken[long] = _within_limits([values[n] for n in long.tolist()])
-    chosen = list(compress(values, taken))
+        taken[long] = _within_limits(array.take(pa.array(long)).to_pylist())
+    chosen = array.filter(pa.array(taken))
     # 2. RapidJSON: all at once, else without the values where a field is not text (a number
     # for revenue, say), split in halves where it still fails
     read = _read_block(chosen, fields.as_read)
@@ -165,7 +161,7 @@ def parse(
     else:
         found = pc.match_substring_regex(array, pattern=fields.not_text)
         taken &= ~pc.fill_null(found, False).to_numpy(zero_copy_only=False)
-        chosen = list(compress(values, taken))
+        chosen = array.filter(pa.array(taken))
         read, good = _read_all(chosen, fields.as_read)
     columns = []
     for field in fields.fields:
@@ -205,7 +201,7 @@ def _within_limits(values: Sequence[bytes]) -> np.ndarray:
     return ok
 
 
-def _read_all(values: Sequence[bytes], schema: pa.Schema) -> tuple[pa.Table, np.ndarray]:
+def _read_all(values: pa.BinaryArray, schema: pa.Schema) -> tuple[pa.Table, np.ndarray]:
     """``values`` read by RapidJSON, one row each (null where it failed), and which rows are
     good (step 2)."""
     tables, good = [schema.empty_table()], [np.zeros(0, np.bool_)]
@@ -218,13 +214,13 @@ def _read_all(values: Sequence[bytes], schema: pa.Schema) -> tuple[pa.Table, np.
 
 
 def _read(
-    values: Sequence[bytes], start: int, end: int, schema: pa.Schema
+    values: pa.BinaryArray, start: int, end: int, schema: pa.Schema
 ) -> Iterator[tuple[pa.Table | None, int]]:
     """The rows of ``values[start:end]`` in order, as tables of the rows RapidJSON read and
     ``None`` for a value it could not read alone; a range that fails is split in halves."""
     if start == end:
         return
-    table = _read_block(values[start:end], schema)
+    table = _read_block(values.slice(start, end - start), schema)
     if table is not None:
         yield table, end - start
     elif end - start == 1:
@@ -253,14 +249,17 @@ def _map(read: pa.StructArray, keys: tuple[str, ...]) -> pa.MapArray:
     )
 
 
-def _read_block(values: Sequence[bytes], schema: pa.Schema) -> pa.Table | None:
+def _read_block(values: pa.BinaryArray, schema: pa.Schema) -> pa.Table | None:
     """``values`` read by RapidJSON in one call, one row each; None if any fails."""
-    block = b"\n".join(values)
+    if not len(values):
+        return schema.empty_table()
+    lines = pa.ListArray.from_arrays(pa.array([0, len(values)], pa.int32()), values)
+    block = pc.binary_join(lines, b"\n")[0].as_buffer()
     try:
-        block.decode()  # RapidJSON leaves invalid UTF-8 in strings; Spark would replace it
+        values.cast(pa.string())  # RapidJSON leaves invalid UTF-8 in strings; Spark replaces it
         table = pa_json.read_json(
-            pa.py_buffer(block),
-            read_options=pa_json.ReadOptions(use_threads=False, block_size=len(block) + 1),
+            block,
+            read_options=pa_json.ReadOptions(use_threads=False, block_size=block.size + 1),
             parse_options=pa_json.ParseOptions(
                 explicit_schema=schema, unexpected_field_behavior="ignore"
             ),

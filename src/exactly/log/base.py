@@ -30,7 +30,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from exactly.errors import (
     Fenced,
@@ -356,6 +356,36 @@ class Log(ABC):
         wait = self.read_patience if patience is None else patience
         return read_through(read_at, start, end, wait, where)
 
+    def read_range_columns(
+        self,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int | None = None,
+        *,
+        max_records: int = 1000,
+        max_bytes: int = 4 * 1024 * 1024,
+        headers: bool = True,
+        patience: float | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """:meth:`read_range`'s records as Arrow record batches of ``exactly.log.column_reads.READ``
+        (without ``headers``: ``READ_WITHOUT_HEADERS``), for readers that want columns: the
+        sqlite log cuts them out of its stored batches without a Python object per record."""
+        self._check_partition(topic, partition)
+        if end is None:
+            end = self._end_offset(topic, partition)
+        if start < 0 or max_records < 1 or max_bytes < 1:
+            raise InvalidRecord("offsets start at 0; max_records and max_bytes must be positive")
+
+        def read_at(offset: int, retry: bool) -> tuple[pa.RecordBatch | None, int]:
+            return self._read_columns_at(
+                topic, partition, offset, max_records, max_bytes, headers, retry=retry
+            )
+
+        where = f"{topic!r} partition {partition}"
+        wait = self.read_patience if patience is None else patience
+        return read_through(read_at, start, end, wait, where, cut=_columns_below)
+
     def _read_at(
         self,
         topic: str,
@@ -372,6 +402,25 @@ class Log(ABC):
         ``retry``: the last read from ``offset`` got nowhere, so read afresh."""
         records = self._read(topic, partition, offset, max_records, max_bytes, headers)
         return records, records[-1].offset + 1 if records else offset
+
+    def _read_columns_at(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int,
+        max_bytes: int,
+        headers: bool,
+        *,
+        retry: bool = False,
+    ) -> tuple[pa.RecordBatch | None, int]:
+        """:meth:`_read_at` as columns (None: no record); a backend may read them as such."""
+        from exactly.log.column_reads import of_records
+
+        records, reached = self._read_at(
+            topic, partition, offset, max_records, max_bytes, headers, retry=retry
+        )
+        return (of_records(records, headers) if records else None), reached
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         """For each partition, the offset the next appended record will get."""
@@ -550,15 +599,38 @@ class Log(ABC):
     def _last_sequence(self, topic: str, partition: int, producer: str) -> int | None: ...
 
 
+Chunk = TypeVar("Chunk", list[LogRecord], "pa.RecordBatch")  # what read_through yields
+
+
+def _records_below(records: list[LogRecord], end: int) -> list[LogRecord] | None:
+    """``records`` without those at or past ``end``; None when none is."""
+    if records[-1].offset < end:
+        return None
+    return [record for record in records if record.offset < end]
+
+
+def _columns_below(batch: pa.RecordBatch, end: int) -> pa.RecordBatch | None:
+    """The rows of a batch of ``column_reads.READ`` below offset ``end``; None when all are."""
+    offsets = batch.column("offset")
+    if offsets[len(offsets) - 1].as_py() < end:
+        return None
+    import numpy as np
+
+    return batch.slice(0, int(np.searchsorted(offsets.to_numpy(), end)))
+
+
 def read_through(
-    read_at: Callable[[int, bool], tuple[list[LogRecord], int]],
+    read_at: Callable[[int, bool], tuple[Chunk | None, int]],
     start: int,
     end: int,
     patience: float,
     where: str,
-) -> Iterator[list[LogRecord]]:
+    cut: Callable[[Chunk, int], Chunk | None] = _records_below,
+) -> Iterator[Chunk]:
     """The records of ``[start, end)`` from ``read_at(offset, retry)``, which answers records
-    from ``offset`` on and the position it reached (:meth:`Log.read_range`).
+    from ``offset`` on and the position it reached (:meth:`Log.read_range`); as lists of
+    records, or as batches of columns (:meth:`Log.read_range_columns`, with ``cut``: the rows
+    below an offset, None when all are).
 
     Goes on from each position reached; a read that gets nowhere is retried with backoff
     (``retry`` true), and one that gets nowhere for ``patience`` seconds raises
@@ -567,10 +639,11 @@ def read_through(
     position, stalled, backoff = start, 0.0, 0.0
     while position < end:
         records, reached = read_at(position, stalled > 0)
-        if records and records[-1].offset >= end:
-            records = [record for record in records if record.offset < end]
-            reached = end
-        if records:
+        if records is not None and len(records):
+            below = cut(records, end)
+            if below is not None:
+                records, reached = below, end
+        if records is not None and len(records):
             yield records
         if reached > position:
             position, stalled, backoff = reached, 0.0, 0.0

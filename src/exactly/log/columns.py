@@ -21,9 +21,8 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from exactly.errors import InvalidRecord, RecordTooLarge
 from exactly.log.base import RESERVED_HEADERS
+from exactly.log.column_reads import HEADER, HEADERS
 
-HEADER = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
-HEADERS = pa.list_(HEADER)
 SCHEMA = pa.schema(
     [
         pa.field("value", pa.binary(), nullable=False),

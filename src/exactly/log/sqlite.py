@@ -53,6 +53,7 @@ from exactly.log.sqlite_format import (
     committed_end,
     connect,
     create_tables,
+    decode_columns,
     decode_records,
     has_rows_table,
     key_hash,
@@ -399,6 +400,49 @@ class SqliteLog(Log):
         finally:
             cursor.close()  # ends the read transaction at once, not when the cursor is collected
         return found
+
+    def _read_columns_at(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int,
+        max_bytes: int,
+        headers: bool,
+        *,
+        retry: bool = False,
+    ) -> tuple[pa.RecordBatch | None, int]:
+        """:meth:`_read` as columns, cut from each stored batch by ``decode_columns``."""
+        import numpy as np
+        import pyarrow as pa
+
+        end = self._durable_end(topic, partition)  # never past what is synced
+        if offset >= end:
+            return None, offset
+        low = partition_range(partition)[0]
+        at, stop = low + offset, low + min(end, offset + max_records)
+        found: list[pa.RecordBatch] = []
+        size = 0
+        cursor = self._reader(topic).execute(_BATCHES_FROM, (at, stop, low))
+        try:
+            for first, data in cursor:
+                taken, contents = decode_columns(data, at - low, at - first, stop - at, headers)
+                sizes = np.cumsum(contents) + size
+                if len(sizes) and sizes[-1] >= max_bytes:  # cut after the record reaching it
+                    reached = int(np.searchsorted(sizes, max_bytes, side="left")) + 1
+                    found.append(taken.slice(0, reached))
+                    break
+                found.append(taken)
+                at += taken.num_rows
+                size = int(sizes[-1]) if len(sizes) else size
+                if at >= stop:
+                    break
+        finally:
+            cursor.close()  # ends the read transaction at once, not when the cursor is collected
+        rows = sum(batch.num_rows for batch in found)
+        if not rows:
+            return None, offset
+        return pa.concat_batches(found) if len(found) > 1 else found[0], offset + rows
 
     def _find(self, topic: str, partition: int, key: bytes) -> list[LogRecord] | None:
         """The records of ``key``: the partition's key hashes scanned (numpy), then the batches

@@ -73,7 +73,8 @@ from exactly.events import partition_for
 from exactly.gc_pause import collection_paused
 from exactly.log import Log, Record
 from exactly.log.base import Header, PartitionWriter
-from exactly.log.columns import HEADERS, record_columns, with_header, without_header
+from exactly.log.column_reads import HEADERS
+from exactly.log.columns import record_columns, with_header, without_header
 from exactly.spark.datasource import lease
 from exactly.spark.datasource.marks import MARK, Mark, find_mark, resume_at, without_mark
 from exactly.spark.datasource.options import AT_LEAST_ONCE, SORTED, SinkOptions, shared_log

@@ -39,9 +39,9 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from itertools import accumulate
 from typing import Any, cast
 
+import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 from pyspark.sql.datasource import (
@@ -60,6 +60,7 @@ from exactly.events.fields import Fields
 from exactly.events.fields import parse as parse_fields
 from exactly.gc_pause import collection_paused
 from exactly.log import LogRecord
+from exactly.log.column_reads import of_records
 from exactly.spark.datasource import merging, offsets
 from exactly.spark.datasource.options import SourceOptions, shared_log
 
@@ -165,7 +166,7 @@ def read_range(options: SourceOptions, task: OffsetRange) -> Iterator[Any]:
     (:meth:`~exactly.log.base.Log.read_range`), never taken for its end.
     """
     log = shared_log(options.log)
-    batches = log.read_range(
+    batches = log.read_range_columns(
         options.topic,
         task.partition,
         task.start,
@@ -174,22 +175,19 @@ def read_range(options: SourceOptions, task: OffsetRange) -> Iterator[Any]:
         headers=options.headers,
     )
     while True:
-        with collection_paused():  # a batch's records are freed by reference counting
+        with collection_paused():  # a backend reading records frees them by reference counting
             batch = next(batches, None)
-            if batch is None:
-                return
-            arrow = (
-                to_arrow(batch, options.headers, options.fields, options.keep_values)
-                if options.arrow
-                else None
-            )
-        if arrow is not None and options.merge:
+        if batch is None:
+            return
+        if not options.arrow:
+            yield from to_rows(batch, task.partition, options.headers)
+            continue
+        arrow = from_columns(batch, task.partition, options.fields, options.keep_values)
+        if options.merge:
             assert options.fields is not None
             yield from merging.merged(arrow, options.fields, options.merge)
-        elif arrow is not None:
-            yield arrow
         else:
-            yield from to_rows(batch, options.headers)
+            yield arrow
 
 
 def read_ranges(options: SourceOptions, rows: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -220,46 +218,52 @@ def to_arrow(
     """Log records as one Arrow record batch of :data:`ARROW_SCHEMA` (without ``headers``:
     :data:`ARROW_SCHEMA_WITHOUT_HEADERS`), then the ``fields`` column when asked (and the
     values of the records whose fields were read only with ``keep_values``)."""
-    partitions, positions, keys, values, found, stamps = zip(*records, strict=True)
-    millis = pa.array(stamps, pa.int64())
-    value_column = pa.array(values, pa.binary())
-    read = None if fields is None else parse_fields(values, fields, value_column)
-    if read is not None and not keep_values:  # a value whose fields were read stays here
-        value_column = pc.if_else(pc.is_null(read), value_column, pa.scalar(None, pa.binary()))
+    partitions = pa.array([record.partition for record in records], pa.int32())
+    return from_columns(of_records(records, headers), partitions, fields, keep_values)
+
+
+def from_columns(
+    read: pa.RecordBatch,
+    partition: int | pa.Array,
+    fields: Fields | None = None,
+    keep_values: bool = False,
+) -> pa.RecordBatch:
+    """What the log answered a columnar read of one partition with (``column_reads.READ``, with or
+    without headers) as the source's batch: :func:`to_arrow`'s."""
+    if isinstance(partition, int):
+        partition = pa.array(np.full(read.num_rows, partition, np.int32))
+    value_column = read.column("value")
+    found = None if fields is None else parse_fields(value_column, fields)
+    if found is not None and not keep_values:  # a value whose fields were read stays here
+        value_column = pc.if_else(pc.is_null(found), value_column, pa.scalar(None, pa.binary()))
     columns = [
-        pa.array(partitions, pa.int32()),
-        pa.array(positions, pa.int64()),
-        pa.array(keys, pa.binary()),
+        partition,
+        read.column("offset"),
+        read.column("key"),
         value_column,
-        pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC")),
+        pc.multiply(read.column("timestamp"), 1000).cast(pa.timestamp("us", tz="UTC")),
     ]
     schema = ARROW_SCHEMA_WITHOUT_HEADERS
-    if headers:
-        columns.append(header_column(found))
+    if "headers" in read.schema.names:
+        columns.append(read.column("headers"))
         schema = ARROW_SCHEMA
-    if read is not None:
-        columns.append(read)
-        schema = schema.append(pa.field("fields", read.type))
+    if found is not None:
+        columns.append(found)
+        schema = schema.append(pa.field("fields", found.type))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def header_column(found: Sequence[Sequence[tuple[str, bytes]]]) -> pa.ListArray:
-    """Each record's headers as one ``list<struct<key, value>>`` column, built from flat lists
-    of names and values (no dict per header)."""
-    starts = [0, *accumulate(map(len, found))]
-    pairs = [pair for one in found for pair in one]
-    names = pa.array([name for name, _ in pairs], pa.string())
-    data = pa.array([value for _, value in pairs], pa.binary())
-    entries = pa.StructArray.from_arrays([names, data], fields=list(_HEADER))
-    return pa.ListArray.from_arrays(pa.array(starts, pa.int32()), entries)
-
-
-def to_rows(records: Sequence[LogRecord], headers: bool = True) -> Iterator[tuple[Any, ...]]:
-    """Log records as plain tuples, for comparison with Arrow (``bench/spark_io.py``)."""
-    for r in records:
-        stamp = _EPOCH + timedelta(milliseconds=r.timestamp)
-        row = (r.partition, r.offset, r.key, r.value, stamp)
-        yield (*row, [(n, v) for n, v in r.headers]) if headers else row
+def to_rows(
+    read: pa.RecordBatch, partition: int, headers: bool = True
+) -> Iterator[tuple[Any, ...]]:
+    """A columnar read's records as plain tuples, for comparison with Arrow
+    (``bench/spark_io.py``)."""
+    names = ("offset", "key", "value", "timestamp")
+    columns = [read.column(name).to_pylist() for name in names]
+    found = read.column("headers").to_pylist() if headers else [None] * read.num_rows
+    for offset, key, value, millis, own in zip(*columns, found, strict=True):
+        row = (partition, offset, key, value, _EPOCH + timedelta(milliseconds=millis))
+        yield (*row, [(h["key"], h["value"]) for h in own]) if own is not None else row
 
 
 class LogBatchReader(DataSourceReader):
