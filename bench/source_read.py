@@ -3,10 +3,11 @@ stored batches.
 
     .venv/bin/python bench/source_read.py [--records 200000] [--repeat 5]
 
-One partition of the embedded sqlite log holding records as the ``events`` topic does (a
-Segment event of about 400 bytes as the value, the messageId as key, the two headers the dedupe
-job and the sink add), read in reads of 10,000 and turned into the source's Arrow record batches
-the way a read task does (``source.read_range``), on one core, outside Spark. Two paths:
+One partition of the embedded sqlite log holding records as the ``events`` topic does (the
+demo's events as the collector stores them, about 400 bytes, a numeric revenue in one in eight;
+the messageId as key; the two headers the dedupe job and the sink add), read in reads of 10,000
+and turned into the source's Arrow record batches the way a read task does
+(``source.read_range``), on one core, outside Spark. Two paths:
 
 * records: the log decodes each record into a Python tuple (``Log.read_range``), and the batch
   is built from them (``column_reads.of_records``): how every read went before, and how a backend
@@ -23,9 +24,10 @@ path's ratio to records.
 from __future__ import annotations
 
 import argparse
-import json
+import itertools
 import os
 import platform
+import random
 import statistics
 import sys
 import tempfile
@@ -38,7 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from exactly.demo import generate_events
 from exactly.events.fields import Field, Fields
+from exactly.events.normalise import Receipt, normalise
 from exactly.log import Log, Record, open_log
 from exactly.log.base import read_through
 from exactly.log.column_reads import of_records
@@ -57,39 +61,29 @@ FIELDS = Fields(  # what the aggregate's counts read
 READ = 10_000
 
 
-def event(n: int) -> bytes:
-    return json.dumps(
-        {
-            "type": "track",
-            "event": f"Viewed {n % 7}",
-            "messageId": uuid.uuid4().hex,
-            "userId": f"user-{n % 1000}",
-            "sourceId": "web",
-            "timestamp": "2026-11-30T03:00:00.123Z",
-            "receivedAt": "2026-11-30T03:00:01.456Z",
-            "properties": {"revenue": "12.5", "page": f"/items/{n}", "plan": "pro"},
-            "context": {"library": {"name": "analytics.js", "version": "4.1.0"}},
-        }
-    ).encode()
-
-
 def fill(url: str, records: int) -> None:
+    """``records`` of the demo's events (what ``bench/e2e.py`` sends), normalised as the
+    collector stores them, with the two headers the dedupe job and the sink add."""
+    rng = random.Random(7)
+    receipt = Receipt.of("web")
+    events = generate_events(records, rng, time.time())
     with open_log(url) as log:
         log.create_topic("events", 1)
         for start in range(0, records, 10_000):
+            found = [normalise(event, receipt) for event in itertools.islice(events, 10_000)]
             log.append(
                 "events",
                 0,
                 [
                     Record(
-                        event(n),
-                        key=uuid.uuid4().hex.encode(),
+                        value,
+                        key=message_id.encode(),
                         headers=(
                             ("exactly.source.offset", b"%d" % n),
                             ("exactly.sink", b"%s 12 0 %d" % (uuid.uuid4().hex.encode(), n)),
                         ),
                     )
-                    for n in range(start, min(start + 10_000, records))
+                    for n, (message_id, value) in enumerate(found, start)
                 ],
             )
 

@@ -106,7 +106,8 @@ def test_values_whose_fields_are_not_text_are_set_aside_before_splitting(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """One event in ten with a numeric revenue (Segment's own spec) must not split a batch value
-    by value: the pattern sets them aside and the rest is read in one more call."""
+    by value: the pattern sets them aside and the rest is read in one more call. The next batch
+    of the same fields goes to the pattern first, until one has no such value."""
     from exactly.events import fields
 
     calls: list[int] = []
@@ -117,6 +118,7 @@ def test_values_whose_fields_are_not_text_are_set_aside_before_splitting(
         return read_block(values, schema)
 
     monkeypatch.setattr(fields, "_read_block", counted)
+    monkeypatch.setattr(fields, "_NOT_TEXT_LAST", set())
     values = [
         orjson.dumps({"type": "track", "properties": {"revenue": n if n % 10 == 0 else str(n)}})
         for n in range(1000)
@@ -124,3 +126,12 @@ def test_values_whose_fields_are_not_text_are_set_aside_before_splitting(
     read = parse(values, FIELDS)
     assert calls == [1000, 900]
     assert [row is None for row in read.to_pylist()] == [n % 10 == 0 for n in range(1000)]
+    again = parse(values, FIELDS)
+    assert calls == [1000, 900, 900]
+    assert again.equals(read)
+    text = [value for n, value in enumerate(values) if n % 10]
+    assert parse(text, FIELDS).to_pylist() == [row for row in read.to_pylist() if row is not None]
+    assert calls == [1000, 900, 900, 900]  # the pattern found none: the next tries all at once
+    parse(text, FIELDS)
+    assert calls == [1000, 900, 900, 900, 900]
+    assert not fields._NOT_TEXT_LAST

@@ -139,6 +139,9 @@ class Fields:
         return rf'"(?:{quoted})"\s*:\s*[^"n\s]'
 
 
+_NOT_TEXT_LAST: set[Fields] = set()  # the fields whose last values had one not text (step 2)
+
+
 def parse(values: Sequence[bytes] | pa.BinaryArray, fields: Fields) -> pa.StructArray:
     """Each value's ``fields``, or null where ``from_json`` has to read it (module docstring).
 
@@ -154,14 +157,19 @@ def parse(values: Sequence[bytes] | pa.BinaryArray, fields: Fields) -> pa.Struct
         taken[long] = _within_limits(array.take(pa.array(long)).to_pylist())
     chosen = array.filter(pa.array(taken))
     # 2. RapidJSON: all at once, else without the values where a field is not text (a number
-    # for revenue, say), split in halves where it still fails
-    read = _read_block(chosen, fields.as_read)
+    # for revenue, say), split in halves where it still fails. When the last values of these
+    # fields had such a value, these likely have one too: the whole read is not tried first.
+    read = None if fields in _NOT_TEXT_LAST else _read_block(chosen, fields.as_read)
     if read is not None:
         good = np.ones(len(chosen), np.bool_)
     else:
-        found = pc.match_substring_regex(array, pattern=fields.not_text)
-        taken &= ~pc.fill_null(found, False).to_numpy(zero_copy_only=False)
-        chosen = array.filter(pa.array(taken))
+        found = pc.fill_null(pc.match_substring_regex(array, pattern=fields.not_text), False)
+        if pc.any(found).as_py():
+            _NOT_TEXT_LAST.add(fields)
+            taken &= ~found.to_numpy(zero_copy_only=False)
+            chosen = array.filter(pa.array(taken))
+        else:
+            _NOT_TEXT_LAST.discard(fields)
         read, good = _read_all(chosen, fields.as_read)
     columns = []
     for field in fields.fields:
