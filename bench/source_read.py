@@ -15,8 +15,10 @@ and turned into the source's Arrow record batches the way a read task does
 * columns: the sqlite log cuts keys and values out of its stored batches with Arrow
   (``Log.read_range_columns``, ``sqlite_format.decode_columns``).
 
-Each path three ways: without headers (the aggregate's and the route's reads), with them, and
-without them but with the aggregate's fields parsed from the values (``fields``). Medians of
+Each path four ways: ``events`` without headers (the aggregate's and the route's reads), with
+them, without them but with the aggregate's fields parsed from the values (``fields``), and
+``raw`` (records without headers, as the collector appends them) with the headers asked for, as
+the dedupe job reads it. Medians of
 ``--repeat`` rounds, the paths alternated in each round; prints a markdown table with each
 path's ratio to records.
 """
@@ -63,14 +65,17 @@ READ = 10_000
 
 def fill(url: str, records: int) -> None:
     """``records`` of the demo's events (what ``bench/e2e.py`` sends), normalised as the
-    collector stores them, with the two headers the dedupe job and the sink add."""
+    collector stores them: in ``raw`` as the collector appends them, in ``events`` with the two
+    headers the dedupe job and the sink add."""
     rng = random.Random(7)
     receipt = Receipt.of("web")
     events = generate_events(records, rng, time.time())
     with open_log(url) as log:
+        log.create_topic("raw", 1)
         log.create_topic("events", 1)
         for start in range(0, records, 10_000):
             found = [normalise(event, receipt) for event in itertools.islice(events, 10_000)]
+            log.append("raw", 0, [Record(value, key=id.encode()) for id, value in found])
             log.append(
                 "events",
                 0,
@@ -88,29 +93,38 @@ def fill(url: str, records: int) -> None:
             )
 
 
-def by_records(log: Log, headers: bool) -> Iterator[pa.RecordBatch]:
+def by_records(log: Log, topic: str, headers: bool) -> Iterator[pa.RecordBatch]:
     """The read as every backend's records, then columns (``Log._read_columns_at``)."""
 
     def read_at(offset: int, retry: bool) -> tuple[pa.RecordBatch | None, int]:
-        records, reached = log._read_at("events", 0, offset, READ, 4 << 20, headers)
+        records, reached = log._read_at(topic, 0, offset, READ, 4 << 20, headers)
         return (of_records(records, headers) if records else None), reached
 
-    end = log.end_offset("events", 0)
-    yield from read_through(read_at, 0, end, 1.0, "events")
+    end = log.end_offset(topic, 0)
+    yield from read_through(read_at, 0, end, 1.0, topic)
 
 
-def by_columns(log: Log, headers: bool) -> Iterator[pa.RecordBatch]:
-    return log.read_range_columns("events", 0, 0, max_records=READ, headers=headers)
+def by_columns(log: Log, topic: str, headers: bool) -> Iterator[pa.RecordBatch]:
+    return log.read_range_columns(topic, 0, 0, max_records=READ, headers=headers)
+
+
+# each way: the topic read, whether the headers are asked for, and the fields parsed
+WAYS: dict[str, tuple[str, bool, Fields | None]] = {
+    "no headers": ("events", False, None),
+    "headers": ("events", True, None),
+    "fields": ("events", False, FIELDS),
+    "raw, headers asked (the dedupe job's)": ("raw", True, None),
+}
 
 
 def read_all(
-    url: str, path: Callable[[Log, bool], Iterator[pa.RecordBatch]], way: str
+    url: str, path: Callable[[Log, str, bool], Iterator[pa.RecordBatch]], way: str
 ) -> tuple[float, int]:
     """Seconds to read the partition into the source's batches, and the rows read."""
-    headers, fields = way == "headers", FIELDS if way == "fields" else None
+    topic, headers, fields = WAYS[way]
     with open_log(url) as log:
         began, rows = time.perf_counter(), 0
-        for read in path(log, headers):
+        for read in path(log, topic, headers):
             rows += from_columns(read, 0, fields).num_rows
         return time.perf_counter() - began, rows
 
@@ -122,7 +136,7 @@ def main() -> None:
     args = parser.parse_args()
     load = os.getloadavg()
     paths = {"records": by_records, "columns": by_columns}
-    ways = ("no headers", "headers", "fields")
+    ways = tuple(WAYS)
     micros: dict[tuple[str, str], list[float]] = {(p, w): [] for w in ways for p in paths}
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as scratch:
         url = f"sqlite://{Path(scratch) / 'log'}"

@@ -38,13 +38,24 @@ def read_columns(
     keys: pa.Array,
     values: pa.Array,
     stamps: np.ndarray,
-    headers: Sequence[Sequence[tuple[str, bytes]]] | None,
+    headers: Sequence[Sequence[tuple[str, bytes]]] | pa.ListArray | None,
 ) -> pa.RecordBatch:
-    """A batch of :data:`READ` (``headers`` None: of :data:`READ_WITHOUT_HEADERS`)."""
+    """A batch of :data:`READ` (``headers`` None: of :data:`READ_WITHOUT_HEADERS`); the
+    headers as each record's pairs, or already a column."""
     columns = [pa.array(offsets, pa.int64()), keys, values, pa.array(stamps, pa.int64())]
     if headers is None:
         return pa.RecordBatch.from_arrays(columns, schema=READ_WITHOUT_HEADERS)
-    return pa.RecordBatch.from_arrays([*columns, header_column(headers)], schema=READ)
+    if not isinstance(headers, pa.ListArray):
+        headers = header_column(headers)
+    return pa.RecordBatch.from_arrays([*columns, headers], schema=READ)
+
+
+def no_headers(count: int) -> pa.ListArray:
+    """The headers column of ``count`` records that have none."""
+    empty = pa.StructArray.from_arrays(
+        [pa.array([], pa.string()), pa.array([], pa.binary())], fields=list(HEADER)
+    )
+    return pa.ListArray.from_arrays(pa.array(np.zeros(count + 1, np.int32)), empty)
 
 
 def of_records(records: Sequence[tuple[Any, ...]], headers: bool) -> pa.RecordBatch:

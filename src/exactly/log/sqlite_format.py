@@ -242,7 +242,7 @@ def decode_columns(
     import numpy as np
     import pyarrow as pa
 
-    from exactly.log.column_reads import read_columns
+    from exactly.log.column_reads import no_headers, read_columns
 
     starts = _record_starts(blob, skip, count)
     fixed = np.frombuffer(blob, np.uint8)[starts[:, None] + np.arange(_ENTRY.size)]
@@ -254,13 +254,17 @@ def decode_columns(
     data = pa.py_buffer(blob)
     keys = _pieces(data, key_starts, value_starts, valid=key_lengths >= 0)
     values = _pieces(data, value_starts, value_ends)
-    decoded = None
+    decoded: list[tuple[Header, ...]] | pa.ListArray | None = None
     if headers:
-        ends = value_ends + entry["headers"].astype(np.int64)
-        decoded = [
-            decode_headers(blob[begin:end]) if end > begin else ()
-            for begin, end in zip(value_ends.tolist(), ends.tolist(), strict=True)
-        ]
+        header_lengths = entry["headers"].astype(np.int64)
+        if not header_lengths.any():  # raw's records: none has headers
+            decoded = no_headers(len(starts))
+        else:
+            ends = value_ends + header_lengths
+            decoded = [
+                decode_headers(blob[begin:end]) if end > begin else ()
+                for begin, end in zip(value_ends.tolist(), ends.tolist(), strict=True)
+            ]
     stamps = entry["timestamp"].astype(np.int64)
     positions = np.arange(offset, offset + len(starts), dtype=np.int64)
     return read_columns(positions, keys, values, stamps, decoded), value_ends - key_starts
