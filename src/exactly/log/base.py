@@ -341,20 +341,35 @@ class Log(ABC):
         seconds (default: :attr:`read_patience`) raises :class:`~exactly.errors.ShortRead`, so
         that a reader fails rather than finish a range short.
         """
-        self._check_partition(topic, partition)
-        if end is None:
-            end = self._end_offset(topic, partition)
-        if start < 0 or max_records < 1 or max_bytes < 1:
-            raise InvalidRecord("offsets start at 0; max_records and max_bytes must be positive")
+        end, wait, where = self._range(
+            topic, partition, start, end, max_records, max_bytes, patience
+        )
 
         def read_at(offset: int, retry: bool) -> tuple[list[LogRecord], int]:
             return self._read_at(
                 topic, partition, offset, max_records, max_bytes, headers, retry=retry
             )
 
-        where = f"{topic!r} partition {partition}"
-        wait = self.read_patience if patience is None else patience
         return read_through(read_at, start, end, wait, where)
+
+    def _range(
+        self,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int | None,
+        max_records: int,
+        max_bytes: int,
+        patience: float | None,
+    ) -> tuple[int, float, str]:
+        """A range read's arguments checked: its end, its patience and what it reads, named."""
+        self._check_partition(topic, partition)
+        if end is None:
+            end = self._end_offset(topic, partition)
+        if start < 0 or max_records < 1 or max_bytes < 1:
+            raise InvalidRecord("offsets start at 0; max_records and max_bytes must be positive")
+        wait = self.read_patience if patience is None else patience
+        return end, wait, f"{topic!r} partition {partition}"
 
     def read_range_columns(
         self,
@@ -371,19 +386,15 @@ class Log(ABC):
         """:meth:`read_range`'s records as Arrow record batches of ``exactly.log.column_reads.READ``
         (without ``headers``: ``READ_WITHOUT_HEADERS``), for readers that want columns: the
         sqlite log cuts them out of its stored batches without a Python object per record."""
-        self._check_partition(topic, partition)
-        if end is None:
-            end = self._end_offset(topic, partition)
-        if start < 0 or max_records < 1 or max_bytes < 1:
-            raise InvalidRecord("offsets start at 0; max_records and max_bytes must be positive")
+        end, wait, where = self._range(
+            topic, partition, start, end, max_records, max_bytes, patience
+        )
 
         def read_at(offset: int, retry: bool) -> tuple[pa.RecordBatch | None, int]:
             return self._read_columns_at(
                 topic, partition, offset, max_records, max_bytes, headers, retry=retry
             )
 
-        where = f"{topic!r} partition {partition}"
-        wait = self.read_patience if patience is None else patience
         return read_through(read_at, start, end, wait, where, cut=_columns_below)
 
     def _read_at(
