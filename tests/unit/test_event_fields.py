@@ -106,9 +106,7 @@ def test_values_whose_fields_are_not_text_are_set_aside_before_splitting(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """One event in ten with a numeric revenue (Segment's own spec) must not split a batch value
-    by value: the pattern sets them aside and the rest is read in one more call. The next batch
-    of the same fields reads the values the pattern finds first: when they fail, the whole read
-    would, and it is not tried; when they read, the whole read is tried as before."""
+    by value: the pattern sets them aside and the rest is read in one more call."""
     from exactly.events import fields
 
     calls: list[int] = []
@@ -119,7 +117,6 @@ def test_values_whose_fields_are_not_text_are_set_aside_before_splitting(
         return read_block(values, schema)
 
     monkeypatch.setattr(fields, "_read_block", counted)
-    monkeypatch.setattr(fields, "_NOT_TEXT_LAST", set())
     values = [
         orjson.dumps({"type": "track", "properties": {"revenue": n if n % 10 == 0 else str(n)}})
         for n in range(1000)
@@ -127,18 +124,3 @@ def test_values_whose_fields_are_not_text_are_set_aside_before_splitting(
     read = parse(values, FIELDS)
     assert calls == [1000, 900]
     assert [row is None for row in read.to_pylist()] == [n % 10 == 0 for n in range(1000)]
-    again = parse(values, FIELDS)
-    assert calls == [1000, 900, 100, 900]
-    assert again.equals(read)
-    text = [value for n, value in enumerate(values) if n % 10]
-    assert parse(text, FIELDS).to_pylist() == [row for row in read.to_pylist() if row is not None]
-    assert calls == [1000, 900, 100, 900, 900]  # the pattern found none: all at once
-    assert not fields._NOT_TEXT_LAST
-    # a key of that name deeper in an event holding a number: the pattern finds it, but the
-    # event reads well, so the whole read is tried and every event read
-    nested = [*text[:50], orjson.dumps({"type": "t", "context": {"revenue": 5}}), *text[50:99]]
-    rows = [row for row in read.to_pylist() if row is not None]
-    parse(values, FIELDS)
-    expected = [*rows[:50], {"type": "t", "properties": None}, *rows[50:99]]
-    assert parse(nested, FIELDS).to_pylist() == expected
-    assert calls[-2:] == [1, 100]

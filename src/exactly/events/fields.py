@@ -139,9 +139,6 @@ class Fields:
         return rf'"(?:{quoted})"\s*:\s*[^"n\s]'
 
 
-_NOT_TEXT_LAST: set[Fields] = set()  # the fields whose last values had one not text (step 2)
-
-
 def parse(values: Sequence[bytes] | pa.BinaryArray, fields: Fields) -> pa.StructArray:
     """Each value's ``fields``, or null where ``from_json`` has to read it (module docstring).
 
@@ -158,11 +155,12 @@ def parse(values: Sequence[bytes] | pa.BinaryArray, fields: Fields) -> pa.Struct
     chosen = array.filter(pa.array(taken))
     # 2. RapidJSON: all at once, else without the values where a field is not text (a number
     # for revenue, say), split in halves where it still fails
-    read, found = _read_chosen(array, chosen, taken, fields)
+    read = _read_block(chosen, fields.as_read)
     if read is not None:
         good = np.ones(len(chosen), np.bool_)
     else:
-        taken &= ~found
+        found = pc.match_substring_regex(array, pattern=fields.not_text)
+        taken &= ~pc.fill_null(found, False).to_numpy(zero_copy_only=False)
         chosen = array.filter(pa.array(taken))
         read, good = _read_all(chosen, fields.as_read)
     columns = []
@@ -186,42 +184,6 @@ def parse(values: Sequence[bytes] | pa.BinaryArray, fields: Fields) -> pa.Struct
         fields=list(fields.arrow_type),
         mask=pa.array(missing, pa.bool_()),
     )
-
-
-def _read_chosen(
-    array: pa.BinaryArray, chosen: pa.BinaryArray, taken: np.ndarray, fields: Fields
-) -> tuple[pa.Table | None, np.ndarray]:
-    """Step 2's first read: the ``chosen`` values of ``array`` read all at once, or None; and
-    which values of ``array`` the pattern finds a field not text in (found only when needed).
-
-    When the same fields' last values had such a value (the demo's numeric revenue in one
-    event in eight), these likely have one too, and the whole read would fail: the values the
-    pattern finds are read first, alone, and if they fail, so would the whole read, which is not
-    tried. The outcome is the whole read's in every case.
-    """
-    nothing = np.zeros(len(array), np.bool_)
-    if fields not in _NOT_TEXT_LAST:
-        read = _read_block(chosen, fields.as_read)
-        if read is not None:
-            return read, nothing
-    found = _not_text(array, fields) & taken
-    if fields in _NOT_TEXT_LAST:
-        if found.any() and _read_block(array.filter(pa.array(found)), fields.as_read) is None:
-            return None, found  # the whole read would fail as these do
-        _NOT_TEXT_LAST.discard(fields)
-        read = _read_block(chosen, fields.as_read)
-        if read is not None:
-            return read, nothing
-    if found.any():
-        _NOT_TEXT_LAST.add(fields)
-    return None, found
-
-
-def _not_text(array: pa.BinaryArray, fields: Fields) -> np.ndarray:
-    """Which values the pattern finds a field not text in (:attr:`Fields.not_text`)."""
-    found = pc.fill_null(pc.match_substring_regex(array, pattern=fields.not_text), False)
-    not_text: np.ndarray = found.to_numpy(zero_copy_only=False)
-    return not_text
 
 
 def _within_limits(values: Sequence[bytes]) -> np.ndarray:
