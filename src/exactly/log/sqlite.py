@@ -28,7 +28,7 @@ import contextlib
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -364,6 +364,25 @@ class SqliteLog(Log):
             )
         return keep
 
+    @contextlib.contextmanager
+    def _stored_from(
+        self, topic: str, partition: int, offset: int, max_records: int
+    ) -> Iterator[tuple[int, Iterator[tuple[int, bytes]]]]:
+        """The stored batches a read from ``offset`` of at most ``max_records`` records steps
+        through, one at a time (a read of a few records decodes one batch), never past what is
+        synced: the offset the read stops before, and each batch's first offset and blob. The
+        read transaction ends on leaving, not when the cursor is collected."""
+        stop = min(self._durable_end(topic, partition), offset + max_records)
+        if offset >= stop:
+            yield offset, iter(())
+            return
+        low = partition_range(partition)[0]
+        cursor = self._reader(topic).execute(_BATCHES_FROM, (low + offset, low + stop, low))
+        try:
+            yield stop, ((first - low, data) for first, data in cursor)
+        finally:
+            cursor.close()
+
     def _read(
         self,
         topic: str,
@@ -373,20 +392,11 @@ class SqliteLog(Log):
         max_bytes: int,
         headers: bool = True,
     ) -> list[LogRecord]:
-        end = self._durable_end(topic, partition)  # never past what is synced
-        if offset >= end:
-            return []
-        low = partition_range(partition)[0]
-        at, stop = low + offset, low + min(end, offset + max_records)
         found: list[LogRecord] = []
-        size = 0
-        # batches are stepped one at a time: a read of a few records decodes one batch
-        cursor = self._reader(topic).execute(_BATCHES_FROM, (at, stop, low))
-        try:
-            for first, data in cursor:
-                taken, content = decode_records(
-                    data, partition, at - low, at - first, stop - at, headers
-                )
+        at, size = offset, 0
+        with self._stored_from(topic, partition, offset, max_records) as (stop, stored):
+            for first, data in stored:
+                taken, content = decode_records(data, partition, at, at - first, stop - at, headers)
                 if size + content >= max_bytes:  # this batch reaches max_bytes: cut after it
                     for count, record in enumerate(taken, 1):
                         size += len(record.value) + len(record.key or b"")
@@ -397,8 +407,6 @@ class SqliteLog(Log):
                 size += content
                 if at >= stop:
                     break
-        finally:
-            cursor.close()  # ends the read transaction at once, not when the cursor is collected
         return found
 
     def _read_columns_at(
@@ -416,29 +424,20 @@ class SqliteLog(Log):
         import numpy as np
         import pyarrow as pa
 
-        end = self._durable_end(topic, partition)  # never past what is synced
-        if offset >= end:
-            return None, offset
-        low = partition_range(partition)[0]
-        at, stop = low + offset, low + min(end, offset + max_records)
         found: list[pa.RecordBatch] = []
-        size = 0
-        cursor = self._reader(topic).execute(_BATCHES_FROM, (at, stop, low))
-        try:
-            for first, data in cursor:
-                taken, contents = decode_columns(data, at - low, at - first, stop - at, headers)
+        at, size = offset, 0
+        with self._stored_from(topic, partition, offset, max_records) as (stop, stored):
+            for first, data in stored:
+                taken, contents = decode_columns(data, at, at - first, stop - at, headers)
                 sizes = np.cumsum(contents) + size
                 if len(sizes) and sizes[-1] >= max_bytes:  # cut after the record reaching it
-                    reached = int(np.searchsorted(sizes, max_bytes, side="left")) + 1
-                    found.append(taken.slice(0, reached))
+                    found.append(taken.slice(0, int(np.searchsorted(sizes, max_bytes)) + 1))
                     break
                 found.append(taken)
                 at += taken.num_rows
                 size = int(sizes[-1]) if len(sizes) else size
                 if at >= stop:
                     break
-        finally:
-            cursor.close()  # ends the read transaction at once, not when the cursor is collected
         rows = sum(batch.num_rows for batch in found)
         if not rows:
             return None, offset
