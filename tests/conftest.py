@@ -98,13 +98,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     return CrashTestsTogether(config, log)
 
 
+REASON_LINES = 12  # of a failure's report, printed with it as it happens
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Name a failure the moment it happens, with its time, on the controller's stderr: a run
-    that CI stops at its time limit prints no summary, and the failures must still be known."""
+    """Name a failure the moment it happens, with its time and the end of its report (where the
+    assertion or the exception is), on the controller's stderr: a run that CI stops at its time
+    limit prints no summary, and a failure must still say why."""
     if report.failed and "PYTEST_XDIST_WORKER" not in os.environ:  # the controller, or no xdist
+        reason = report.longreprtext.rstrip().splitlines()[-REASON_LINES:]
         sys.stderr.write(
             f"\nFAILED at {time.strftime('%H:%M:%S')} ({report.when}, {report.duration:.0f} s): "
-            f"{report.nodeid}\n"
+            f"{report.nodeid}\n" + "".join(f"  | {line[:300]}\n" for line in reason)
         )
 
 
