@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pytest
 
-from exactly.events.fields import Field, Fields, parse
+from exactly.events.fields import Field, Fields, parse, spark_text
 from exactly.log import Record, open_log
 
 if TYPE_CHECKING:
@@ -181,6 +181,30 @@ ODD_VALUES = [
     b'{"properties":null,"type":"a"}',
     b'{"properties":{}}',
     b'{"properties":{"a b":"c","revenue":"1"}}',
+    b'{"properties":{"revenue":12.50}}',
+    b'{"properties":{"revenue":-0}}',
+    b'{"properties":{"revenue":-0.0}}',
+    b'{"properties":{"revenue":1E+2}}',
+    b'{"properties":{"revenue":0.001}}',
+    b'{"properties":{"revenue":9999999.99}}',
+    b'{"properties":{"revenue":10000000.5}}',
+    b'{"properties":{"revenue":12.499999999999999999}}',
+    b'{"properties":{"revenue":123456789012345678901234567890}}',
+    b'{"properties":{"revenue":012}}',
+    b'{"properties":{"revenue":1.}}',
+    b'{"properties":{"revenue":+1}}',
+    b'{"properties":{"revenue":NaN}}',
+    b'{"properties":{"revenue":5,"revenue":"6"}}',
+    b'{"properties":{"revenue":5 }}',
+    b'{"properties":{"revenue" : 5.25\n}}',
+    b'{"properties":{"revenue":5},"type":true}',
+    b'{"properties":{"revenue":5},"type":7.5}',
+    b'{"properties":{"rev\\u0065nue":5}}',
+    b'{"properties":{"x":{"revenue":5},"revenue":7}}',
+    b'{"x":"\\"revenue\\":5","properties":{"revenue":"1"}}',
+    b'{"\\"revenue":5,"properties":{"revenue":"1"}}',
+    b'{"type":5,"event":-12.5,"properties":{"a b":3}}',
+    b'{"timestamp":5,"properties":{"revenue":5}}',
     b'{"type":"a"',
     b'{"type":"a"}}',
     b'{"type"}',
@@ -214,6 +238,8 @@ def properties(rng: random.Random) -> Any:
     found: dict[str, Any] = {"n": rng.randrange(1000), "price": rng.random(), "tags": ["a", "b"]}
     if rng.random() < 0.5:
         found["revenue"] = rng.choice(["19.99", "0", "-3.5", "1e3", "abc", "", " 7 ", "１"])
+    elif rng.random() < 0.3:  # a number, as the demo's events have it: read as Spark's text
+        found["revenue"] = rng.choice([round(rng.uniform(-200, 5000), 2), rng.randrange(100)])
     if rng.random() < 0.2:
         found["a b"] = rng.choice(["x", None])
     if rng.random() < 0.1:
@@ -309,14 +335,59 @@ def test_what_arrow_reads_is_what_from_json_reads(spark: SparkSession) -> None:
         if ours[n] is not None and ours[n] != theirs[n]
     ]
     assert not differ, f"{len(differ)} values read differently, the first: {differ[:5]}"
-    # a batch of valid events is read whole (among broken ones, an event with a nested key of
-    # a read key's name holding a number is left to from_json: the pattern cannot tell)
+    # a batch of valid events is read whole, numeric revenues among them: such a value is read
+    # with each number where text is read, or under a nested key of the same name, as its text
     alone = parse(values[:valid], FIELDS).to_pylist()
     unread = [v for v, row in zip(values[:valid], alone, strict=True) if row is None]
     assert not unread, f"{len(unread)} valid events left for from_json: {unread[:3]}"
     # the odd and broken values were not all left for from_json: the comparison saw both paths
     assert sum(row is not None for row in ours[valid:]) > 1000
     assert sum(row is None for row in ours[valid:]) > 1000
+
+
+def numbers(rng: random.Random) -> list[bytes]:
+    """JSON numbers of every shape: the domain ``spark_text`` knows (up to seven digits before
+    the point, two after it) written plainly, with trailing zeros, with exponents and with more
+    digits than a double holds, and numbers around and outside it."""
+    found = []
+    for _ in range(6000):
+        whole = rng.choice([0, rng.randrange(10), rng.randrange(10**4), rng.randrange(10**7)])
+        fraction = rng.choice(["", "0", "00", "5", "50", "05", "99", f"{rng.randrange(100):02d}"])
+        sign = rng.choice(["", "-"])
+        plain = f"{sign}{whole}{'.' + fraction if fraction else ''}"
+        found.append(plain)
+        digits = f"{whole}{fraction}".lstrip("0") or "0"
+        found.append(f"{sign}{digits}e-{len(fraction)}")  # the same number with an exponent
+        found.append(f"{plain}{'' if fraction else '.0'}000000000000000001")  # past a double
+    for _ in range(2000):
+        found.append(repr(rng.uniform(-1e9, 1e9)))
+        found.append(f"{rng.uniform(0, 1):.{rng.randrange(1, 8)}f}")
+        found.append(f"{rng.randrange(10 ** rng.randrange(1, 40))}")
+        found.append(f"{rng.uniform(1, 10):.3f}E{rng.randrange(-12, 25)}")
+    return [n.encode() for n in found]
+
+
+def test_the_text_of_a_number_is_sparks(spark: SparkSession) -> None:
+    """``spark_text`` of a number is what ``from_json`` gives where it reads text (a map's
+    value, a string field), for every number it claims to know."""
+    from pyspark.sql import functions as F
+
+    found = numbers(random.Random(45))
+    values = [b'{"properties":{"revenue":%s},"type":%s}' % (n, n) for n in found]
+    frame = spark.createDataFrame([(v,) for v in values], "value binary")
+    parsed = frame.select(F.from_json(F.col("value").cast("string"), FIELDS.ddl).alias("e"))
+    rows = parsed.select("e.properties.revenue", "e.type").collect()
+    theirs = [(row[0], row[1]) for row in rows]
+    ours = [spark_text(n) for n in found]
+    known = [
+        (n, text.decode(), their)
+        for n, text, their in zip(found, ours, theirs, strict=True)
+        if text is not None
+    ]
+    differ = [(n, text, their) for n, text, their in known if (text, text) != their]
+    assert not differ, f"{len(differ)} numbers differ, the first: {differ[:5]}"
+    assert len(known) > len(found) // 2, len(known)  # most were known
+    assert len(known) < len(found) - 1000  # and others were left to from_json
 
 
 def test_the_source_reads_them_and_leaves_the_rest_to_from_json(

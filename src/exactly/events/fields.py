@@ -17,10 +17,18 @@ read an event. So :func:`parse` is strict, and a value it is not sure of is left
    characters a number could be made of.
 2. **RapidJSON parses it** to exactly one object, in valid UTF-8, with every wanted field
    absent, null or of its kind: a string for a ``string`` or a ``timestamp`` field (where Spark
-   would give a number's or an object's JSON text, RapidJSON refuses them), an object for a
-   ``map`` with each key read absent, null or a string (Spark writes a number in its own way,
-   ``1.0E10`` for ``1e10``). A batch that fails is split in halves until the values at fault
-   are found alone.
+   would give an object's JSON text, RapidJSON refuses it), an object for a ``map`` with each key
+   read absent, null or a string. A batch that fails is split in halves until the values at
+   fault are found alone.
+   **A number where text is read** (a numeric ``revenue``: one event in eight in the demo's
+   traffic) Spark writes as Jackson does: an integer as it is (``-0`` as ``0``), a fraction
+   through a double and Java's ``Double.toString`` (``12.50`` as ``12.5``, ``1e10`` as
+   ``1.0E10``). Such a value is read with each number there replaced by that text as a JSON
+   string (:func:`spark_text`), when every one has a text known for sure: an integer, or a
+   double whose shortest form has at most seven digits before the point and two after it, a
+   set over which ``Double.toString`` of Java 17 and 21 was checked to give that form, every
+   one of its 2 billion members (``bench/number_text.py``). Any other number leaves the value
+   to ``from_json``.
 3. **Times in one form.** A ``timestamp`` is read only from RFC 3339 text with its zone
    (``2026-11-26T06:00:00.123Z``, ``+02:00``), a year from 1900 to 2999 and at most six digits of
    fraction (:data:`TIMESTAMP`), and only when Arrow's cast to UTC microseconds takes it (a 30
@@ -33,6 +41,7 @@ broken events and holds them to the same fields.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterator, Sequence
@@ -128,6 +137,20 @@ class Fields:
     def as_read(self) -> pa.Schema:
         return pa.schema([(f.name, f.as_read) for f in self.fields])
 
+    @functools.cached_property
+    def numbers_read(self) -> re.Pattern[bytes]:
+        """A JSON number after a name whose value is read as text (a ``string`` field's, a map
+        key's), as JSON writes one (no leading zero, no ``+``, no bare point): group 1 the name
+        and colon, group 2 the number. The name may be a nested key of the same name, where the
+        number's text is not read and changes nothing."""
+        names = {f.name for f in self.fields if f.kind == "string"}
+        names |= {key for f in self.fields for key in f.keys}
+        quoted = b"|".join(re.escape(name.encode()) for name in sorted(names))
+        number = rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
+        return re.compile(
+            rb'("(?:%s)"[ \t\n\r]*:[ \t\n\r]*)(%s)(?=[ \t\n\r,}\]])' % (quoted, number)
+        )
+
     @property
     def not_text(self) -> str:
         """A pattern (RE2) found in a value where a text or time field, or a key read, holds
@@ -160,7 +183,9 @@ def parse(values: Sequence[bytes] | pa.BinaryArray, fields: Fields) -> pa.Struct
         good = np.ones(len(chosen), np.bool_)
     else:
         found = pc.match_substring_regex(array, pattern=fields.not_text)
-        taken &= ~pc.fill_null(found, False).to_numpy(zero_copy_only=False)
+        at = np.flatnonzero(taken & pc.fill_null(found, False).to_numpy(zero_copy_only=False))
+        array, rewritten = _numbers_as_text(array, at, fields.numbers_read)
+        taken[at[~rewritten]] = False
         chosen = array.filter(pa.array(taken))
         read, good = _read_all(chosen, fields.as_read)
     columns = []
@@ -184,6 +209,55 @@ def parse(values: Sequence[bytes] | pa.BinaryArray, fields: Fields) -> pa.Struct
         fields=list(fields.arrow_type),
         mask=pa.array(missing, pa.bool_()),
     )
+
+
+def _numbers_as_text(
+    array: pa.BinaryArray, at: np.ndarray, numbers: re.Pattern[bytes]
+) -> tuple[pa.BinaryArray, np.ndarray]:
+    """``array`` with each value at ``at`` rewritten, its numbers where text is read (found by
+    ``numbers``: a name, the colon, the number) as strings of Spark's text for them; and which
+    of those values were (one number or more rewritten, none that :func:`spark_text` is not sure
+    of)."""
+    rewritten = np.zeros(len(at), np.bool_)
+    texts = []
+    for n, value in enumerate(array.take(pa.array(at, pa.int64())).to_pylist()):
+        try:
+            text, count = numbers.subn(_as_text, value)
+        except _Unsure:
+            continue
+        if count:
+            rewritten[n] = True
+            texts.append(text)
+    if not texts:
+        return array, rewritten
+    mask = np.zeros(len(array), np.bool_)
+    mask[at[rewritten]] = True
+    return pc.replace_with_mask(array, pa.array(mask), pa.array(texts, pa.binary())), rewritten
+
+
+class _Unsure(Exception):
+    """A number whose text :func:`spark_text` does not know: its value is left to Spark."""
+
+
+def _as_text(number: re.Match[bytes]) -> bytes:
+    text = spark_text(number[2])
+    if text is None:
+        raise _Unsure
+    return b'%s"%s"' % (number[1], text)
+
+
+_INTEGER = re.compile(rb"-?(?:0|[1-9][0-9]*)")
+# the doubles whose Java text is their shortest form, checked one by one (module docstring)
+_PLAIN = re.compile(rb"-?(?:0|[1-9][0-9]{0,6})\.[0-9]{1,2}")
+
+
+def spark_text(number: bytes) -> bytes | None:
+    """The text Spark's ``from_json`` gives the JSON number ``number`` where it reads a string,
+    or None where it is not known here for sure (module docstring, step 2)."""
+    if _INTEGER.fullmatch(number):
+        return b"%d" % int(number)  # Jackson's int, long or BigInteger: "-0" is "0"
+    shortest = repr(float(number)).encode()  # Python's shortest form round-trips the double
+    return shortest if _PLAIN.fullmatch(shortest) else None
 
 
 def _within_limits(values: Sequence[bytes]) -> np.ndarray:
