@@ -14,7 +14,6 @@ machine's drift out of the ratio; prints a markdown table of medians and ratios.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import platform
 import random
@@ -22,10 +21,11 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import checkouts
 from exactly.demo import generate_events
 from exactly.events.normalise import Receipt, normalise
 from exactly.log import Record
@@ -33,17 +33,6 @@ from exactly.log import sqlite_format as after
 
 RECORDS = 3000
 CALLS = 5  # decodes a round, each way and each side
-
-
-def load_before(src: Path) -> ModuleType:
-    """``exactly.log.sqlite_format`` of another checkout, under a name of its own."""
-    path = src / "exactly" / "log" / "sqlite_format.py"
-    spec = importlib.util.spec_from_file_location("sqlite_format_before", path)
-    assert spec is not None and spec.loader is not None, path
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def batches() -> dict[str, bytes]:
@@ -64,7 +53,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     args = parser.parse_args()
     load = os.getloadavg()
-    before = load_before(args.before)
+    before = checkouts.load_before(args.before, "exactly.log.sqlite_format")
     blobs = batches()
     ways = {
         "raw, headers asked (the dedupe job's)": ("raw", True),

@@ -15,7 +15,6 @@ drift out of the ratio.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import platform
 import random
@@ -26,9 +25,11 @@ from pathlib import Path
 from types import ModuleType
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
+import checkouts
 from exactly.demo import generate_events
 from exactly.events import fields as after
 from exactly.events.normalise import Receipt, normalise
@@ -36,17 +37,6 @@ from exactly.events.normalise import Receipt, normalise
 VALUES = 10_000
 READ = 10_000  # values a call: a read of the source
 CALLS = 3  # calls a round, each side
-
-
-def load_before(src: Path) -> ModuleType:
-    """``exactly.events.fields`` of another checkout, under a name of its own."""
-    path = src / "exactly" / "events" / "fields.py"
-    spec = importlib.util.spec_from_file_location("fields_before", path)
-    assert spec is not None and spec.loader is not None, path
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def values() -> pa.BinaryArray:
@@ -83,7 +73,7 @@ def main() -> None:
     parser.add_argument("--before", type=Path, required=True, help="the other checkout's src")
     parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args()
-    before = load_before(args.before)
+    before = checkouts.load_before(args.before, "exactly.events.fields")
     array = values()
     sides = {"before": before, "after": after}
     read_by = {name: event_counts_fields(module) for name, module in sides.items()}
