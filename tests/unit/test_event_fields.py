@@ -103,8 +103,8 @@ def test_each_value_keeps_its_place_whatever_fails_around_it(kinds: list[str]) -
         "two": lambda n: b'{"type":"t%d"}\n{"type":"x"}' % n,
     }
     values = [made[kind](n) for n, kind in enumerate(kinds)]
-    read = {"ok": lambda n: {"type": f"t{n}"}, "number": lambda n: {"type": f"{n}"}}
-    expected = [read[kind](n) if kind in read else None for n, kind in enumerate(kinds)]
+    fields_of = {"ok": lambda n: {"type": f"t{n}"}, "number": lambda n: {"type": f"{n}"}}
+    expected = [fields_of[kind](n) if kind in fields_of else None for n, kind in enumerate(kinds)]
     read = parse(values, Fields((Field("type", "string"),)))
     assert read.to_pylist() == expected
 
