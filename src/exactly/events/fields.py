@@ -143,9 +143,7 @@ class Fields:
         key's), as JSON writes one (no leading zero, no ``+``, no bare point): group 1 the name
         and colon, group 2 the number. The name may be a nested key of the same name, where the
         number's text is not read and changes nothing."""
-        names = {f.name for f in self.fields if f.kind == "string"}
-        names |= {key for f in self.fields for key in f.keys}
-        quoted = b"|".join(re.escape(name.encode()) for name in sorted(names))
+        quoted = b"|".join(re.escape(name.encode()) for name in self._named(times=False))
         number = rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
         return re.compile(
             rb'("(?:%s)"[ \t\n\r]*:[ \t\n\r]*)(%s)(?=[ \t\n\r,}\]])' % (quoted, number)
@@ -156,10 +154,15 @@ class Fields:
         """A pattern (RE2) found in a value where a text or time field, or a key read, holds
         neither a string nor null: such a value fails RapidJSON's read (the pattern may also find
         a nested key of that name, which only leaves its value to ``from_json``)."""
-        names = [f.name for f in self.fields if f.kind != "map"]
-        names += [key for f in self.fields for key in f.keys]
-        quoted = "|".join(re.sub(r"([\\.+*?()|\[\]{}^$])", r"\\\1", n) for n in sorted(set(names)))
-        return rf'"(?:{quoted})"\s*:\s*[^"n\s]'
+        escaped = (re.sub(r"([\\.+*?()|\[\]{}^$])", r"\\\1", n) for n in self._named(times=True))
+        return rf'"(?:{"|".join(escaped)})"\s*:\s*[^"n\s]'
+
+    def _named(self, *, times: bool) -> list[str]:
+        """The names whose values are read as text, in order: the ``string`` fields' (with
+        ``times``, the ``timestamp`` fields' too) and the keys read from maps."""
+        kinds = ("string", "timestamp") if times else ("string",)
+        names = {f.name for f in self.fields if f.kind in kinds}
+        return sorted(names | {key for f in self.fields for key in f.keys})
 
 
 def parse(values: Sequence[bytes] | pa.BinaryArray, fields: Fields) -> pa.StructArray:
