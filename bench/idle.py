@@ -1,6 +1,6 @@
 """What ``exactly up`` costs with no traffic: CPU of all its processes, and their memory.
 
-    .venv/bin/python bench/idle.py [--seconds 60] [--settle 30] [--rounds 2]
+    .venv/bin/python bench/idle.py [--seconds 60] [--settle 30] [--rounds 2] [--trickle N]
 
 ``exactly up`` starts on the embedded defaults with a Delta lake, its two destinations at a real
 receiver in this process (tests/receiver.py), as a user runs it (no test JVM options). 1,000
@@ -10,6 +10,10 @@ so every part has done its first work; then ``--settle`` seconds pass, and over 
 ``/proc/PID/stat`` (processes that start and end meanwhile are counted by their parent's
 ``cutime``/``cstime``, the children they waited for). Memory is taken at the end: the sum of the
 processes' RSS, and of their PSS (``/proc/PID/smaps_rollup``: shared pages counted once).
+
+``--trickle N``: a client sends a batch of N events once a second from the start of the
+settling to the end of the measure, so what is measured is ``up`` at a trickle of traffic: each
+query running a micro-batch per trigger, the fixed cost of a micro-batch paid every second.
 
 The baseline, in the same round: a plain PySpark session with the same master, held idle for the
 same seconds, no query (what the JVM and a driver cost doing nothing). Prints the machine, the
@@ -121,7 +125,9 @@ def measure(root: int, seconds: float) -> tuple[float, Counter[str], float, floa
     return total / TICKS / seconds, shares, rss, pss
 
 
-def up_idle(seconds: float, settle: float) -> tuple[float, Counter[str], float, float]:
+def up_idle(
+    seconds: float, settle: float, trickle: int = 0
+) -> tuple[float, Counter[str], float, float]:
     with tempfile.TemporaryDirectory(prefix="exactly-idle-") as work, Receiver() as receiver:
         home = Path(work)
         config = write_config(home, receiver.url)
@@ -138,6 +144,7 @@ def up_idle(seconds: float, settle: float) -> tuple[float, Counter[str], float, 
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
+        drip: Clients | None = None
         try:
             clients = Clients(port_of(config), batches=10, size=100).start()
             assert clients.wait(300), "the clients could not send"
@@ -147,9 +154,15 @@ def up_idle(seconds: float, settle: float) -> tuple[float, Counter[str], float, 
             ) >= set(clients.ids):
                 assert time.monotonic() < deadline, "the events were not counted and delivered"
                 time.sleep(1)
+            if trickle:  # a batch a second until the measure ends (the pause paces it)
+                batches = int(settle + seconds) + 5
+                drip = Clients(port_of(config), batches, trickle, pause=1.0, prefix="trickle-")
+                drip.start()
             time.sleep(settle)
             return measure(up.pid, seconds)
         finally:
+            if drip is not None:
+                drip.stopping.set()
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(up.pid, signal.SIGTERM)
             try:
@@ -188,12 +201,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--settle", type=float, default=30.0)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--trickle", type=int, default=0, help="events sent each second")
     args = parser.parse_args()
     print(f"machine: {platform.platform()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
     results: dict[str, list[tuple[float, float, float]]] = {"up": [], "baseline": []}
     for _ in range(args.rounds):
-        for way, run in (("up", up_idle), ("baseline", baseline_idle)):
-            cores, shares, rss, pss = run(args.seconds, args.settle)
+        for way in ("up", "baseline"):
+            if way == "up":
+                cores, shares, rss, pss = up_idle(args.seconds, args.settle, args.trickle)
+            else:
+                cores, shares, rss, pss = baseline_idle(args.seconds, args.settle)
             results[way].append((cores, rss, pss))
             top = ", ".join(
                 f"{name} {ticks / TICKS / args.seconds:.3f}"
@@ -201,7 +218,8 @@ def main() -> None:
             )
             print(f"{way}: {cores:.3f} cores, RSS {rss:,.0f} MiB, PSS {pss:,.0f} MiB ({top})")
     print(f"load after {os.getloadavg()[0]:.1f}")
-    print(f"\nidle for {args.seconds:.0f} s after {args.settle:.0f} s of settling")
+    traffic = f"{args.trickle} events/s" if args.trickle else "idle"
+    print(f"\n{traffic} for {args.seconds:.0f} s after {args.settle:.0f} s of settling")
     print("\n| process group | cores (rounds) | median | RSS MiB | PSS MiB |")
     print("| --- | --- | ---: | ---: | ---: |")
     for way, found in results.items():
@@ -209,7 +227,9 @@ def main() -> None:
         median = statistics.median(cores for cores, _, _ in found)
         rss = statistics.median(value for _, value, _ in found)
         pss = statistics.median(value for _, _, value in found)
-        label = "`exactly up`, no traffic" if way == "up" else "plain PySpark session, idle"
+        label = "plain PySpark session, idle"
+        if way == "up":
+            label = f"`exactly up`, {traffic}" if args.trickle else "`exactly up`, no traffic"
         print(f"| {label} | {runs} | {median:.3f} | {rss:,.0f} | {pss:,.0f} |")
 
 

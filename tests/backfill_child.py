@@ -19,12 +19,14 @@ from exactly.delivery import backfill
 from exactly.delivery.jobdb import open_jobdb
 from exactly.log import open_log
 from exactly.spark.session import build_session
+from tests.job_child import read_in_several_tasks
 
 CHUNK = re.compile(r"chunk (\d+) (started|committed)")
 
 
 def main(config: str, jobdb_url: str, destination: str, since: str, run: str) -> None:
     settings = load_settings(Path(config))
+    read_in_several_tasks()
     spark = build_session(settings, "exactly-backfill-crash", master="local[2]")
     spark.conf.set("spark.sql.shuffle.partitions", "2")
     plan = backfill.configured_plan(

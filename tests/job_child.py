@@ -43,6 +43,15 @@ AFTER_START = 0.5  # the most seconds a kill waits once a micro-batch of its run
 CATCH_UP_SCALE = 20
 
 
+def read_in_several_tasks() -> None:
+    """For a crash child: a micro-batch of two records or more read by as many tasks as
+    production reads a large one with (``exactly.spark.session.read_options``), so that kills
+    land between tasks: the children's micro-batches are small, and one task would read each."""
+    from exactly.spark import session
+
+    session.READ_TASK_RECORDS = 1
+
+
 @dataclass
 class Kills:
     """What :func:`kill_at_random_points` did: the runs that killed themselves, and where every

@@ -29,7 +29,7 @@ from exactly.lake import Marker, open_table
 from exactly.lake.base import DataFile
 from exactly.lake.query import LakePlan, drive
 from exactly.spark.session import build_session
-from tests.job_child import CATCH_UP_SCALE
+from tests.job_child import CATCH_UP_SCALE, read_in_several_tasks
 
 KILL_AFTER_COMMIT = "EXACTLY_TEST_KILL_AFTER_COMMIT"
 KILL_BEFORE_COMMIT = "EXACTLY_TEST_KILL_BEFORE_COMMIT"
@@ -38,6 +38,7 @@ KILLED = "killed-files"  # beside the checkpoint: the files of the batches kille
 
 def main(config: str, table_url: str, checkpoint: str, mode: str) -> None:
     settings = load_settings(Path(config))
+    read_in_several_tasks()
     spark = build_session(settings, "exactly-lake-crash", master="local[2]")
     spark.conf.set("spark.sql.shuffle.partitions", "2")
     plan = LakePlan(

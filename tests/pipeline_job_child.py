@@ -42,7 +42,7 @@ from exactly.log import open_log
 from exactly.spark.session import build_session
 from exactly.spark.streaming import checkpoint_lock
 from tests.aggregate_stream import PLAN_TABLE
-from tests.job_child import CATCH_UP_SCALE
+from tests.job_child import CATCH_UP_SCALE, read_in_several_tasks
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -77,6 +77,7 @@ def main(config: str, mode: str) -> None:
     # works off what they left in batches CATCH_UP_SCALE times as large (the caps change only
     # where a batch ends, never what is kept: each batch is exactly once whatever its size)
     scale = CATCH_UP_SCALE if catch_up else 1
+    read_in_several_tasks()
     spark = build_session(
         settings, "exactly-pipeline-crash", master="local[2]", conf={"spark.scheduler.mode": "FAIR"}
     )

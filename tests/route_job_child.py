@@ -19,13 +19,14 @@ from exactly.config import load_settings
 from exactly.delivery.jobdb import open_jobdb
 from exactly.delivery.route import RoutePlan, drive
 from exactly.spark.session import build_session
-from tests.job_child import CATCH_UP_SCALE
+from tests.job_child import CATCH_UP_SCALE, read_in_several_tasks
 
 KILL_AFTER_COMMIT = "EXACTLY_TEST_KILL_AFTER_COMMIT"
 
 
 def main(config: str, jobdb_url: str, checkpoint: str, mode: str) -> None:
     settings = load_settings(Path(config))
+    read_in_several_tasks()
     spark = build_session(settings, "exactly-route-crash", master="local[2]")
     spark.conf.set("spark.sql.shuffle.partitions", "2")
     plan = RoutePlan(

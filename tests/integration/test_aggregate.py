@@ -19,6 +19,7 @@ import pytest
 from exactly.aggregate import AggregateDB, Batch, frame, job, open_db
 from exactly.aggregate.audit import compare, render, run_audit
 from exactly.aggregate.spec import EVENT_COUNTS, parse_table
+from exactly.aggregate.sqlite import BUSY_SECONDS
 from exactly.errors import ConfigError
 from exactly.log import open_log
 from tests.aggregate_db import BACKENDS, Proxy, database, postgres_missing, postgres_schema
@@ -285,17 +286,28 @@ def test_sqlite_locked_for_a_while_the_job_waits_and_catches_up(
         )
         locked = threading.Event()
 
+        def release() -> None:
+            # held until the job has said it waits, and a second more (at most 120 s): a fixed
+            # 12 s ran out under load before the next batch had even reached its commit
+            deadline = time.monotonic() + 120
+            while not any("unavailable" in line for line in said):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            time.sleep(1.0)
+            locker.execute("COMMIT")
+
         def on_batch(batch_id: int, events: int, counted: bool) -> None:
             if not locked.is_set():  # another process takes the file between two batches
                 locked.set()
                 locker.execute("BEGIN EXCLUSIVE")
-                threading.Timer(12.0, lambda: locker.execute("COMMIT")).start()
+                threading.Thread(target=release, daemon=True).start()
 
         began = time.monotonic()
         progress = count(
             spark, log_url, db, tmp_path / "checkpoint", on_batch, max_records_per_trigger=1000
         )
-        assert time.monotonic() - began > 12
+        assert time.monotonic() - began > BUSY_SECONDS  # it waited out SQLite's own busy wait
         assert any("unavailable" in line for line in said), said
         assert progress.events == len(stream.events)
         assert_exact(db, list(stream.events.values()))

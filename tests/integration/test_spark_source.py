@@ -144,6 +144,39 @@ def test_read_tasks_group_partitions_and_the_grouping_is_recorded(
     assert len(reader.partitions({"0": 0}, {k: v for k, v in end.items() if k != "tasks"})) == 5
 
 
+def test_a_small_batch_is_read_by_fewer_tasks_and_no_new_record_is_no_batch(
+    spark: SparkSession, log_url: str, log: Log, topic: str, tmp_path: Path
+) -> None:
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    from exactly.spark.datasource.options import SourceOptions
+    from exactly.spark.datasource.source import LogStreamReader
+
+    log.create_topic(topic, 5)
+    fill(log, topic, 5, 12)
+    small = source(spark, log_url, topic, readTasks="2", readTaskRecords="100")
+    rows, per_batch = drain(spark, small.withColumn("task", F.spark_partition_id()), tmp_path)
+    assert per_batch == [60] and len(rows) == 60
+    assert {r.task for r in rows} == {0}  # 60 offsets, fewer than 100: one task reads all five
+    recorded = (tmp_path / "checkpoint" / "offsets" / "0").read_text()
+    assert '"tasks":1' in recorded.replace(" ", "")
+    reader = LogStreamReader(
+        SourceOptions.parse(
+            {"log": log_url, "topic": topic, "readTasks": "3", "readTaskRecords": "25"}
+        )
+    )
+    start = {"0": 0, "1": 0, "2": 0, "3": 0, "4": 0, "tasks": 1}
+    assert reader.latestOffset(start, ReadAllAvailable())["tasks"] == 3  # 60: a task per 25
+    assert reader.latestOffset(start, ReadMaxRows(30))["tasks"] == 2  # the cap's 30 offsets
+    assert reader.latestOffset(start, ReadMaxRows(10))["tasks"] == 1
+    caught_up = {"0": 12, "1": 12, "2": 12, "3": 12, "4": 12, "tasks": 2}
+    # nothing new: the position exactly as Spark holds it (another task count would be a batch)
+    assert reader.latestOffset(caught_up, ReadAllAvailable()) == caught_up
+    fill(log, topic, 5, 2, start=12)
+    assert reader.latestOffset(caught_up, ReadAllAvailable())["tasks"] == 1  # 10 more offsets
+
+
 def test_ranges_yield_each_tasks_offset_ranges_that_read_back_as_the_records(
     spark: SparkSession, log_url: str, log: Log, topic: str, tmp_path: Path
 ) -> None:

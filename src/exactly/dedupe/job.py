@@ -47,7 +47,7 @@ from exactly.dedupe.window import Bounds
 from exactly.errors import ConfigError, StreamError, TopicExists
 from exactly.events.ids import DEFAULT_SCOPE, check_scope
 from exactly.log import Log
-from exactly.spark.session import read_tasks
+from exactly.spark.session import read_options
 from exactly.urls import redact
 
 if TYPE_CHECKING:
@@ -233,7 +233,7 @@ def build(
         .option("log", plan.log_url)
         .option("topic", plan.source)
         .option("readRecords", str(plan.read_records))
-        .option("readTasks", str(read_tasks(spark)))
+        .options(**read_options(spark))
         .option("ranges", str(plan.mode == "claim").lower())
     )
     if plan.max_records_per_trigger is not None:

@@ -403,7 +403,7 @@ def read_chunk(
     """A batch read of the chunk's offsets: ``value``, ``partition``, ``offset``. Every
     partition of the topic is named (one the chunk does not read as an empty range): the
     source reads a partition left out from its start to its end."""
-    from exactly.spark.session import read_tasks
+    from exactly.spark.session import read_options
 
     ranges = {p: chunk.get(p, (first, first)) for p, first in starts.items()}
     starting = {str(p): first for p, (first, _) in sorted(ranges.items())}
@@ -413,7 +413,7 @@ def read_chunk(
         .option("log", plan.log_url)
         .option("topic", plan.topic)
         .option("readRecords", str(plan.read_records))
-        .option("readTasks", str(read_tasks(spark)))
+        .options(**read_options(spark))
         .option("headers", "false")
         .option("startingOffsets", orjson.dumps(starting).decode())
         .option("endingOffsets", orjson.dumps(ending).decode())

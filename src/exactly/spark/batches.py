@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from exactly.errors import ExactlyError, StreamError
 from exactly.spark import checkpoint as spark_checkpoint
-from exactly.spark.session import read_tasks
+from exactly.spark.session import read_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -102,7 +102,7 @@ def run_batches(
         .option("log", plan.log_url)
         .option("topic", plan.topic)
         .option("readRecords", str(plan.read_records))
-        .option("readTasks", str(read_tasks(spark)))
+        .options(**read_options(spark))
         .option("startingOffsets", start)
         .option("headers", str("headers" in columns).lower())  # not decoded unless read
     )

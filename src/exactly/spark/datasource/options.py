@@ -33,6 +33,7 @@ class SourceOptions:
     arrow: bool = True
     read_records: int = 5000  # records per log read, and per Arrow batch
     read_tasks: int | None = None  # at most this many read tasks (None: one per partition)
+    read_task_records: int = 1  # with read_tasks: a task more per this many records, up to it
     headers: bool = True  # False: no headers column (its decoding costs as much as the rest)
     fields: Fields | None = None  # JSON fields read from each value in Arrow (``source.py``)
     ranges: bool = False  # each task's offset ranges, not their records (``source.py``)
@@ -68,6 +69,7 @@ class SourceOptions:
             arrow=arrow,
             read_records=_positive(options.get("readRecords", "5000"), "readRecords"),
             read_tasks=None if tasks is None else _positive(tasks, "readTasks"),
+            read_task_records=_positive(options.get("readTaskRecords", "1"), "readTaskRecords"),
             headers=_flag(options.get("headers", "true"), "headers"),
             fields=parsed,
             ranges=ranges,

@@ -28,9 +28,11 @@ partition, recorded by Spark in the checkpoint before it runs, and reading a ran
 same records in the same order, so a replayed batch is the same batch. Each partition's range is
 read by one task, in offset order (the sink relies on this to keep a copy in order). With option
 ``readTasks`` a task reads several partitions' ranges one after the other, so a micro-batch has at
-most that many read tasks (each costs a Python worker's start-up; one per core is cheapest); the
-batch's end position records the grouping, so a replay groups the same way. Offsets are
-positions, not counts: on Kafka, transaction markers leave gaps that no record fills.
+most that many read tasks (each costs a Python worker's start-up; one per core is cheapest), and
+with ``readTaskRecords`` N a batch of fewer than ``readTasks`` times N offsets has one task per N
+(a small batch one task: a second would cost more than it saves). The batch's end position
+records the grouping, so a replay groups the same way. Offsets are positions, not counts: on
+Kafka, transaction markers leave gaps that no record fills.
 """
 
 from __future__ import annotations
@@ -118,6 +120,16 @@ def ranges(start: offsets.Offsets, end: offsets.Offsets) -> list[OffsetRange]:
         for partition, stop in sorted(end.items())
         if stop > start.get(partition, 0)
     ]
+
+
+def tasks_for(found: list[OffsetRange], options: SourceOptions) -> int | None:
+    """How many read tasks the ranges ``found`` get: one per ``read_task_records`` offsets, at
+    least one and at most ``read_tasks`` (None: one per range)."""
+    tasks = options.read_tasks
+    if tasks is None:
+        return None
+    offsets_read = sum(one.end - one.start for one in found)
+    return max(1, min(tasks, -(-offsets_read // options.read_task_records)))
 
 
 def read_tasks(found: list[OffsetRange], tasks: int | None) -> list[InputPartition]:
@@ -280,7 +292,8 @@ class LogBatchReader(DataSourceReader):
         ends = shared_log(self.options.log).end_offsets(self.options.topic)
         start = offsets.resolve("startingOffsets", self.options.starting, ends)
         end = offsets.resolve("endingOffsets", self.options.ending, ends, offsets.LATEST)
-        return read_tasks(ranges(start, end), self.options.read_tasks)
+        found = ranges(start, end)
+        return read_tasks(found, tasks_for(found, self.options))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return read(self.options, partition)
@@ -316,7 +329,10 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = offsets.limit_to(begin, offsets.advance(begin, self._latest), self._target)
         if isinstance(limit, ReadMaxRows):
             end = offsets.cap(begin, end, limit.max_rows)
-        return offsets.to_json(end, self.options.read_tasks)
+        found = ranges(begin, end)
+        if not found:  # no batch: the position as Spark has it, or it would see a new one
+            return offsets.to_json(end, offsets.tasks_of(start))
+        return offsets.to_json(end, tasks_for(found, self.options))
 
     def _ends_from(self, begin: offsets.Offsets) -> offsets.Offsets:
         """The topic's end offsets, read again for a few seconds while a partition seems to end
