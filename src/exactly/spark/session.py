@@ -305,10 +305,11 @@ def read_options(spark: SparkSession) -> dict[str, str]:
     """The ``exactly`` source's task options every job sets: at most a read task per core
     (:func:`read_tasks`), and one per :data:`READ_TASK_RECORDS` offsets below that.
 
-    A second task costs a Python worker's round trip (about 70-90 ms of CPU) and saves at most
-    half of the batch's read time, so a batch of a few thousand records is cheaper read by one:
-    with four queries each running a micro-batch a second, ``up`` at a trickle of events paid
-    those round trips every second.
+    A second task costs a Python worker's round trip (the aggregate job's micro-batches of 2,000
+    events took 0.73x the CPU with one, ``bench/read_task_records.py``) and saves at most half
+    of the batch's read time, so a batch of a few thousand records is cheaper read by one: with
+    four queries each running a micro-batch a second, ``up`` at a trickle of events paid those
+    round trips every second.
     """
     return {"readTasks": str(read_tasks(spark)), "readTaskRecords": str(READ_TASK_RECORDS)}
 
