@@ -13,7 +13,9 @@ processes' RSS, and of their PSS (``/proc/PID/smaps_rollup``: shared pages count
 
 ``--trickle N``: a client sends a batch of N events once a second from the start of the
 settling to the end of the measure, so what is measured is ``up`` at a trickle of traffic: each
-query running a micro-batch per trigger, the fixed cost of a micro-batch paid every second.
+query running a micro-batch per trigger, the fixed cost of a micro-batch paid every second. It
+also prints the micro-batches the queries started while measured (from their checkpoints, as
+``bench/micro_batches.py`` reads them) and ``up``'s CPU per micro-batch.
 
 The baseline, in the same round: a plain PySpark session with the same master, held idle for the
 same seconds, no query (what the JVM and a driver cost doing nothing). Prints the machine, the
@@ -36,9 +38,12 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tests.receiver import Receiver
 from tests.up_service import Clients, counted, write_config
+
+import micro_batches  # type: ignore[import-not-found]  # bench/micro_batches.py
 
 TICKS = os.sysconf("SC_CLK_TCK")
 BASELINE = """
@@ -159,7 +164,11 @@ def up_idle(
                 drip = Clients(port_of(config), batches, trickle, pause=1.0, prefix="trickle-")
                 drip.start()
             time.sleep(settle)
-            return measure(up.pid, seconds)
+            began = time.time()
+            found = measure(up.pid, seconds)
+            if trickle:
+                say_per_batch(home / "data" / "checkpoints", began, found[0] * seconds)
+            return found
         finally:
             if drip is not None:
                 drip.stopping.set()
@@ -170,6 +179,20 @@ def up_idle(
             except subprocess.TimeoutExpired:
                 os.killpg(up.pid, signal.SIGKILL)
                 up.wait()
+
+
+def say_per_batch(checkpoints: Path, since: float, cpu: float) -> None:
+    """The micro-batches each query started while measured, and ``up``'s CPU per micro-batch:
+    a figure a loaded machine moves less than cores (a slow batch means fewer batches)."""
+    started = {
+        query.name: sum(1 for _, start, _, _ in micro_batches.batches(query) if start >= since)
+        for query in sorted(checkpoints.iterdir())
+        if (query / "offsets").is_dir()
+    }
+    total = sum(started.values())
+    listed = ", ".join(f"{name} {count}" for name, count in started.items())
+    per_batch = f"{cpu / total * 1000:,.0f} ms" if total else "-"
+    print(f"  micro-batches started: {total} ({listed}); CPU per micro-batch {per_batch}")
 
 
 def port_of(config: Path) -> int:
