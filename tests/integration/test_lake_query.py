@@ -115,9 +115,15 @@ def written(path: str) -> list[re.Match[str]]:
 
 
 @pytest.mark.spark
-def test_a_batch_is_a_file_per_task_and_day(spark: SparkSession, tmp_path: Path) -> None:
+def test_a_batch_is_a_file_per_task_and_day(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from deltalake import DeltaTable
 
+    from exactly.spark import session
+
+    # a task per core even for this small batch (the jobs give one task to fewer than 5,000)
+    monkeypatch.setattr(session, "READ_TASK_RECORDS", 1)
     log_url = f"sqlite://{tmp_path / 'log'}"
     records = list(EventStream(seed=8, minutes=3 * 24 * 60, duplicate_rate=0).chunk(600))
     path = tmp_path / "lake" / "events"
