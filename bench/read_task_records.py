@@ -1,14 +1,15 @@
 """CPU of a small micro-batch read by one task against two: the source option ``readTaskRecords``.
 
     .venv/bin/python bench/read_task_records.py [--per-batch 2000] [--batches 30] [--rounds 3]
+                                                [--records 5000]
 
 The jobs set ``readTasks`` to the cores (two here) and ``readTaskRecords`` to
 ``exactly.spark.session.READ_TASK_RECORDS``: a micro-batch of fewer offsets than that is read by
 one task. In one ``local[2]`` session, the aggregate job (``exactly aggregate``'s query into
 SQLite) works off ``--batches`` micro-batches of ``--per-batch`` events from four log
-partitions, with ``READ_TASK_RECORDS`` at 1 (two read tasks a batch, as before) and at its
-default (one), in turn (the order swapped each round) ``--rounds`` times on fresh checkpoints,
-after a first run that warms the JVM and is not counted.
+partitions, with ``READ_TASK_RECORDS`` at 1 (two read tasks a batch, the default) and at
+``--records`` (5,000: one), in turn (the order swapped each round) ``--rounds`` times on fresh
+checkpoints, after a first run that warms the JVM and is not counted.
 
 What is measured is CPU, not wall time: two tasks on two idle cores end sooner than one, but in
 ``exactly up`` the cores are shared by four queries, the collector and the directors. The bench
@@ -82,6 +83,7 @@ def main() -> None:
     parser.add_argument("--per-batch", type=int, default=2000)
     parser.add_argument("--batches", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--records", type=int, default=5000, help="READ_TASK_RECORDS to try")
     args = parser.parse_args()
     group = own_cgroup()
     try:
@@ -91,7 +93,7 @@ def main() -> None:
 
 
 def measure(args: argparse.Namespace, group: Path) -> None:
-    default = session.READ_TASK_RECORDS
+    default = args.records
     print(f"machine: {platform.platform()}, {os.cpu_count()} cores")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     spark = session.build_session(Settings(), "bench-read-task-records", master="local[2]")

@@ -79,6 +79,10 @@ def tables(where: Path) -> dict[str, tuple[Any, list[dict[str, Any]]]]:
 def test_executors_shape_what_the_driver_shapes(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from exactly.spark import session
+
+    # a task per core even for these small batches: parts typed apart need several tasks
+    monkeypatch.setattr(session, "READ_TASK_RECORDS", 1)
     log_url = f"sqlite://{tmp_path / 'log'}"
     events = sdk_events(0, 300) + split_kinds(40)
     runs: list[int] = []
