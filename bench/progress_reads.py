@@ -1,5 +1,5 @@
 """What reading a query's progress costs each poll: PySpark's ``recentProgress`` against
-``exactly.spark.streaming.new_reports``.
+``exactly.spark.streaming.ProgressReader``.
 
     .venv/bin/python bench/progress_reads.py [--kept 90] [--calls 20]
 
@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from exactly.spark.streaming import new_reports
+from exactly.spark.streaming import ProgressReader
 
 
 def cpu() -> float:
@@ -70,15 +70,15 @@ def main() -> None:
         .trigger(processingTime="50 milliseconds")
         .start()
     )
-    last: list[tuple[object, object]] = []
+    progress = ProgressReader(query)
     while len(query.recentProgress) < args.kept:
-        new_reports(query, last)
+        progress.new_reports()
         time.sleep(0.5)
-    new_reports(query, last)
+    progress.new_reports()
     kept = len(query.recentProgress)
     rows = [
         ("PySpark's recentProgress", timed(lambda: query.recentProgress, args.calls)),
-        ("new_reports", timed(lambda: new_reports(query, last), args.calls)),
+        ("new_reports", timed(lambda: progress.new_reports(), args.calls)),
     ]
     query.stop()
     spark.stop()

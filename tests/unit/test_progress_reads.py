@@ -1,4 +1,4 @@
-"""``streaming.new_reports``: each progress report Spark keeps is read once, in order, however
+"""``streaming.ProgressReader``: each progress report Spark keeps is read once, in order, however
 many arrive between two polls and however many Spark has dropped from its list meanwhile."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from exactly.spark.streaming import new_reports
+from exactly.spark.streaming import ProgressReader
 
 QUERY_ID = "6f1c3b2e-0000-4000-8000-000000000001"
 
@@ -22,7 +22,7 @@ class Kept:
 
 
 class Query:
-    """The part of a StreamingQuery ``new_reports`` reads: ``_jsq.recentProgress()``, a list
+    """The part of a StreamingQuery ``ProgressReader`` reads: ``_jsq.recentProgress()``, a list
     Spark keeps at most ``keep`` of, oldest first."""
 
     def __init__(self, keep: int = 100) -> None:
@@ -54,27 +54,29 @@ def seen(reports: list[Any]) -> list[tuple[int, int]]:
 
 
 def test_each_report_once_in_order() -> None:
-    query, last = Query(), []
-    assert new_reports(query, last) == []
+    query = Query()
+    progress = ProgressReader(query)
+    assert progress.new_reports() == []
     query.add(0, 1)
     query.add(1, 2)
-    assert seen(new_reports(query, last)) == [(0, 1), (1, 2)]
-    assert new_reports(query, last) == []  # nothing new: nothing again
+    assert seen(progress.new_reports()) == [(0, 1), (1, 2)]
+    assert progress.new_reports() == []  # nothing new: nothing again
     query.add(1, 3)  # a report without data names the batch it waits for again
     query.add(2, 4)
-    assert seen(new_reports(query, last)) == [(1, 3), (2, 4)]
-    assert new_reports(query, last) == []
+    assert seen(progress.new_reports()) == [(1, 3), (2, 4)]
+    assert progress.new_reports() == []
     query.add(3, 5)
-    [report] = new_reports(query, last)
+    [report] = progress.new_reports()
     assert report["batchId"] == 3 and str(report["id"]) == QUERY_ID  # Spark's own report type
 
 
 def test_reports_spark_dropped_meanwhile_are_not_asked_for_again() -> None:
-    query, last = Query(keep=3), []
+    query = Query(keep=3)
+    progress = ProgressReader(query)
     query.add(0, 1)
-    assert seen(new_reports(query, last)) == [(0, 1)]
+    assert seen(progress.new_reports()) == [(0, 1)]
     for batch in range(1, 6):  # five more: the one read last has left Spark's list of three
         query.add(batch, batch + 1)
-    assert seen(new_reports(query, last)) == [(3, 4), (4, 5), (5, 6)]
+    assert seen(progress.new_reports()) == [(3, 4), (4, 5), (5, 6)]
     query.add(6, 7)
-    assert seen(new_reports(query, last)) == [(6, 7)]
+    assert seen(progress.new_reports()) == [(6, 7)]

@@ -100,10 +100,9 @@ def run_query(
     else:
         writer = writer.trigger(processingTime=f"{int(trigger_seconds * 1000)} milliseconds")
     batches: dict[int, Report] = {}
-    last: list[tuple[object, object]] = []  # the newest report read: (batchId, timestamp)
 
     def note() -> None:
-        for report in new_reports(query, last):
+        for report in progress.new_reports():
             batch = int(report["batchId"])
             if batch not in batches:
                 batches[batch] = dict(report)
@@ -115,6 +114,7 @@ def run_query(
         query = writer.start()
     except (PySparkException, Py4JError) as error:
         raise from_spark(error, log) from None
+    progress = ProgressReader(query)
     try:
         while not query.awaitTermination(1):
             note()
@@ -129,30 +129,37 @@ def run_query(
     return batches
 
 
-def new_reports(query: Any, last: list[tuple[object, object]]) -> list[Report]:
-    """The progress reports Spark added since the one ``last`` names, oldest first; updates
-    ``last``.
+class ProgressReader:
+    """A query's progress reports, each read once: :meth:`new_reports` gives those Spark added
+    since the previous call.
 
     PySpark's ``recentProgress`` turns every report Spark keeps (up to 100) into JSON and back
     on each call: 15 ms a call with 90 kept, paid every second by each query of ``up``. This
-    reads the same list from its newest end, one report at a time, and stops at the one read
-    last time; when that one has left Spark's list, the whole list is new.
+    reads the same list from its newest end, one report at a time, and stops at the newest one
+    read before; when that one has left Spark's list, the whole list is new.
     """
-    import json
 
-    from pyspark.sql.streaming.listener import StreamingQueryProgress
+    def __init__(self, query: Any) -> None:
+        self.query = query
+        self.newest: tuple[object, object] | None = None  # (batchId, timestamp) read last
 
-    kept = query._jsq.recentProgress()  # a Java array: each item crosses py4j when read
-    found: list[Report] = []
-    for index in range(len(kept) - 1, -1, -1):
-        report = StreamingQueryProgress.fromJson(json.loads(kept[index].json()))
-        if last and (report["batchId"], report["timestamp"]) == last[0]:
-            break
-        found.append(report)
-    found.reverse()
-    if found:
-        last[:] = [(found[-1]["batchId"], found[-1]["timestamp"])]
-    return found
+    def new_reports(self) -> list[Report]:
+        """The reports added since the previous call, oldest first."""
+        import json
+
+        from pyspark.sql.streaming.listener import StreamingQueryProgress
+
+        kept = self.query._jsq.recentProgress()  # a Java array: each item crosses py4j when read
+        found: list[Report] = []
+        for index in range(len(kept) - 1, -1, -1):
+            report = StreamingQueryProgress.fromJson(json.loads(kept[index].json()))
+            if (report["batchId"], report["timestamp"]) == self.newest:
+                break
+            found.append(report)
+        found.reverse()
+        if found:
+            self.newest = (found[-1]["batchId"], found[-1]["timestamp"])
+        return found
 
 
 def _stop_between_batches(query: Any) -> None:
