@@ -1,4 +1,9 @@
-"""Forgetting under SIGKILL: people forgotten one after another while `exactly up` runs and
+"""Forgetting under SIGKILL.
+
+One ``exactly forget`` killed after its regulation was committed to the log and before that
+was synced (so before any reader could see it): run again, it goes on with that regulation.
+
+Then people forgotten one after another while `exactly up` runs and
 clients send, each ``exactly forget`` SIGKILLed at random points and run again, and `up`'s parts
 (the pipeline, the director, the collector) SIGKILLed meanwhile: :data:`FORGET_KILLS` +
 :data:`PART_KILLS` SIGKILLs in all.
@@ -26,12 +31,13 @@ from typing import Any
 
 import pytest
 
+from exactly.forget.regulations import TOPIC
+from exactly.log import open_log
 from tests.integration.test_forget import exactly, lake_ids, post, post_once_up, traces
 from tests.receiver import Receiver
 from tests.seeds import crash_seed
 from tests.up_service import Clients, UpService, write_config
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 PEOPLE = 4
 FORGET_KILLS = 10  # of the forget command, at random points
@@ -87,6 +93,65 @@ def forget_killed(config: Path, user: str, rng: random.Random, kills: int, log: 
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+_HELD_FORGET = """
+import os, sys, threading
+from exactly.cli import main
+from exactly.log import Log
+
+real, append = os.fdatasync, Log.append
+
+def held(fd):
+    if threading.current_thread().name.startswith("log-sync-"):
+        print("committed", flush=True)
+        threading.Event().wait()  # killed here: the regulation committed, never synced
+    real(fd)
+
+def held_append(*args, **kwargs):  # the regulation's append (the topic exists already)
+    os.fdatasync = held
+    return append(*args, **kwargs)
+
+Log.append = held_append
+sys.argv = ["exactly", "forget", "--no-wait", sys.argv[1]]
+main()
+"""
+
+
+def test_a_forget_killed_before_its_regulation_synced_goes_on_with_it_when_run_again(
+    tmp_path: Path,
+) -> None:
+    config = write_config(tmp_path, "http://127.0.0.1:9/")
+    env = {**os.environ, "EXACTLY_CONFIG": str(config), "PYTHONPATH": str(ROOT / "src")}
+    user = person(0)[0]
+    with open_log(f"sqlite://{(tmp_path / 'data' / 'log').resolve()}") as log:
+        log.create_topic(TOPIC, 1)  # so the sync held is the regulation's
+    held = subprocess.Popen(
+        [sys.executable, "-c", _HELD_FORGET, user],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    assert held.stdout is not None
+    try:
+        assert held.stdout.readline().strip() == "committed"
+    finally:
+        os.killpg(held.pid, signal.SIGKILL)
+        held.wait(30)
+
+    with open_log(f"sqlite://{(tmp_path / 'data' / 'log').resolve()}") as log:
+        assert log.end_offsets(TOPIC) == {0: 0}  # committed, not readable: never synced
+    again = exactly(config, "forget", "--no-wait", user)
+    assert again.returncode == 0, again.stderr
+    assert "is under way: going on" in again.stderr, again.stderr
+    status = exactly(config, "forget", "--status")
+    heads = [line for line in status.stdout.splitlines() if line.startswith("regulation")]
+    assert len(heads) == 1 and heads[0].endswith(" under way"), status.stdout
+
+
+@pytest.mark.spark
+@pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_forgets_killed_beside_a_killed_pipeline_leave_nobody_and_lose_nothing(
     tmp_path: Path,

@@ -201,8 +201,9 @@ with open_log(url) as log:
 """
 
 
+@pytest.mark.parametrize("opens", ["a writer", "a reader that settles"])
 def test_records_of_a_writer_killed_before_its_fsync_show_once_a_writer_opens(
-    tmp_path: Path,
+    tmp_path: Path, opens: str
 ) -> None:
     url = f"sqlite://{tmp_path / 'log'}"
     with open_log(url) as log:
@@ -220,6 +221,11 @@ def test_records_of_a_writer_killed_before_its_fsync_show_once_a_writer_opens(
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
             assert reader.end_offsets("t") == {0: 0, 1: 0}  # never acknowledged, still unsynced
+            if opens == "a reader that settles":  # as `exactly forget` reads, run again
+                with open_log(url) as settler:
+                    settler.settle("t")
+                    assert settler.end_offsets("t") == {0: 2, 1: 0}
+                assert reader.end_offsets("t") == {0: 2, 1: 0}
             with open_log(url) as successor:
                 # a process that starts writing syncs what is committed and raises the watermark;
                 # a producer resumes after records that are durable now

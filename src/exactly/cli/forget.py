@@ -75,7 +75,7 @@ def forget(
 
     with open_log(settings.log_url) as log:
         regulations = Regulations(log)
-        regulations.refresh()
+        regulations.refresh(settle=True)  # with what a killed try of this command recorded
         hashes = {kind: frozenset(digest(key, kind, value) for value in found)
                   for kind, found in ids.items()}  # fmt: skip
         same = [r for r in regulations.all() if dict(r.hashes) == hashes]

@@ -156,14 +156,21 @@ class Regulations:
         self._lock = threading.Lock()
         self._suppressing: Forgotten | None = None  # kept until a record is folded
 
-    def refresh(self, *, at_most_every: float = 0.0) -> None:
-        """Read the records appended since the last read (not before ``at_most_every`` s)."""
+    def refresh(self, *, at_most_every: float = 0.0, settle: bool = False) -> None:
+        """Read the records appended since the last read (not before ``at_most_every`` s).
+
+        ``settle``: first make readable what a killed writer stored without acknowledging it
+        (:meth:`Log.settle`), for a command that decides from this read whether to record a
+        regulation: run again after a kill, it goes on with the one its killed try recorded.
+        """
         with self._lock:
             now = time.monotonic()
             if at_most_every and now - self._read_at < at_most_every:
                 return
             self._read_at = now
             try:
+                if settle:
+                    self.log.settle(TOPIC)
                 end = self.log.end_offsets(TOPIC)[0]
             except UnknownTopic:  # nothing was ever forgotten here
                 return

@@ -438,6 +438,18 @@ class Log(ABC):
         self.topic_info(topic)
         return self._end_offsets(topic)
 
+    def settle(self, topic: str) -> None:
+        """Make readable every record of ``topic`` already stored, acknowledged or not: those of
+        a writer killed after storing them and before its acknowledgement. Call it before a read
+        that decides whether to write something again (``exactly forget`` rerun after a kill),
+        so the read sees what the killed try stored. A log whose reads see every stored record
+        needs nothing here (Kafka: a record is readable once stored)."""
+        self.topic_info(topic)
+        self._settle(topic)
+
+    def _settle(self, topic: str) -> None:  # noqa: B027 - most backends need nothing here
+        """Default: every stored record is readable already."""
+
     def start_offsets(self, topic: str) -> dict[int, int]:
         """For each partition, the offset of its oldest record still held: 0 unless retention
         (a Kafka topic's ``retention.ms``) removed older ones."""

@@ -526,6 +526,11 @@ class SqliteLog(Log):
             )
         return changed
 
+    def _settle(self, topic: str) -> None:
+        """Step 0 of group_commit.py, as a writer's start runs it: under the write lock, sync
+        what is committed and raise the watermark to it."""
+        self._recover(topic)
+
     def _end_offsets(self, topic: str) -> dict[int, int]:
         durable = self._durable_ends(topic)
         return {p: min(end, self._committed_end(topic, p)) for p, end in enumerate(durable)}
