@@ -309,20 +309,41 @@ def wait_until_gone(pgid: int, timeout: float = 30.0) -> None:
 
 
 class Clients:
-    """Send ``batches`` batches of ``size`` events, each until accepted, from a thread."""
+    """Send ``batches`` batches of ``size`` events, each until accepted, from a thread.
+
+    ``more``: then go on sending batches until :meth:`enough` (a crash test whose kills must
+    each find new work, however long a loaded machine makes them take). :attr:`sent` holds
+    every batch sent or being sent.
+    """
 
     def __init__(
-        self, port: int, batches: int, size: int = 50, *, pause: float = 0.05, prefix: str = ""
+        self,
+        port: int,
+        batches: int,
+        size: int = 50,
+        *,
+        pause: float = 0.05,
+        prefix: str = "",
+        more: bool = False,
     ) -> None:
         self.port = port
         self.pause = pause
-        self.sent: list[list[dict[str, object]]] = [
-            [_event(b * size + i, prefix) for i in range(size)] for b in range(batches)
-        ]
+        self.size = size
+        self.prefix = prefix
+        self.sent: list[list[dict[str, object]]] = [self._batch(b) for b in range(batches)]
         self.accepted = 0
         self.refused = 0
-        self.stopping = threading.Event()
+        self._enough = threading.Event()
+        if not more:
+            self._enough.set()
         self.thread = threading.Thread(target=self._send_all, daemon=True)
+
+    def _batch(self, number: int) -> list[dict[str, object]]:
+        return [_event(number * self.size + i, self.prefix) for i in range(self.size)]
+
+    def enough(self) -> None:
+        """Send no batch past the one being sent (``more``)."""
+        self._enough.set()
 
     @property
     def ids(self) -> set[str]:
@@ -347,9 +368,14 @@ class Clients:
 
     def _send_all(self) -> None:
         auth = base64.b64encode(f"{WRITE_KEY}:".encode()).decode()
-        for batch in self.sent:
+        number = 0
+        while number < len(self.sent) or not self._enough.is_set():
+            if number == len(self.sent):
+                self.sent.append(self._batch(number))
+            batch = self.sent[number]
+            number += 1
             body = json.dumps({"batch": batch}).encode()
-            while not self.stopping.is_set():
+            while True:
                 if self._post(body, auth):
                     self.accepted += 1
                     break

@@ -154,7 +154,7 @@ def test_up_killed_at_random_points_stays_exact(service: UpService, receiver: Re
     seven must find work in flight when it lands: a micro-batch of the run's own not committed,
     or a request the receiver got from it whose outcome the JobDB does not hold."""
     rng = crash_rng("up-crash", "14")
-    clients = Clients(service.port, batches=160, size=20, pause=1.0)  # sending past the kills
+    clients = Clients(service.port, batches=60, size=20, pause=1.0, more=True)  # past the kills
     service.start()
     clients.start()
     data = service.directory / "data"
@@ -169,6 +169,7 @@ def test_up_killed_at_random_points_stays_exact(service: UpService, receiver: Re
         progress=lambda: (counted(data), len(receiver.successes("/ok"))),
         work=work,
     )
+    clients.enough()
     assert len(landings.kills) == KILLS - STARTUP_KILLS
     landings.check(least=1.0)  # each kill after start-up found work in flight
     assert clients.wait(600), "the clients could not send everything"

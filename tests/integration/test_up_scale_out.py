@@ -64,7 +64,7 @@ def test_up_on_the_scale_out_stack_killed_stays_exact(
         config = write_config(tmp_path, receiver.url, scale_out=backends)
         service = UpService(config, tmp_path, env=short_reads.environment(0.2, cuts))
         try:
-            clients = Clients(service.port, batches=150, size=20, pause=1.0)
+            clients = Clients(service.port, batches=60, size=20, pause=1.0, more=True)
             service.start()
             clients.start()
             works = 0
@@ -87,6 +87,7 @@ def test_up_on_the_scale_out_stack_killed_stays_exact(
                 work=work,
                 on_work=restart_shard,
             )
+            clients.enough()  # they sent past the kills
             assert clients.wait(600), "the clients could not send everything"
             wait_for_everything(service, receiver, clients, 400, backends.database)
             bound = KILLS * MAX_IN_FLIGHT
