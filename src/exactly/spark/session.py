@@ -289,9 +289,7 @@ def tree_zip(directory: Path, root: Path, name: str) -> Path:
 
 
 # A micro-batch's read tasks: one per this many offsets, up to one per core (``read_options``).
-# 1, a task per core for every batch as before, until the whole test suite has run with 5,000:
-# its first run did not end in the session that measured it (docs/pace.md).
-READ_TASK_RECORDS = 1
+READ_TASK_RECORDS = 5_000
 
 
 def read_tasks(spark: SparkSession) -> int:
@@ -311,8 +309,7 @@ def read_options(spark: SparkSession) -> dict[str, str]:
     events took 0.73x the CPU with one, ``bench/read_task_records.py``) and saves at most half
     of the batch's read time, so a batch of a few thousand records is cheaper read by one: with
     four queries each running a micro-batch a second, ``up`` at a trickle of events pays those
-    round trips every second. :data:`READ_TASK_RECORDS` is 1 for now: every batch a task per
-    core, as before.
+    round trips every second.
     """
     return {"readTasks": str(read_tasks(spark)), "readTaskRecords": str(READ_TASK_RECORDS)}
 
