@@ -38,12 +38,6 @@ FAST_JVM = (
 )
 AT_START = 3  # of a test's kills, how many come while the queries start (no batch of their own)
 AFTER_START = 0.5  # the most seconds a kill waits once a micro-batch of its run is in flight
-# Spark waits a fixed 10 s (PythonWorkerFactory.createSimpleWorker, not a setting) for a Python
-# planner it starts to connect back; on a machine loaded past about 20 its imports take longer
-# and the query fails, as a kill would end it (``exactly up`` restarts such a part). A run that
-# failed so is replaced and counts as no kill, at most this many times a test.
-OVERLOADED = "Python worker failed to connect back"
-OVERLOADED_RUNS = 3
 # the children cap micro-batches small so that kills have many to land in; the last run, which
 # no kill ends, works off what the kills left in batches this many times as large
 CATCH_UP_SCALE = 20
@@ -170,9 +164,7 @@ def kill_at_random_points(
     installed). ``may_fail``, when given, is asked about a run that ended by itself with an
     error (its stderr): one it accepts is replaced and counts as no kill (the test's own faults,
     as a Redis server restarted empty under a claim, fail a micro-batch; ``exactly up`` restarts
-    such a part); so is a run that Spark's fixed wait for a Python planner failed on a machine
-    overloaded (:data:`OVERLOADED`, at most :data:`OVERLOADED_RUNS` a test). Returns how many
-    runs killed themselves, and the landings.
+    such a part). Returns how many runs killed themselves, and the landings.
     """
     extra = dict(env or {})
     path = os.pathsep.join(
@@ -200,7 +192,7 @@ def kill_at_random_points(
     checkpoints.run_starts()
     current.go()
     children = [current]
-    killed = self_kills = overloads = 0
+    killed = self_kills = 0
     at_start = set(rng.sample(range(kills - 1), AT_START))  # (a self-killing run goes its way)
     landings = Landings(module.rsplit(".", 1)[-1])
     began = time.monotonic()
@@ -220,11 +212,8 @@ def kill_at_random_points(
                 in_flight = checkpoints.wait_for_batch(120, current.alive)
                 assert in_flight or not current.alive(), f"no batch: {current.report()}"
                 time.sleep(rng.uniform(0.0, AFTER_START))  # inside a micro-batch of its own
-            errors = current.errors() if not suicidal and current.saw("<exit>") else None
-            cause = None if errors is None else _accepted(errors, may_fail, overloads)
-            if cause is not None:
-                overloads += cause == "the load"
-                print(f"run after kill {killed} failed by {cause}: {current.lines[-2:]}")
+            if not suicidal and current.saw("<exit>") and may_fail and may_fail(current.errors()):
+                print(f"run after kill {killed} failed by the test's fault: {current.lines[-2:]}")
                 following.kill()  # (warmed for the turn after this one: started again)
                 current, suicidal = start(last)
                 children.append(current)
@@ -256,12 +245,3 @@ def kill_at_random_points(
             child.kill()
             child.stderr.close()
     return Kills(self_kills, landings)
-
-
-def _accepted(errors: str, may_fail: Callable[[str], bool] | None, overloads: int) -> str | None:
-    """Why a run that ended by itself with ``errors`` may be replaced (None: it may not)."""
-    if OVERLOADED in errors and overloads < OVERLOADED_RUNS:
-        return "the load"
-    if may_fail is not None and may_fail(errors):
-        return "the test's fault"
-    return None
