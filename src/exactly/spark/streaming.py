@@ -19,6 +19,7 @@ import fcntl
 import os
 import re
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -39,6 +40,12 @@ _STARTED_ONLY = ("offsets", "commits", "state")
 # Set to end every running query after its current micro-batch (run_query's loop watches it).
 STOPPING = threading.Event()
 BETWEEN_BATCHES_WAIT = 20.0  # seconds a graceful stop waits for a micro-batch to end
+# Spark starts a query's Python source in a fresh Python process and waits a fixed 10 s for it
+# to connect back (``PythonWorkerFactory.createSimpleWorker``, not a setting); on a loaded
+# machine, with several queries starting at once, its imports can take longer. Nothing was
+# planned then, and a start again resumes from the checkpoint like any restart: tried so often.
+RUNNER_LATE = "Python worker failed to connect back"
+QUERY_STARTS = 5
 
 
 @contextlib.contextmanager
@@ -90,7 +97,8 @@ def run_query(
     """Start the query and run it until caught up (or stopped); the progress of each batch.
 
     ``on_batch`` sees each micro-batch's progress report once, in order. A failure raises the
-    :class:`~exactly.errors.ExactlyError` a task raised, when there is one.
+    :class:`~exactly.errors.ExactlyError` a task raised, when there is one; a query whose Python
+    source did not connect back in Spark's fixed time is started again (:data:`QUERY_STARTS`).
     """
     from py4j.protocol import Py4JError  # type: ignore[import-untyped]
     from pyspark.errors import PySparkException
@@ -110,23 +118,32 @@ def run_query(
                     on_batch(batches[batch])
 
     log = _log_file(writer)
-    try:
-        query = writer.start()
-    except (PySparkException, Py4JError) as error:
-        raise from_spark(error, log) from None
-    progress = ProgressReader(query)
-    try:
-        while not query.awaitTermination(1):
+    starts = 1
+    while True:
+        try:
+            query = writer.start()
+        except (PySparkException, Py4JError) as error:
+            raise from_spark(error, log) from None
+        progress = ProgressReader(query)
+        try:
+            while not query.awaitTermination(1):
+                note()
+                if STOPPING.is_set():
+                    _stop_between_batches(query)
             note()
-            if STOPPING.is_set():
-                _stop_between_batches(query)
-        note()
-    except (PySparkException, Py4JError) as error:
-        raise from_spark(error, log) from None
-    finally:
-        if query.isActive:
-            query.stop()
-    return batches
+            return batches
+        except (PySparkException, Py4JError) as error:
+            if RUNNER_LATE not in str(error) or starts == QUERY_STARTS or STOPPING.is_set():
+                raise from_spark(error, log) from None
+            starts += 1
+            _say(
+                f"warning: query {query.name or query.id}: its Python source did not connect "
+                f"back within Spark's fixed 10 s (a loaded machine); starting it again "
+                f"({starts} of {QUERY_STARTS})"
+            )
+        finally:
+            if query.isActive:
+                query.stop()
 
 
 class ProgressReader:
@@ -186,6 +203,10 @@ def _log_file(writer: DataStreamWriter) -> str | None:
     except Exception:  # noqa: BLE001 - only for a message
         return None
     return None if found is None else str(found)
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def from_spark(error: BaseException, log: str | None = None) -> ExactlyError:
