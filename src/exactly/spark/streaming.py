@@ -5,7 +5,8 @@
 * :func:`checkpoint_lock`: one query per checkpoint (two would corrupt it), and a checkpoint
   whose first micro-batch was never planned made fit to start;
 * :func:`run_query`: start, trigger (``--until-caught-up`` is ``Trigger.AvailableNow``), report
-  each micro-batch's progress once, stop, and turn a failure into the error a task raised;
+  each micro-batch's progress once, stop, and turn a failure into the error a task raised (a
+  start that Spark's fixed wait for the Python source failed is made again);
 * :data:`STOPPING`: a graceful stop for every query of the process (``exactly up`` sets it on
   SIGTERM): each query ends between two micro-batches, not inside one;
 * :func:`from_spark`: that error, recovered from the text Spark wraps it in, and
