@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -299,6 +300,48 @@ def test_a_range_read_that_gets_nowhere_fails(
         with pytest.raises(ShortRead, match=r"stopped at offset 4, short of 5"):
             list(log.read_range(topic, 0, 0, patience=0.5))
         assert 0.5 <= time.monotonic() - started < 5
+
+
+class Stalled:
+    """A consumer that delivers nothing during its first ``stalls`` assignments, as librdkafka's
+    reader did for 10 s and more on a loaded machine; it fetches again once assigned anew."""
+
+    def __init__(self, consumer: Any, stalls: int) -> None:
+        self.consumer = consumer
+        self.stalls = stalls
+        self.assignments = 0
+
+    def assign(self, partitions: Any) -> None:
+        self.assignments += 1
+        self.consumer.assign(partitions)
+
+    def poll(self, timeout: float) -> Any:
+        if self.assignments <= self.stalls:
+            time.sleep(timeout)
+            return None
+        return self.consumer.poll(timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.consumer, name)
+
+
+def test_a_read_that_hears_nothing_assigns_anew_before_it_fails(kafka_url: str, topic: str) -> None:
+    with open_log(kafka_url) as log:
+        log.create_topic(topic, 1)
+        log.append(topic, 0, [Record(b"%d" % i) for i in range(5)])
+    with open_log(kafka_url, timeout=2) as log:
+        assert isinstance(log, KafkaLog)
+        log.end_offsets(topic)  # the end known: the reads below are the reader's alone
+        reader = log._reader
+        once = log._reader = Stalled(reader, stalls=1)
+        started = time.monotonic()
+        assert [r.value for r in log.read(topic, 0, 0)] == [b"%d" % i for i in range(5)]
+        assert once.assignments == 2 and time.monotonic() - started >= 2
+        always = log._reader = Stalled(reader, stalls=100)
+        with pytest.raises(LogUnavailable, match="no answer"):
+            log.read(topic, 0, 0)
+        assert always.assignments == 2  # a second try, then the error
+        log._reader = reader
 
 
 # -- a transaction a killed writer left open ----------------------------------------------------
