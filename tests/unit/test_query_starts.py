@@ -51,14 +51,32 @@ class Writer:
         return FailingQuery(self.failures.pop(0) if self.failures else None)
 
 
+@pytest.fixture(autouse=True)
+def no_pause(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The pauses between starts, recorded instead of slept."""
+    paused: list[float] = []
+
+    def wait(seconds: float) -> bool:
+        paused.append(seconds)
+        return False
+
+    monkeypatch.setattr(streaming.STOPPING, "wait", wait)
+    return paused
+
+
 def run(writer: Writer) -> dict[int, Any]:
     return streaming.run_query(writer, until_caught_up=True, trigger_seconds=1.0)  # type: ignore[arg-type]
 
 
-def test_a_late_python_source_is_started_again(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_late_python_source_is_started_again(
+    capsys: pytest.CaptureFixture[str], no_pause: list[float]
+) -> None:
     writer = Writer([LATE, LATE])
     assert list(run(writer)) == [0]
     assert writer.starts == 3
+    low, high = streaming.START_PAUSE
+    first, second = no_pause  # drawn at random, longer after each start
+    assert low <= first <= high and 2 * low <= second <= 2 * high
     said = capsys.readouterr().err.splitlines()
     assert said == [
         f"warning: query q: its Python source did not connect back within Spark's fixed 10 s "
@@ -78,4 +96,11 @@ def test_any_other_failure_is_raised_at_once() -> None:
     writer = Writer(["[STREAM_FAILED] Query [id = 1] terminated with exception: boom"])
     with pytest.raises(StreamError, match="boom"):
         run(writer)
+    assert writer.starts == 1
+
+
+def test_a_stop_during_the_pause_ends_the_query_quietly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(streaming.STOPPING, "wait", lambda seconds: True)
+    writer = Writer([LATE])
+    assert run(writer) == {}
     assert writer.starts == 1

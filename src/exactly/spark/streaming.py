@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import random
 import re
 import shutil
 import sys
@@ -44,9 +45,12 @@ BETWEEN_BATCHES_WAIT = 20.0  # seconds a graceful stop waits for a micro-batch t
 # Spark starts a query's Python source in a fresh Python process and waits a fixed 10 s for it
 # to connect back (``PythonWorkerFactory.createSimpleWorker``, not a setting); on a loaded
 # machine, with several queries starting at once, its imports can take longer. Nothing was
-# planned then, and a start again resumes from the checkpoint like any restart: tried so often.
+# planned then, and a start again resumes from the checkpoint like any restart: tried so often,
+# each after a pause drawn at random and longer each time, so that the queries of a process
+# that failed together do not start together again.
 RUNNER_LATE = "Python worker failed to connect back"
 QUERY_STARTS = 5
+START_PAUSE = (2.0, 8.0)  # seconds, times the starts made so far
 
 
 @contextlib.contextmanager
@@ -136,15 +140,17 @@ def run_query(
         except (PySparkException, Py4JError) as error:
             if RUNNER_LATE not in str(error) or starts == QUERY_STARTS or STOPPING.is_set():
                 raise from_spark(error, log) from None
-            starts += 1
             _say(
                 f"warning: query {query.name or query.id}: its Python source did not connect "
                 f"back within Spark's fixed 10 s (a loaded machine); starting it again "
-                f"({starts} of {QUERY_STARTS})"
+                f"({starts + 1} of {QUERY_STARTS})"
             )
         finally:
             if query.isActive:
                 query.stop()
+        if STOPPING.wait(random.uniform(*START_PAUSE) * starts):
+            return batches  # stopped meanwhile: nothing is in flight
+        starts += 1
 
 
 class ProgressReader:
