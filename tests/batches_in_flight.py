@@ -23,6 +23,10 @@ from pathlib import Path
 
 INSIDE_SHARE = 0.75  # of a test's kills, at least this share must land inside a micro-batch
 
+# How long a kill waits for a micro-batch of the run's own: a run's start on a loaded 2-core
+# machine, a query's Python source started again after Spark's 10 s ran out, took over 120 s.
+BATCH_WAIT = 240.0
+
 
 def numbered(folder: Path) -> set[int]:
     """The batch ids of the files Spark wrote in ``folder`` (its hidden temporaries and

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exactly.log import Log, open_log
-from tests.batches_in_flight import Checkpoints, Landings
+from tests.batches_in_flight import BATCH_WAIT, Checkpoints, Landings
 
 ROOT = Path(__file__).resolve().parents[1]
 # The Java options of every Spark driver a test starts in a process of its own: C1 only and
@@ -209,7 +209,7 @@ def kill_at_random_points(
             elif killed in at_start:
                 time.sleep(rng.uniform(0.0, 4.0))  # query start, planning, the first tasks
             else:
-                in_flight = checkpoints.wait_for_batch(120, current.alive)
+                in_flight = checkpoints.wait_for_batch(BATCH_WAIT, current.alive)
                 assert in_flight or not current.alive(), f"no batch: {current.report()}"
                 time.sleep(rng.uniform(0.0, AFTER_START))  # inside a micro-batch of its own
             if not suicidal and current.saw("<exit>") and may_fail and may_fail(current.errors()):

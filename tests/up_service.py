@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.batches_in_flight import Checkpoints, Landing, Landings, find
+from tests.batches_in_flight import BATCH_WAIT, Checkpoints, Landing, Landings, find
 from tests.job_child import FAST_JVM
 from tests.receiver import Receiver
 from tests.servers import free_port
@@ -260,12 +260,12 @@ def kill_on_progress(
                 time.sleep(0.2)
             if on_work is not None:
                 on_work(kill)
-            assert work.wait_for_batch(120, alive), "no micro-batch\n" + service.stderr()
+            assert work.wait_for_batch(BATCH_WAIT, alive), "no micro-batch\n" + service.stderr()
             time.sleep(rng.uniform(0.0, 0.5))
             for _ in range(20):  # that batch ended meanwhile: kill as soon as the next is seen
                 if work.checkpoints.own_in_flight():  # (short ones on a loaded machine: at once)
                     break
-                assert work.wait_for_batch(120, alive), "no micro-batch\n" + service.stderr()
+                assert work.wait_for_batch(BATCH_WAIT, alive), "no micro-batch\n" + service.stderr()
         assert alive(), service.stderr()
         killed_at = time.monotonic()
         service.kill()

@@ -146,6 +146,7 @@ KILLS = 10
 STARTUP_KILLS = 3  # at a random moment of the start; the others once this run has worked
 
 
+@pytest.mark.timeout(1200)  # 10 kills, each a restart of up: 6 minutes in CI, 10 on a slow machine
 def test_up_killed_at_random_points_stays_exact(service: UpService, receiver: Receiver) -> None:
     """SIGKILL up's whole process group 10 times while clients send; nothing lost or doubled.
 

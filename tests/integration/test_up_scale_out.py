@@ -54,6 +54,7 @@ def delivered(receiver: Receiver) -> int:
     return len(receiver.successes("/ok")) + len(receiver.successes("/flaky/1"))
 
 
+@pytest.mark.timeout(1200)  # 10 kills, each a restart of up: 6 minutes in CI, 10 on a slow machine
 def test_up_on_the_scale_out_stack_killed_stays_exact(
     tmp_path: Path, scale_out: tuple[Stack, RedisServer]
 ) -> None:
