@@ -308,12 +308,16 @@ def wait_until_gone(pgid: int, timeout: float = 30.0) -> None:
         time.sleep(0.1)
 
 
+MORE_PAUSE = 2.0  # seconds between the events Clients(more=True) sends after its batches
+
+
 class Clients:
     """Send ``batches`` batches of ``size`` events, each until accepted, from a thread.
 
-    ``more``: then go on sending batches until :meth:`enough` (a crash test whose kills must
-    each find new work, however long a loaded machine makes them take). :attr:`sent` holds
-    every batch sent or being sent.
+    ``more``: then go on sending one event every :data:`MORE_PAUSE` seconds until
+    :meth:`enough` (a crash test whose kills must each find new work, however long a loaded
+    machine makes them take, with little more data to check). :attr:`sent` holds every batch
+    sent or being sent.
     """
 
     def __init__(
@@ -338,8 +342,9 @@ class Clients:
             self._enough.set()
         self.thread = threading.Thread(target=self._send_all, daemon=True)
 
-    def _batch(self, number: int) -> list[dict[str, object]]:
-        return [_event(number * self.size + i, self.prefix) for i in range(self.size)]
+    def _batch(self, number: int, count: int | None = None) -> list[dict[str, object]]:
+        count = self.size if count is None else count
+        return [_event(number * self.size + i, self.prefix) for i in range(count)]
 
     def enough(self) -> None:
         """Send no batch past the one being sent (``more``)."""
@@ -368,10 +373,10 @@ class Clients:
 
     def _send_all(self) -> None:
         auth = base64.b64encode(f"{WRITE_KEY}:".encode()).decode()
-        number = 0
+        number, fixed = 0, len(self.sent)
         while number < len(self.sent) or not self._enough.is_set():
             if number == len(self.sent):
-                self.sent.append(self._batch(number))
+                self.sent.append(self._batch(number, 1))
             batch = self.sent[number]
             number += 1
             body = json.dumps({"batch": batch}).encode()
@@ -381,7 +386,7 @@ class Clients:
                     break
                 self.refused += 1
                 time.sleep(0.3)
-            time.sleep(self.pause)
+            time.sleep(self.pause if number < fixed else MORE_PAUSE)
 
     def _post(self, body: bytes, auth: str) -> bool:
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
