@@ -10,6 +10,7 @@ from pyspark.errors import PySparkException
 
 from exactly.errors import StreamError
 from exactly.spark import streaming
+from tests.cli_text import messages
 from tests.unit.test_progress_reads import Query
 
 LATE = (
@@ -77,7 +78,9 @@ def test_a_late_python_source_is_started_again(
     low, high = streaming.START_PAUSE
     first, second = no_pause  # drawn at random, longer after each start
     assert low <= first <= high and 2 * low <= second <= 2 * high
-    said = capsys.readouterr().err.splitlines()
+    err = capsys.readouterr().err
+    assert all(len(line) <= 80 for line in err.splitlines()), err
+    said = messages(err)
     assert said == [
         f"warning: query q: its Python source did not connect back within Spark's fixed 10 s "
         f"(a loaded machine); starting it again ({n} of {streaming.QUERY_STARTS})"

@@ -213,7 +213,9 @@ def _log_file(writer: DataStreamWriter) -> str | None:
 
 
 def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    from exactly.text import message
+
+    print(message(line), file=sys.stderr, flush=True)
 
 
 def from_spark(error: BaseException, log: str | None = None) -> ExactlyError:
