@@ -2,10 +2,12 @@
 
     .venv/bin/python bench/e2e.py [--rate 20000] [--seconds 120] [--warm-up 30]
                                   [--modes up,separate] [--batch N] [--batched N] [--lake]
+                                  [--clients 4]
 
 Per mode, on a fresh data dir with the embedded defaults (sqlite log of 4 partitions, rocksdb
 store, sqlite aggregates and JobDB) and one destination (every event) on a fast local receiver
-(aiohttp on uvloop in a process of its own, counting 2xx answers):
+(a raw asyncio protocol on uvloop in a process of its own, counting the events it answered 200;
+its CPU while the clients sent is printed, since it shares the two cores with ``up``):
 
 * ``up``: ``exactly up --no-live`` (collector, one Spark application with the dedupe, aggregate
   and route queries, the director);
@@ -13,9 +15,11 @@ store, sqlite aggregates and JobDB) and one destination (every event) on a fast 
   own process (three JVMs), as before ``up`` existed: the baseline.
 
 Clients offer ``--rate`` events/s through ``/v1/batch`` for ``--seconds`` (``exactly.demo.send``,
-four clients, batches of 500). The aggregate table and the receiver's count are polled every 0.1 s.
-Latency of the k-th event = when the table's total (or the receiver's count) first reached k minus
-when the batch holding the k-th event was sent (FIFO by count: an aggregate does not show each
+``--clients`` of them, four by default, batches of 500, each waiting for its answer before its next
+batch). The events are made before the clock starts: the offered rate, the warm-up and the CPU
+figures count the sending alone. The aggregate table and the receiver's count are polled every
+0.1 s. Latency of the k-th event = when the table's total (or the receiver's count) first reached k
+minus when the batch holding the k-th event was sent (FIFO by count: an aggregate does not show each
 event's own moment); p50 and p99 are over the events sent after ``--warm-up`` seconds. Backlog: the
 raw topic's end minus the dedupe query's position, at the middle and at the end of the sending
 (growing = not sustained). ``--lake``: the Delta lake as well (``[lake] url`` set, so ``up`` runs
@@ -56,7 +60,7 @@ import time
 from collections.abc import Iterator
 from multiprocessing.sharedctypes import Synchronized
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -73,43 +77,83 @@ ORDER_COMPLETED = "Order Completed"  # one of the demo's event names
 ORDERS = "order_completed"  # its table in the segment layout
 
 
+class _Counting(asyncio.Protocol):
+    """The receiver: a raw asyncio protocol reading HTTP/1.1 requests (headers, then
+    ``Content-Length`` bytes of body) off keep-alive connections, answering each ``200 ok`` and
+    counting its events (a json-array body's length, else one) by path. No framework: the
+    destination's cost is not ``up``'s, and it shares the two cores with it. Counts are added to
+    the shared ones every 20 ms."""
+
+    ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
+    counts: ClassVar[list[int]] = [0, 0]  # every path but /batched, /batched: since the flush
+
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment] (uvloop's is no asyncio.Transport)
+
+    def connection_lost(self, error: Exception | None) -> None:
+        self.transport = None
+
+    def data_received(self, data: bytes) -> None:
+        import orjson
+
+        buffer = self.buffer + data
+        answers = 0
+        while True:
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                break
+            head = buffer[:end].lower()
+            if b"transfer-encoding:" in head:
+                raise SystemExit("the e2e receiver reads Content-Length bodies only")
+            at = head.find(b"content-length:")
+            length = 0 if at < 0 else int(head[at + 15 : head.find(b"\r\n", at) % (end + 1)])
+            if len(buffer) < end + 4 + length:
+                break
+            body = buffer[end + 4 : end + 4 + length]
+            events = len(orjson.loads(body)) if body[:1] == b"[" else 1
+            self.counts[head.startswith(b"post /batched")] += events
+            buffer = buffer[end + 4 + length :]
+            answers += 1
+        self.buffer = buffer
+        if answers and self.transport is not None:
+            self.transport.write(self.ANSWER * answers)
+
+
 def _serve(port: int, count: Synchronized, batched: Synchronized) -> None:  # type: ignore[type-arg]
     import uvloop
-    from aiohttp import web
 
-    async def ok(request: web.Request) -> web.Response:
-        body = await request.read()
-        events = 1
-        if body[:1] == b"[":  # a json-array batch: count its events
-            import orjson
-
-            events = len(orjson.loads(body))
-        counter = batched if request.path.startswith("/batched") else count
-        with counter.get_lock():
-            counter.value += events
-        return web.Response(text="ok")
+    async def flush() -> None:
+        while True:
+            await asyncio.sleep(0.02)
+            for index, counter in enumerate((count, batched)):
+                added, _Counting.counts[index] = _Counting.counts[index], 0
+                if added:
+                    with counter.get_lock():
+                        counter.value += added
 
     async def serve() -> None:
-        app = web.Application()
-        app.router.add_post("/{tail:.*}", ok)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port, backlog=1024).start()
-        await asyncio.Event().wait()
+        loop = asyncio.get_running_loop()
+        await loop.create_server(_Counting, "127.0.0.1", port, backlog=1024)
+        await flush()
 
     uvloop.run(serve())
 
 
 @contextlib.contextmanager
-def receiver() -> Iterator[tuple[str, Synchronized, Synchronized]]:  # type: ignore[type-arg]
-    """The receiver's URL and its counts of events: at ``/batched``, and at any other path."""
+def receiver() -> Iterator[tuple[str, Synchronized, Synchronized, int]]:  # type: ignore[type-arg]
+    """The receiver's URL, its counts of events (at any path but ``/batched``, and at it) and its
+    process id."""
     context = multiprocessing.get_context("spawn")
     count, batched = context.Value("q", 0), context.Value("q", 0)
     port = free_port()
     process = context.Process(target=_serve, args=(port, count, batched), daemon=True)
     process.start()
     try:
-        yield f"http://127.0.0.1:{port}", count, batched
+        yield f"http://127.0.0.1:{port}", count, batched, process.pid or 0
     finally:
         process.kill()
         process.join()
@@ -212,6 +256,14 @@ def _cpu(parts: list[subprocess.Popen[bytes]]) -> dict[tuple[int, str], float]:
     return found
 
 
+def _cpu_of(pid: int) -> float:
+    """One process's CPU seconds so far."""
+    import psutil
+
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
 def _cpu_report(
     before: dict[tuple[int, str], float], after: dict[tuple[int, str], float], seconds: float
 ) -> list[str]:
@@ -303,6 +355,14 @@ def latencies(
     return sorted(found)
 
 
+def drained(counts: list[tuple[float, int]], total: int, ended: float) -> str:
+    """When a destination had all ``total`` events, from the sending's end (its backlog)."""
+    done = next((at for at, count in counts if count >= total), None)
+    if done is None:
+        return f"not delivered: {counts[-1][1]:,} of {total:,}"
+    return f"{done - ended:.1f} s after the sending's end"
+
+
 def pct(values: list[float], p: float) -> str:
     if not values:
         return "-"
@@ -312,7 +372,7 @@ def pct(values: list[float], p: float) -> str:
 def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
     home = work / mode
     home.mkdir()
-    with receiver() as (url, delivered, delivered_batched):
+    with receiver() as (url, delivered, delivered_batched, receiver_pid):
         config, port = write_config(
             home, url, args.batch, args.lake, args.batched, args.directors, args.layout
         )
@@ -378,12 +438,24 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
                     sent_orders.append((started, found))
 
             total = int(args.rate * args.seconds)
-            cpu = _cpu(parts)
-            first = time.time()
+            start: dict[str, Any] = {}
+
+            def on_start() -> None:  # every event made: the clock starts here
+                start.update(cpu=_cpu(parts), first=time.time(), receiver=_cpu_of(receiver_pid))
+
             traffic = send(
-                port, total, resend_rate=0.0, rate=args.rate, on_accepted=on_accepted, seed=7
+                port,
+                total,
+                clients=args.clients,
+                resend_rate=0.0,
+                rate=args.rate,
+                on_accepted=on_accepted,
+                on_start=on_start,
+                seed=7,
             )
             ended = time.time()
+            cpu, first = start["cpu"], start["first"]
+            receiver_cpu = _cpu_of(receiver_pid) - start["receiver"]
             spent = _cpu(parts)
             cpu_lines = _cpu_report(cpu, spent, ended - first)
             cpu_per_event = _cpu_per_event(cpu, spent, traffic.events)
@@ -426,9 +498,16 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
     reached = visible[-1][1]
     finished = next((t for t, c in visible if c >= reached), ended)
     print(f"{mode}: accept->routed p50 / p99 {pct(to_routed, 0.5)} / {pct(to_routed, 0.99)}")
+    for name, counts in (("delivered", arrived), ("delivered in batches", arrived_batched)):
+        if counts[-1][1]:
+            print(f"{mode}: {name}: the last event {drained(counts, total, ended)}")
     print(f"{mode}: CPU while sending ({ended - first:.0f} s), per process:")
     print("\n".join(f"  {line}" for line in cpu_lines), flush=True)
     print(f"{mode}: CPU per event sent, while sending: {cpu_per_event}", flush=True)
+    print(
+        f"{mode}: the receiver (not part of {mode}) while sending: {receiver_cpu:.1f} s CPU "
+        f"({receiver_cpu / (ended - first):.2f} cores)"
+    )
     print(f"{mode}: micro-batches that started while sending (bench/micro_batches.py):")
     print("\n".join(micro_batches.table(settings.data_dir, first, ended)), flush=True)
     return [
@@ -455,6 +534,9 @@ def main() -> None:
     parser.add_argument("--layout", default="segment", choices=("segment", "events"))
     parser.add_argument(
         "--directors", type=int, default=1, help="[delivery] directors (8 partitions when > 1)"
+    )
+    parser.add_argument(
+        "--clients", type=int, default=4, help="clients sending, each a batch at a time"
     )
     parser.add_argument(
         "--batched", type=int, default=0, help="a second destination's max_events (0: none)"
