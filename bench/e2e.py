@@ -468,6 +468,8 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
                 or (segment and orders[-1][1] < sum(n for _, n in sent_orders))
             ) and time.time() < deadline:
                 time.sleep(0.2)
+            drain_seconds = time.time() - ended
+            drain_lines = _cpu_report(spent, _cpu(parts), drain_seconds)[:6]
             done.set()
             poller.join()
         finally:
@@ -504,6 +506,8 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
     print(f"{mode}: CPU while sending ({ended - first:.0f} s), per process:")
     print("\n".join(f"  {line}" for line in cpu_lines), flush=True)
     print(f"{mode}: CPU per event sent, while sending: {cpu_per_event}", flush=True)
+    print(f"{mode}: CPU after the sending, until all was there ({drain_seconds:.0f} s), the most:")
+    print("\n".join(f"  {line}" for line in drain_lines), flush=True)
     print(
         f"{mode}: the receiver (not part of {mode}) while sending: {receiver_cpu:.1f} s CPU "
         f"({receiver_cpu / (ended - first):.2f} cores)"

@@ -22,20 +22,31 @@ class Archiving(Batching):
         """Closed datasets (not the newest) whose jobs are all terminal, archiving or archived."""
         with self._mutex:
             cursor = self._cursor()
-            ready: list[int] = []
-            for dataset in self._load_datasets(cursor)[:-1]:
-                n = dataset.number
-                self._execute(
-                    cursor,
-                    f"SELECT COUNT(*) FROM jobs_{n} j LEFT JOIN job_state_transitions_{n} t ON "
-                    f"t.id = (SELECT MAX(id) FROM job_state_transitions_{n} WHERE job_id = j.id) "
-                    "WHERE t.state IS NULL OR t.state IN (?, ?, ?)",
-                    PENDING,
-                )
-                if int(cursor.fetchone()[0]) == 0:
-                    ready.append(n)
+            numbers = [dataset.number for dataset in self._load_datasets(cursor)[:-1]]
+            ready = [number for number in numbers if self._finished(cursor, number)]
             self._connection.commit()
             return ready
+
+    def _archivable(self, cursor: Any, number: int) -> bool:
+        """:meth:`archivable` for one dataset: a scan of its own tables, not of every one."""
+        numbers = [dataset.number for dataset in self._load_datasets(cursor)[:-1]]
+        ready = number in numbers and self._finished(cursor, number)
+        self._connection.commit()
+        return ready
+
+    def _finished(self, cursor: Any, number: int) -> bool:
+        """Whether every job of dataset ``number`` is terminal, archiving or archived. The
+        scan stops at the first job still pending, from the newest: jobs are delivered about
+        in id order, so a dataset being delivered answers after a few rows, not all of them."""
+        n = number
+        self._execute(
+            cursor,
+            f"SELECT j.id FROM jobs_{n} j LEFT JOIN job_state_transitions_{n} t ON "
+            f"t.id = (SELECT MAX(id) FROM job_state_transitions_{n} WHERE job_id = j.id) "
+            "WHERE t.state IS NULL OR t.state IN (?, ?, ?) ORDER BY j.id DESC LIMIT 1",
+            PENDING,
+        )
+        return cursor.fetchone() is None
 
     def archive(
         self,
@@ -56,7 +67,9 @@ class Archiving(Batching):
         A dataset found all ``archived`` (a crash between steps 3 and 4) goes straight to step 4:
         its file was complete before step 3, and writing it again would add ``archived`` to it.
         """
-        if number not in self.archivable():
+        with self._mutex:
+            ready = self._archivable(self._cursor(), number)
+        if not ready:
             raise JobDBError(
                 f"dataset {number} still has pending jobs or is the newest: it can be archived "
                 "once every job in it is finished and a newer dataset exists"
