@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from directors import PAYLOAD  # type: ignore[import-not-found]
+from directors import fill  # type: ignore[import-not-found]
 from exactly.delivery.jobdb import open_jobdb
-from exactly.delivery.jobdb.base import SUCCEEDED, NewJob, Transition
+from exactly.delivery.jobdb.base import SUCCEEDED, Transition
 
 
 def main() -> None:
@@ -37,19 +37,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     total = args.datasets * args.rows
-    expire = time.time() + 4 * 3600
     with tempfile.TemporaryDirectory() as home:
         url = f"sqlite://{home}"
+        fill(url, total, 4, dataset_rows=args.rows)
         with open_jobdb(url, dataset_rows=args.rows) as db:
-            for batch, start in enumerate(range(0, total, 10_000)):
-                db.add(
-                    [
-                        NewJob(f"s{i % 4}", "bench", PAYLOAD, f"m{i}", expire_at=expire)
-                        for i in range(start, min(total, start + 10_000))
-                    ],
-                    query_id="bench",
-                    batch_id=batch,
-                )
             done = int(total * args.done)
             for start in range(1, done + 1, 10_000):
                 db.record(

@@ -36,10 +36,10 @@ from exactly.delivery.settings import DestinationSettings
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 
-def fill(db_url: str, jobs: int, sources: int) -> None:
+def fill(db_url: str, jobs: int, sources: int, dataset_rows: int = 10_000_000) -> None:
     """``jobs`` jobs for the destination ``bench``, round robin over ``sources`` sources."""
     expire = time.time() + 4 * 3600
-    with open_jobdb(db_url, dataset_rows=10_000_000) as db:
+    with open_jobdb(db_url, dataset_rows=dataset_rows) as db:
         for batch, start in enumerate(range(0, jobs, 10_000)):
             db.add(
                 [

@@ -65,7 +65,10 @@ from typing import Any, ClassVar
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import orjson
+
 import micro_batches  # type: ignore[import-not-found]
+from delivery import Answer200  # type: ignore[import-not-found]
 from exactly.config import load_settings
 from exactly.delivery.jobdb.sqlite import FILE as JOBDB_FILE
 from exactly.demo import SOURCES, collector_answers, free_port, send
@@ -77,50 +80,20 @@ ORDER_COMPLETED = "Order Completed"  # one of the demo's event names
 ORDERS = "order_completed"  # its table in the segment layout
 
 
-class _Counting(asyncio.Protocol):
-    """The receiver: a raw asyncio protocol reading HTTP/1.1 requests (headers, then
-    ``Content-Length`` bytes of body) off keep-alive connections, answering each ``200 ok`` and
-    counting its events (a json-array body's length, else one) by path. No framework: the
-    destination's cost is not ``up``'s, and it shares the two cores with it. Counts are added to
-    the shared ones every 20 ms."""
+class _Counting(Answer200):
+    """The receiver: ``bench/delivery.py``'s raw protocol, counting each request's events (a
+    json-array body's length, else one) by path. No framework: the destination's cost is not
+    ``up``'s, and it shares the two cores with it. Counts are added to the shared ones every
+    20 ms."""
 
-    ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
     counts: ClassVar[list[int]] = [0, 0]  # every path but /batched, /batched: since the flush
 
-    def __init__(self) -> None:
-        self.buffer = b""
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment] (uvloop's is no asyncio.Transport)
-
-    def connection_lost(self, error: Exception | None) -> None:
-        self.transport = None
-
-    def data_received(self, data: bytes) -> None:
-        import orjson
-
-        buffer = self.buffer + data
-        answers = 0
-        while True:
-            end = buffer.find(b"\r\n\r\n")
-            if end < 0:
-                break
-            head = buffer[:end].lower()
-            if b"transfer-encoding:" in head:
-                raise SystemExit("the e2e receiver reads Content-Length bodies only")
-            at = head.find(b"content-length:")
-            length = 0 if at < 0 else int(head[at + 15 : head.find(b"\r\n", at) % (end + 1)])
-            if len(buffer) < end + 4 + length:
-                break
-            body = buffer[end + 4 : end + 4 + length]
-            events = len(orjson.loads(body)) if body[:1] == b"[" else 1
-            self.counts[head.startswith(b"post /batched")] += events
-            buffer = buffer[end + 4 + length :]
-            answers += 1
-        self.buffer = buffer
-        if answers and self.transport is not None:
-            self.transport.write(self.ANSWER * answers)
+    def received(self, head: bytes, buffer: bytes, body_at: int, length: int) -> None:
+        if b"transfer-encoding:" in head:
+            raise SystemExit("the e2e receiver reads Content-Length bodies only")
+        body = buffer[body_at : body_at + length]
+        events = len(orjson.loads(body)) if body[:1] == b"[" else 1
+        self.counts[head.startswith(b"post /batched")] += events
 
 
 def _serve(port: int, count: Synchronized, batched: Synchronized) -> None:  # type: ignore[type-arg]
