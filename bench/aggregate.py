@@ -270,10 +270,21 @@ def bench_e2e(args: argparse.Namespace, work: Path) -> list[str]:
         poller = threading.Thread(target=poll, daemon=True)
         poller.start()
         total = int(args.e2e_rate * args.e2e_seconds)
-        cpu_before = (time.monotonic(), cpu_seconds(collector.proc.pid, jobs))
+        before: list[tuple[float, dict[str, float]]] = []  # taken once the events are made
+
+        def on_start() -> None:
+            before.append((time.monotonic(), cpu_seconds(collector.proc.pid, jobs)))
+
         traffic = send(
-            collector.port, total, resend_rate=0.0, rate=args.e2e_rate, on_sent=on_sent, seed=7
+            collector.port,
+            total,
+            resend_rate=0.0,
+            rate=args.e2e_rate,
+            on_sent=on_sent,
+            on_start=on_start,
+            seed=7,
         )
+        cpu_before = before[0]
         cpu_after = (time.monotonic(), cpu_seconds(collector.proc.pid, jobs))
         deadline = time.time() + 120
         while (not visible or visible[-1][1] < total) and time.time() < deadline:
