@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/e2e.py [--rate 20000] [--seconds 120] [--warm-up 30]
                                   [--modes up,separate] [--batch N] [--batched N] [--lake]
-                                  [--clients 4]
+                                  [--clients 4] [--sources 2] [--in-flight 64]
 
 Per mode, on a fresh data dir with the embedded defaults (sqlite log of 4 partitions, rocksdb
 store, sqlite aggregates and JobDB) and one destination (every event) on a fast local receiver
@@ -16,29 +16,29 @@ its CPU while the clients sent is printed, since it shares the two cores with ``
 
 Clients offer ``--rate`` events/s through ``/v1/batch`` for ``--seconds`` (``exactly.demo.send``,
 ``--clients`` of them, four by default, batches of 500, each waiting for its answer before its next
-batch). The events are made before the clock starts: the offered rate, the warm-up and the CPU
-figures count the sending alone. The aggregate table and the receiver's count are polled every
-0.1 s. Latency of the k-th event = when the table's total (or the receiver's count) first reached k
-minus when the batch holding the k-th event was sent (FIFO by count: an aggregate does not show each
-event's own moment); p50 and p99 are over the events sent after ``--warm-up`` seconds. Backlog: the
-raw topic's end minus the dedupe query's position, at the middle and at the end of the sending
-(growing = not sustained). ``--lake``: the Delta lake as well (``[lake] url`` set, so ``up`` runs
-the lake query; ``separate`` runs ``exactly lake``), its rows (the add actions' record counts:
-metadata only) polled with the rest, and accept->queryable measured the same way; with the segment
-layout (``--layout``, the default) also accept->queryable in ``order_completed``, the table of the
-"Order Completed" events, against when each batch's events of that name were sent. ``--batched N``:
-a second destination (every event too, on its own path of the same receiver) sending batches of up
-to N events (``json-array``, ``max_wait`` 200 ms), its accept->delivered measured apart from the
-first one's. ``--directors N``: ``up`` starts N directors over 8 partitions. With ``up``,
-accept->routed too: when the route query had added the jobs of an event to the JobDB (the datasets'
-row counts, read 10 times a second; no job is read), which splits accept->delivered into the Spark
-side's part and the director's. Last, the CPU each process used while the clients sent, and the
-same per event sent for each part (the JVM, Spark's Python workers, the collector, the
-pipeline's driver, the directors): what the offered rate moves least, for comparing code on a
-busy machine; and each query's micro-batches that started while the clients sent, from its
-checkpoint (``bench/micro_batches.py``): their durations, the waits between them and their
-records, which is where the latencies go.
-"""
+batch), from the demo's two sources in turn (``--sources N``: N, the extra ones ``extra-K``; a
+bucket, which a director sends, is a source and a destination). The events are made before the clock
+starts: the offered rate, the warm-up and the CPU figures count the sending alone. The aggregate
+table and the receiver's count are polled every 0.1 s. Latency of the k-th event = when the table's
+total (or the receiver's count) first reached k minus when the batch holding the k-th event was sent
+(FIFO by count: an aggregate does not show each event's own moment); p50 and p99 are over the events
+sent after ``--warm-up`` seconds. Backlog: the raw topic's end minus the dedupe query's position, at
+the middle and at the end of the sending (growing = not sustained). ``--lake``: the Delta lake as
+well (``[lake] url`` set, so ``up`` runs the lake query; ``separate`` runs ``exactly lake``), its
+rows (the add actions' record counts: metadata only) polled with the rest, and accept->queryable
+measured the same way; with the segment layout (``--layout``, the default) also accept->queryable in
+``order_completed``, the table of the "Order Completed" events, against when each batch's events of
+that name were sent. ``--batched N``: a second destination (every event too, on its own path of the
+same receiver) sending batches of up to N events (``json-array``, ``max_wait`` 200 ms), its
+accept->delivered measured apart from the first one's. ``--directors N``: ``up`` starts N directors
+over 8 partitions. With ``up``, accept->routed too: when the route query had added the jobs of an
+event to the JobDB (the datasets' row counts, read 10 times a second; no job is read), which splits
+accept->delivered into the Spark side's part and the director's. Last, the CPU each process used
+while the clients sent, and the same per event sent for each part (the JVM, Spark's Python workers,
+the collector, the pipeline's driver, the directors): what the offered rate moves least, for
+comparing code on a busy machine; and each query's micro-batches that started while the clients
+sent, from its checkpoint (``bench/micro_batches.py``): their durations, the waits between them and
+their records, which is where the latencies go."""
 
 from __future__ import annotations
 
@@ -132,6 +132,12 @@ def receiver() -> Iterator[tuple[str, Synchronized, Synchronized, int]]:  # type
         process.join()
 
 
+def sources_of(count: int) -> dict[str, str]:
+    """The demo's two sources, then ``extra-N`` ones up to ``count`` (name -> write key)."""
+    extra = {f"extra-{n}": f"bench-extra-{n}-write-key" for n in range(max(0, count - 2))}
+    return {**SOURCES, **extra}
+
+
 def write_config(
     directory: Path,
     receiver_url: str,
@@ -140,10 +146,12 @@ def write_config(
     batched: int = 0,
     directors: int = 1,
     layout: str = "segment",
+    source_count: int = 2,
+    in_flight: int = 64,
 ) -> tuple[Path, int]:
     batching = '\n[destinations.batch]\nmax_events = {}\nmax_wait = "200ms"\n'
     port = free_port()
-    sources = "\n".join(f'{name} = "{key}"' for name, key in SOURCES.items())
+    sources = "\n".join(f'{name} = "{key}"' for name, key in sources_of(source_count).items())
     config = directory / "exactly.toml"
     config.write_text(
         f"""data_dir = "{directory / "data"}"
@@ -158,7 +166,7 @@ partitions = {PARTITIONS}
 [[destinations]]
 name = "all"
 url = "{receiver_url}/all"
-max_in_flight = {8 if batch > 1 else 64}
+max_in_flight = {8 if batch > 1 else in_flight}
 """
         + (batching.format(batch) if batch > 1 else "")
         + (
@@ -347,7 +355,15 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
     home.mkdir()
     with receiver() as (url, delivered, delivered_batched, receiver_pid):
         config, port = write_config(
-            home, url, args.batch, args.lake, args.batched, args.directors, args.layout
+            home,
+            url,
+            args.batch,
+            args.lake,
+            args.batched,
+            args.directors,
+            args.layout,
+            args.sources,
+            args.in_flight,
         )
         settings = load_settings(config)
         with open_log(settings.log_url) as log:
@@ -424,6 +440,7 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
                 rate=args.rate,
                 on_accepted=on_accepted,
                 on_start=on_start,
+                sources=sources_of(args.sources),
                 seed=7,
             )
             ended = time.time()
@@ -511,6 +528,15 @@ def main() -> None:
     parser.add_argument("--layout", default="segment", choices=("segment", "events"))
     parser.add_argument(
         "--directors", type=int, default=1, help="[delivery] directors (8 partitions when > 1)"
+    )
+    parser.add_argument(
+        "--sources",
+        type=int,
+        default=2,
+        help="sources sending, the batches in turn (a bucket is a source and a destination)",
+    )
+    parser.add_argument(
+        "--in-flight", type=int, default=64, help="the single-event destination's max_in_flight"
     )
     parser.add_argument(
         "--clients", type=int, default=4, help="clients sending, each a batch at a time"

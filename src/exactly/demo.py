@@ -202,6 +202,7 @@ def send(
     on_sent: Callable[[float, int], None] | None = None,
     on_accepted: Callable[[float, list[dict[str, Any]]], None] | None = None,
     on_start: Callable[[], None] | None = None,
+    sources: dict[str, str] | None = None,
 ) -> Traffic:
     """Send ``events`` through ``/v1/batch`` from ``clients`` threads; some batches twice.
 
@@ -209,7 +210,8 @@ def send(
     timed out would send it. ``rate`` (events/s over all clients) paces the clients;
     ``on_sent(started, n)`` is told the start time of each accepted batch of ``n`` new events;
     ``on_accepted(started, events)`` the same with the batch's events (to count some of them);
-    ``on_start()`` is called once every event is made, right before the first request. The
+    ``on_start()`` is called once every event is made, right before the first request.
+    ``sources`` (name -> write key; the demo's two by default) take the batches in turn. The
     events are made before the clock starts (about 6 µs each), so ``Traffic.seconds`` is the
     sending's time alone.
     """
@@ -219,14 +221,15 @@ def send(
     per_client = [events // clients + (1 if i < events % clients else 0) for i in range(clients)]
 
     def client(index: int, pending: list[dict[str, Any]], rng: random.Random) -> None:
-        names = list(SOURCES)
+        keys = SOURCES if sources is None else sources
+        names = list(keys)
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         began = time.monotonic()
         sent = 0
         for at in range(0, len(pending), BATCH):
             chunk = pending[at : at + BATCH]
             source = names[(at // BATCH + index) % len(names)]
-            auth = base64.b64encode(f"{SOURCES[source]}:".encode()).decode()
+            auth = base64.b64encode(f"{keys[source]}:".encode()).decode()
             headers = {"Content-Type": "application/json", "Authorization": f"Basic {auth}"}
             if rate is not None:
                 wait = began + sent / (rate / clients) - time.monotonic()
