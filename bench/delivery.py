@@ -9,16 +9,18 @@ A fast receiver (a raw asyncio protocol on uvloop that reads each HTTP/1.1 reque
 includes it, on the same 2 cores.
 
 (a) **Clients**: ``--requests`` POSTs of a 300-byte event, ``--concurrency`` at a time over a
-keep-alive pool of as many connections, with each of ``--clients``: aiohttp, httpx (AsyncClient),
+keep-alive pool of as many connections, with each of ``--clients``: aiohttp, the director's own
+(``exactly``: :mod:`exactly.delivery.client`, on httptools), httpx (AsyncClient),
 pyreqwest (Rust reqwest/hyper on its own tokio thread) and aiosonic, all HTTP/1.1 with the same
 three headers (Content-Type, Idempotency-Key, a 47-character webhook-signature), each reading the
-whole answer and its status; interleaved per round; median requests/s. A client that cannot be
+whole answer and its status, on uvloop (the director's loop); interleaved per round; median
+requests/s. A client that cannot be
 imported is skipped with one line; ``--jobdb none`` (or ``''``) skips (b).
 
 (b) **Director**: the same number of jobs added to an empty JobDB of each backend, then delivered
 by :class:`exactly.delivery.director.Director` (``max_in_flight`` = ``--concurrency``) with every
-transition recorded (executing, then the outcome); median deliveries/s beside the bare aiohttp
-client's figure of the same round, and their ratio.
+transition recorded (executing, then the outcome); median deliveries/s beside the bare clients'
+figures of the same round (aiohttp's and the director's own client's), and their ratios.
 
 (c) **Backlog drain** (``--backlog``, 0 skips): that many jobs added to an empty sqlite JobDB
 while no director runs (the outage), in transactions of 10,000; then a director in a process of
@@ -167,6 +169,21 @@ async def _aiohttp(url: str, count: int, concurrency: int) -> None:
         await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
+async def _exactly(url: str, count: int, concurrency: int) -> None:
+    from exactly.delivery.client import Client
+
+    client = Client(url)
+    queue = iter(range(count))
+
+    async def worker() -> None:
+        for _ in queue:
+            answer = await client.post(PAYLOAD, HEADERS)
+            assert answer.status == 200
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    client.close()
+
+
 async def _httpx(url: str, count: int, concurrency: int) -> None:
     import httpx
 
@@ -226,6 +243,7 @@ HEADERS = {
 }
 CLIENTS: dict[str, Callable[[str, int, int], Coroutine[Any, Any, None]]] = {
     "aiohttp": _aiohttp,
+    "exactly": _exactly,
     "httpx": _httpx,
     "pyreqwest": _pyreqwest,
     "aiosonic": _aiosonic,
@@ -244,7 +262,9 @@ def timed(work: Callable[[], object]) -> float:
 
 def client_rate(name: str, url: str, count: int, concurrency: int) -> float:
     client = CLIENTS[name]
-    return count / timed(lambda: asyncio.run(client(url, count, concurrency)))
+    import uvloop  # the director's loop: a bare client is timed on the same
+
+    return count / timed(lambda: uvloop.run(client(url, count, concurrency)))
 
 
 @contextmanager
@@ -439,10 +459,14 @@ def main() -> None:
         "(medians)\n"
     )
     bare = statistics.median(rates.get("aiohttp", [float("nan")]))
-    print("| what | requests/s | ratio to bare aiohttp |\n|---|---:|---:|")
+    own = statistics.median(rates.get("exactly", [float("nan")]))
+    print(
+        "| what | requests/s | ratio to bare aiohttp | ratio to bare exactly client |\n"
+        "|---|---:|---:|---:|"
+    )
     for name, values in rates.items():
         median = statistics.median(values)
-        print(f"| {name} | {median:,.0f} | {median / bare:.2f} |")
+        print(f"| {name} | {median:,.0f} | {median / bare:.2f} | {median / own:.2f} |")
     if drains:
         print("\n| director process, sqlite | deliveries/s | peak RSS (VmHWM) |\n|---|---:|---:|")
         for what, rate, peak in drains:

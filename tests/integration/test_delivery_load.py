@@ -145,7 +145,7 @@ def test_nothing_one_destination_does_stops_the_director(db: JobDB, receiver: Re
     """Requests that cannot be built (a host label over 63 characters; user info with an
     Authorization header) fail their own jobs, with the error in one line; the other
     destination gets everything. Such URLs are refused by the settings; constructed here
-    unchecked, as a URL aiohttp refuses for a reason no check foresaw would be."""
+    unchecked, as a URL the client refuses for a reason no check foresaw would be."""
     good = destination("good", f"{receiver.url}/ok")
     long_label = DestinationSettings.model_construct(
         **{**destination("label", receiver.url).__dict__, "url": f"http://{'a' * 64}.test/x"}

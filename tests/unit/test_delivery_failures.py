@@ -1,17 +1,19 @@
-"""failures.failure: the exceptions aiohttp really raises against misbehaving local sockets, told
-in one readable line with the host and port, never aiohttp's repr or the URL's credentials."""
+"""failures.failure: the exceptions the director's client really raises against misbehaving local
+sockets, told in one readable line with the host and port, never a library's repr or the URL's
+credentials."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
 
-import aiohttp
 import pytest
 
+from exactly.delivery.client import Client, ConnectFailed, CutShort, Disconnected, Malformed
 from exactly.delivery.failures import failure
 
 Handler = Callable[[socket.socket], None]
@@ -54,15 +56,14 @@ def attempt(url: str, *, headers: dict[str, str] | None = None, timeout: float =
     """The exception one request raises, sent as the director sends it."""
 
     async def send() -> Exception:
-        async with aiohttp.ClientSession() as session:
-            try:
-                async with asyncio.timeout(timeout):
-                    async with session.post(
-                        url, data=b"{}", headers=headers or {}, allow_redirects=False
-                    ) as answer:
-                        await answer.read()
-            except Exception as error:  # noqa: BLE001 (what is raised is what is tested)
-                return error
+        client = Client(url)
+        try:
+            async with asyncio.timeout(timeout):
+                await client.post(b"{}", headers or {})
+        except Exception as error:  # noqa: BLE001 (what is raised is what is tested)
+            return error
+        finally:
+            client.close()
         raise AssertionError(f"{url} was answered")
 
     return asyncio.run(send())
@@ -93,7 +94,7 @@ def test_a_connection_closed_before_the_status_line(serve: Callable[[Handler], i
     port = serve(close_at_once)
     url = f"http://127.0.0.1:{port}/hook"
     error = attempt(url)
-    assert isinstance(error, aiohttp.ServerDisconnectedError)
+    assert isinstance(error, Disconnected)
     assert told(url, error) == (
         "disconnected",
         f"connection closed before the status line (by 127.0.0.1:{port})",
@@ -104,7 +105,7 @@ def test_garbage_instead_of_http_is_a_malformed_answer(serve: Callable[[Handler]
     port = serve(answer_with(b"HELLO THERE\r\n\r\n"))
     url = f"http://127.0.0.1:{port}/hook"
     error = attempt(url)
-    assert isinstance(error, aiohttp.ClientResponseError)
+    assert isinstance(error, Malformed)
     kind, text = told(url, error)
     assert kind == "malformed"
     assert text.startswith(f"malformed answer from 127.0.0.1:{port}: Bad status line")
@@ -125,13 +126,10 @@ def test_a_body_cut_short(serve: Callable[[Handler], int]) -> None:
     port = serve(answer_with(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc"))
     url = f"http://127.0.0.1:{port}/hook"
     error = attempt(url)
-    assert isinstance(error, aiohttp.ClientPayloadError)
+    assert isinstance(error, CutShort)
     kind, text = told(url, error)
     assert kind == "cut-short"
-    assert text == (
-        "the answer's body was cut short: Not enough data to satisfy content length header "
-        "(received 3 of 100 bytes)"
-    )
+    assert text == ("the answer's body was cut short: the connection closed after 3 of 100 bytes")
 
 
 def test_https_to_a_plain_http_port_is_a_failed_tls_handshake(
@@ -140,7 +138,7 @@ def test_https_to_a_plain_http_port_is_a_failed_tls_handshake(
     port = serve(answer_with(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"))
     url = f"https://127.0.0.1:{port}/hook"
     error = attempt(url)
-    assert isinstance(error, aiohttp.ClientConnectorSSLError)
+    assert isinstance(error, ConnectFailed) and isinstance(error.os_error, ssl.SSLError)
     kind, text = told(url, error)
     assert kind == "tls"
     assert text.startswith(f"TLS handshake failed with 127.0.0.1:{port}: ")
@@ -176,21 +174,28 @@ def test_a_host_that_does_not_resolve() -> None:
     assert kind == "dns" and text.startswith("cannot resolve no-such-host.invalid: ")
 
 
-def test_a_request_aiohttp_refuses_to_build_never_shows_the_credentials() -> None:
-    port = refused_port()
+def test_a_header_with_a_line_break_is_refused_before_anything_is_sent(
+    serve: Callable[[Handler], int],
+) -> None:
+    """A messageId is the event's: one holding a line break must not split the request."""
+    seen: list[bytes] = []
+    port = serve(lambda connection: seen.append(connection.recv(65536)))
     url = f"http://user:s3cretpass@127.0.0.1:{port}/hook?token=t0psecret"
-    error = attempt(url, headers={"Authorization": "Bearer x"})
-    assert type(error) is ValueError
-    kind, text = told(url, error)
-    assert kind == "request" and text.startswith("request could not be built: ValueError: ")
-    label = "http://" + "a" * 64 + ".example/hook"
+    for headers in ({"Idempotency-Key": "m1\r\nX-Injected: 1"}, {"X-A\nB": "v"}):
+        error = attempt(url, headers=headers)
+        assert type(error) is ValueError
+        kind, text = told(url, error)
+        assert (kind, text) == (
+            "request",
+            "request could not be built: ValueError: a header name or value holds a line break",
+        )
+    assert seen == []
+
+
+def test_a_host_the_resolver_cannot_encode_never_shows_the_credentials() -> None:
+    label = "http://user:s3cretpass@" + "a" * 64 + ".example/hook?token=t0psecret"
     kind, text = told(label, attempt(label))
     assert kind == "request" and "label empty or too long" in text
-    bad_port = "http://user:s3cretpass@127.0.0.1:99999/hook?token=t0psecret"
-    error = attempt(bad_port)
-    assert isinstance(error, aiohttp.InvalidURL)
-    kind, text = told(bad_port, error)
-    assert kind == "request" and text.startswith("request could not be built: invalid URL ")
     assert "s3cretpass" not in text and "t0psecret" not in text
 
 

@@ -115,12 +115,13 @@ def test_a_run_of_failures_shorter_than_failing_for_keeps_the_breaker_closed() -
 
 def test_buckets_take_turns_across_takes() -> None:
     """Three jobs taken at once, then one per freed slot: every bucket is served in turn."""
+    from exactly.delivery.client import Client
     from exactly.delivery.director.queues import Bucket, Destination
     from exactly.delivery.jobdb.base import Job
     from exactly.delivery.settings import DestinationSettings
 
     settings = DestinationSettings(name="d", url="http://127.0.0.1:9/", max_in_flight=3, rate=1)
-    destination = Destination(settings, Pace())
+    destination = Destination(settings, Pace(), Client(settings.url))
     for source in range(5):
         bucket = Bucket(f"s{source}/d", ordered=False)
         jobs = [

@@ -1,9 +1,11 @@
 """What went wrong with one request, in words a person reads: a pure function of the exception.
 
 An attempt that got no answer is recorded with an error type and one line of text (the JobDB's
-``error``, shown by ``exactly deliveries`` and ``exactly trace``). aiohttp's own messages are
-written for its developers (``Cannot connect to host h:1 ssl:default [None]``, a status-line
-parser's caret drawing over several lines); :func:`failure` says instead what happened and where:
+``error``, shown by ``exactly deliveries`` and ``exactly trace``). The director's client
+(:mod:`exactly.delivery.client`) raises its kinds of :class:`~exactly.delivery.client.RequestFailed`
+and passes the resolver's, TLS's and the socket's own errors inside them, whose texts are
+written for developers (``[SSL: WRONG_VERSION_NUMBER] wrong version number (_ssl.c:1006)``);
+:func:`failure` says instead what happened and where:
 
 =================  =========================================================================
 error type         text
@@ -18,11 +20,11 @@ error type         text
 ``connect``        cannot connect to HOST:PORT: why (unreachable network, ...)
 ``malformed``      malformed answer from HOST:PORT: what the parser found
 ``cut-short``      the answer's body was cut short: why
-``request``        request could not be built: why (a URL or header aiohttp refuses, ...)
+``request``        request could not be built: why (a header with a line break, ...)
 =================  =========================================================================
 
 The text is one line of at most :data:`LIMIT` characters and never holds the URL's user info or a
-secret query option (:func:`exactly.urls.redact`, :func:`exactly.urls.scrub`).
+secret query option (:func:`exactly.urls.scrub`).
 """
 
 from __future__ import annotations
@@ -30,10 +32,10 @@ from __future__ import annotations
 import re
 import ssl
 
-import aiohttp
 from yarl import URL
 
-from exactly.urls import is_reference, is_secret_option, redact, scrub
+from exactly.delivery.client import ConnectFailed, CutShort, Disconnected, Malformed
+from exactly.urls import is_reference, is_secret_option, scrub
 
 LIMIT = 300
 _USERINFO = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://(?P<info>[^/?#]*)@")
@@ -51,72 +53,60 @@ def _describe(
     error: BaseException, *, timeout: float, where: str, url: str | None
 ) -> tuple[str, str]:
     at = f" {where}" if where else ""
-    # subclasses before their bases: aiohttp's tree has TLS under connector under OSError
-    if isinstance(error, TimeoutError):  # asyncio's, and aiohttp's read and connect timeouts
+    if isinstance(error, TimeoutError):  # the sender's timeout, from when the request left
         return "timeout", f"no answer within {timeout:g} s"
-    if isinstance(error, aiohttp.ServerDisconnectedError):
+    if isinstance(error, ConnectFailed):
+        return _not_connected(error.os_error, dns=error.dns, at=at, where=where, url=url)
+    if isinstance(error, Disconnected):
         return "disconnected", "connection closed before the status line" + (
             f" (by {where})" if where else ""
         )
-    if isinstance(error, aiohttp.ClientConnectorCertificateError):
-        reason = getattr(error.certificate_error, "verify_message", None) or _reason(
-            error.certificate_error
-        )
+    if isinstance(error, Malformed):
+        return "malformed", f"malformed answer from{at}: {error}"
+    if isinstance(error, CutShort):
+        return "cut-short", f"the answer's body was cut short: {error}"
+    if isinstance(error, ConnectionResetError):
+        return "reset", f"connection reset by {where}" if where else "connection reset"
+    if isinstance(error, OSError):
+        return "connect", f"connection to{at} failed: {_reason(error)}"
+    return "request", f"request could not be built: {type(error).__name__}: {_reason(error)}"
+
+
+def _not_connected(
+    cause: OSError, *, dns: bool, at: str, where: str, url: str | None
+) -> tuple[str, str]:
+    """What kept the client from connecting: the resolver's, TLS's or the socket's error."""
+    if dns:
+        return "dns", f"cannot resolve {where.rpartition(':')[0]}: {_reason(cause)}"
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        reason = cause.verify_message or _reason(cause)
         return "certificate", f"TLS certificate of{at} not accepted: {reason}"
-    if isinstance(error, ssl.SSLError | aiohttp.ClientSSLError):
-        cause = error.os_error if isinstance(error, aiohttp.ClientConnectorError) else error
+    if isinstance(cause, ssl.SSLError):
         reason = _reason(cause)
         if "wrong version number" in reason or "record layer failure" in reason:
             reason += " (does it speak plain HTTP? then use http://)"
         return "tls", f"TLS handshake failed with{at}: {reason}"
-    if isinstance(error, aiohttp.ClientConnectorDNSError):
-        host = getattr(error, "host", "") or where
-        return "dns", f"cannot resolve {host}: {_reason(error.os_error)}"
-    if isinstance(error, aiohttp.ClientConnectorError):
-        cause = error.os_error
-        if isinstance(cause, ConnectionRefusedError):
-            return "refused", f"connection refused by {where}"
-        if _https(url) and isinstance(cause, ConnectionResetError | ConnectionAbortedError):
-            return "tls", f"TLS handshake failed with{at}: the connection was closed"
-        return "connect", f"cannot connect to{at}: {_reason(cause)}"
-    if isinstance(error, aiohttp.ClientPayloadError):
-        found = error.__cause__
-        reason = getattr(found, "message", None) or _reason(found or error)
-        return "cut-short", f"the answer's body was cut short: {str(reason).rstrip('.')}"
-    if isinstance(error, aiohttp.ClientResponseError):  # the parser's: a bad status or header
-        return "malformed", f"malformed answer from{at}: {_parser_message(error.message)}"
-    if isinstance(error, aiohttp.InvalidURL):
-        description = getattr(error, "description", None)
-        shown = redact(str(error.url)) if url is None else redact(url)
-        return "request", f"request could not be built: invalid URL {shown}" + (
-            f" ({description})" if description else ""
-        )
-    if isinstance(error, ConnectionRefusedError):
+    if isinstance(cause, ConnectionRefusedError):
         return "refused", f"connection refused by {where}"
-    if isinstance(error, ConnectionResetError):
-        return "reset", f"connection reset by {where}" if where else "connection reset"
-    if isinstance(error, aiohttp.ClientOSError | OSError):
-        return "connect", f"connection to{at} failed: {_reason(error)}"
-    if isinstance(error, aiohttp.ClientError):
-        return "connect", f"request to{at} failed: {_reason(error)}"
-    return "request", f"request could not be built: {type(error).__name__}: {_reason(error)}"
+    if _https(url) and isinstance(cause, ConnectionResetError | ConnectionAbortedError):
+        return "tls", f"TLS handshake failed with{at}: the connection was closed"
+    return "connect", f"cannot connect to{at}: {_reason(cause)}"
 
 
 def _where(error: BaseException, url: str | None) -> str:
     """``HOST:PORT`` the request went to: the error's, else the URL's (no user info)."""
     host, port = getattr(error, "host", None), getattr(error, "port", None)
-    if isinstance(host, str) and host and isinstance(port, int):
-        return f"{host}:{port}"
-    if url is None:
-        return ""
-    try:
-        parsed = URL(url)
-        if parsed.raw_host is None:
+    if not (isinstance(host, str) and host and isinstance(port, int)):
+        if url is None:
             return ""
-        host = f"[{parsed.raw_host}]" if ":" in parsed.raw_host else parsed.raw_host
-        return f"{host}:{parsed.port}"
-    except ValueError:  # UnicodeError too: the URL itself is what failed
-        return ""
+        try:
+            parsed = URL(url)
+        except ValueError:  # UnicodeError too: the URL itself is what failed
+            return ""
+        host, port = parsed.raw_host, parsed.port
+        if not host:
+            return ""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _reason(error: BaseException | None) -> str:
@@ -129,16 +119,6 @@ def _reason(error: BaseException | None) -> str:
         return error.strerror
     text = str(error) or type(error).__name__
     return re.sub(r"\s*\(_ssl\.c:\d+\)", "", text)
-
-
-def _parser_message(message: str) -> str:
-    """The HTTP parser's finding without the bytes it quotes and the caret it draws under them."""
-    kept = []
-    for line in message.splitlines():
-        if not line.strip():
-            break
-        kept.append(line.strip())
-    return " ".join(kept).rstrip(":") or "unreadable"
 
 
 def _https(url: str | None) -> bool:

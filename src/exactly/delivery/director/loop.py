@@ -210,7 +210,7 @@ class Director:
             self.writer.close()
             await writer
             for destination in queues.destinations.values():
-                await destination.session.close()
+                destination.client.close()
 
     async def _upkeep(self, due: list[str]) -> None:
         """The chores due besides the leases: archiving (partition 0's holder archives, in

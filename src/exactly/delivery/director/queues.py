@@ -20,9 +20,10 @@ import heapq
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from exactly.delivery.batches import cut
+from exactly.delivery.client import Client
 from exactly.delivery.jobdb.base import AWAITING_RETRY, Job
 from exactly.delivery.pacing import Pace
 from exactly.delivery.settings import BatchSettings, DestinationSettings
@@ -230,11 +231,11 @@ class Bucket:
 
 @dataclass
 class Destination:
-    """One receiver: its settings, HTTP session, pacing, buckets and the jobs on their way."""
+    """One receiver: its settings, HTTP client, pacing, buckets and the jobs on their way."""
 
     settings: DestinationSettings
     pace: Pace
-    session: Any = None  # aiohttp.ClientSession, made inside the event loop
+    client: Client = field(repr=False)
     # the secrets' HMAC keys, decoded once, and the headers sent on every request (credentials
     # among them: never in a repr)
     keys: tuple[bytes, ...] = field(default=(), repr=False)

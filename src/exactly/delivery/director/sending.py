@@ -22,15 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from exactly.errors import EnvironmentProblem
-
-try:
-    import aiohttp
-except ImportError as error:  # pragma: no cover - depends on the installed packages
-    raise EnvironmentProblem(
-        f"the director needs aiohttp ({error}): pip install 'exactly[delivery]'"
-    ) from None
-
+from exactly.delivery.client import Client
 from exactly.delivery.director.queues import Bucket, Destination
 from exactly.delivery.director.shipment import (
     BatchShipment,
@@ -44,7 +36,6 @@ from exactly.delivery.jobdb.base import (
     AWAITING_RETRY,
     DISCARDED,
     EXPIRED,
-    MAX_RESPONSE,
     SUCCEEDED,
     Job,
 )
@@ -96,7 +87,7 @@ class Sending:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def open(self, settings: DestinationSettings) -> Destination:
-        """A destination's queues with its pacing, HTTP session, signing keys and headers."""
+        """A destination's queues with its pacing, HTTP client, signing keys and headers."""
         pace = Pace(
             rate=settings.rate,
             burst=settings.burst,
@@ -109,7 +100,7 @@ class Sending:
         return Destination(
             settings,
             pace,
-            session=_session(settings),
+            client=Client(settings.url),
             keys=settings.signing_keys(),
             headers={**settings.headers, DIRECTOR_HEADER: self.tag},
         )
@@ -311,14 +302,11 @@ class Sending:
                 content_type=content_type,
             )
             async with asyncio.timeout(settings.timeout):
-                async with destination.session.post(
-                    settings.url, data=data, headers=headers, allow_redirects=False
-                ) as answer:
-                    status = answer.status
-                    text = await answer.content.read(MAX_RESPONSE)
-                    if not 200 <= status < 300:
-                        response = text.decode("utf-8", "replace")
-                        wait = retry_after(answer.headers.get("Retry-After"), time.time())
+                answer = await destination.client.post(data, headers)
+            status = answer.status
+            if not 200 <= status < 300:
+                response = answer.body.decode("utf-8", "replace")
+                wait = retry_after(answer.retry_after, time.time())
         except asyncio.CancelledError:
             raise
         except Exception as error:  # noqa: BLE001 (any failure of one request is its own)
@@ -352,16 +340,3 @@ class Sending:
         if not task.cancelled() and task.exception() is not None and self.failure is None:
             self.failure = task.exception()
             self._stop.set()
-
-
-def _session(settings: DestinationSettings) -> aiohttp.ClientSession:
-    """A destination's HTTP session: no pool limit of its own (its senders bound the
-    connections to ``max_in_flight``), so a request never waits for a connection, and no
-    timeout of its own (the sender times the request from when it leaves)."""
-    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30)
-    return aiohttp.ClientSession(
-        connector=connector,
-        timeout=aiohttp.ClientTimeout(total=None),
-        skip_auto_headers=("User-Agent",),
-        headers={"User-Agent": "exactly-delivery"},
-    )
