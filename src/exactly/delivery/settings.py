@@ -311,11 +311,12 @@ class DestinationSettings(BaseModel):
 
 
 def sendable(value: str) -> URL:
-    """``value`` as aiohttp will send to it, or ValueError saying what to fix.
+    """``value`` as the director's client will send to it, or ValueError saying what to fix.
 
     Refuses what fails every request: a scheme other than http/https, no host, a port out of
     range or 0, a host the resolver cannot encode (an empty label or one over 63 characters, a
-    bad ``xn--`` label) and an IPv4 address aiohttp does not take (``127.1``, ``1.2.3.4.5``).
+    bad ``xn--`` label) and an IPv4 address that is not four numbers (``1.2.3.4.5``, and
+    ``127.1``, which the resolver would read as another address than it seems to name).
     """
     shown = repr(_shown(value))
     try:
