@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/director_drain.py [--jobs 30000] [--in-flight 64]
 
-``bench/directors.py``'s fill (``--jobs`` jobs from 16 sources in an empty sqlite JobDB), then one
+``bench/directors.py``'s fill (``--jobs`` jobs from ``--sources`` sources, 16 by default, in an
+empty sqlite JobDB), then one
 :class:`exactly.delivery.director.Director` (8 partitions, ``max_in_flight`` = ``--in-flight``)
 delivers them to the fast receiver of ``bench/delivery.py`` (its own process, same cores) until
 drained; prints deliveries/s. The ``exactly`` imported is the first on ``PYTHONPATH``, so two
@@ -33,9 +34,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=30_000)
     parser.add_argument("--in-flight", type=int, default=64)
+    parser.add_argument("--sources", type=int, default=16, help="buckets the jobs are in")
     args = parser.parse_args()
     with receiver() as url, empty_jobdb("sqlite") as db_url:
-        fill(db_url, args.jobs, 16)
+        fill(db_url, args.jobs, args.sources)
         target = DestinationSettings(
             name="bench",
             url=url,
