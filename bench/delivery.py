@@ -177,7 +177,7 @@ async def _exactly(url: str, count: int, concurrency: int) -> None:
 
     async def worker() -> None:
         for _ in queue:
-            answer = await client.post(PAYLOAD, HEADERS)
+            answer = await client.post(PAYLOAD, HEADERS, 30)
             assert answer.status == 200
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))

@@ -100,7 +100,7 @@ def posts(url: str, *bodies: bytes, headers: dict[str, str] | None = None) -> li
         client = Client(url)
         try:
             async with asyncio.timeout(5):
-                return [await client.post(body, headers or {}) for body in bodies]
+                return [await client.post(body, headers or {}, 5) for body in bodies]
         finally:
             client.close()
 
@@ -186,9 +186,9 @@ def test_a_connection_the_peer_closed_while_idle_is_not_reused(
 
     async def send() -> list[int]:
         client = Client(f"http://127.0.0.1:{server.port}/")
-        statuses = [(await client.post(b"1", {})).status]
+        statuses = [(await client.post(b"1", {}, 5)).status]
         await asyncio.sleep(0.2)  # the close arrives while the connection is idle
-        statuses.append((await client.post(b"2", {})).status)
+        statuses.append((await client.post(b"2", {}, 5)).status)
         client.close()
         return statuses
 
@@ -205,11 +205,31 @@ def test_a_request_cancelled_midway_closes_its_connection(
         client = Client(f"http://127.0.0.1:{server.port}/")
         with pytest.raises(TimeoutError):
             async with asyncio.timeout(0.2):
-                await client.post(b"1", {})
+                await client.post(b"1", {}, 5)
         assert client._idle == []
         client.close()
 
     asyncio.run(send())
+
+
+def test_no_answer_within_the_timeout(peer: Callable[[list[bytes | None]], Peer]) -> None:
+    """Timed from the call; the connection is closed, not kept for the next request."""
+    server = peer([HOLD, OK])
+
+    async def send() -> tuple[float, int]:
+        client = Client(f"http://127.0.0.1:{server.port}/")
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(TimeoutError):
+            await client.post(b"1", {}, 0.3)
+        waited = loop.time() - started
+        status = (await client.post(b"2", {}, 5)).status
+        client.close()
+        return waited, status
+
+    waited, status = asyncio.run(send())
+    assert 0.3 <= waited < 1.0 and status == 200
+    assert server.connections == 2
 
 
 def test_a_peer_that_closes_before_answering_is_disconnected(

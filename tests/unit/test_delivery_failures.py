@@ -58,8 +58,7 @@ def attempt(url: str, *, headers: dict[str, str] | None = None, timeout: float =
     async def send() -> Exception:
         client = Client(url)
         try:
-            async with asyncio.timeout(timeout):
-                await client.post(b"{}", headers or {})
+            await client.post(b"{}", headers or {}, timeout)
         except Exception as error:  # noqa: BLE001 (what is raised is what is tested)
             return error
         finally:

@@ -98,8 +98,7 @@ def send(url: str, headers: dict[str, str]) -> int | BaseException:
         try:
             client = Client(url)
             try:
-                async with asyncio.timeout(5):
-                    return (await client.post(b"{}", headers)).status
+                return (await client.post(b"{}", headers, 5)).status
             finally:
                 client.close()
         except Exception as error:  # noqa: BLE001 (what is raised is what is tested)

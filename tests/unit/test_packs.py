@@ -3,6 +3,7 @@ and how the director takes and sends one (pure parts, no JobDB)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 
@@ -249,3 +250,27 @@ def test_a_pack_is_sent_as_a_batch_in_each_format() -> None:
     assert segment["batch"] == [{"n": 1}, {"n": 2}]
     plain = shipment_of(bucket, _job(4, b"{}"))
     assert type(plain) is JobShipment and plain.events == 1
+
+
+def test_a_page_placed_with_keep_drops_and_trims_only_its_own_jobs() -> None:
+    """Forgetting's ``keep`` on a page: a forgotten person's job is not held (the cursor moves
+    past it), a pack keeps its other members and counts them, and jobs placed before are not
+    looked at again."""
+    pack = packs.pack([Member("a", "gone", b"{}"), Member("b", "kept", b"[]")])
+    seen: list[int] = []
+
+    def keep(job: Job) -> Job | None:
+        seen.append(job.id)
+        if job.packed:
+            payload, _ = packs.trim(job.payload, lambda member: member[1] == "gone")
+            return None if payload is None else dataclasses.replace(job, payload=payload)
+        return None if job.user_id == "gone" else job
+
+    bucket = Bucket("web/hook", ordered=False)
+    bucket.place([_job(1, b"{}")], now=0.0)
+    gone = dataclasses.replace(_job(2, b"{}"), user_id="gone")
+    bucket.place([gone, _job(3, pack), _job(4, b"{}")], now=0.0, keep=keep)
+    assert seen == [2, 3, 4] and bucket.cursor == 4
+    assert [job.id for job in bucket.ready] == [1, 3, 4]
+    assert packs.payloads(bucket.ready[1].payload) == [b"[]"]
+    assert bucket.held_events == 3

@@ -9,8 +9,9 @@ pooled connection and reads the answer with httptools (the llhttp parser): the s
 bytes. ``bench/delivery.py`` measures it against aiohttp.
 
 What it does not do, as the director never asks for it: follow redirects (a 3xx is the
-answer), send through a proxy, keep cookies, decompress (it sends no ``Accept-Encoding``), or
-time a request (the sender does, from when the request leaves).
+answer), send through a proxy, keep cookies or decompress (it sends no ``Accept-Encoding``).
+A request is timed from when :meth:`Client.post` is called, connecting included; an exchange
+under way by a timer of the loop on its connection, which fails it and closes the connection.
 
 Every failure is one of :class:`RequestFailed`'s kinds, or the OS's or TLS's own error when
 connecting (inside :class:`ConnectFailed`), which :func:`exactly.delivery.failures.failure` tells
@@ -102,19 +103,25 @@ class Client:
         self._idle: list[_Connection] = []
         self._closed = False
 
-    async def post(self, body: bytes, headers: Mapping[str, str]) -> Answer:
-        """POST ``body`` with ``headers`` (each a name and a value on one line) and its answer.
-        Raises ValueError for a header holding a line break, or an Authorization header when
-        the URL has user info, before anything is sent."""
+    async def post(self, body: bytes, headers: Mapping[str, str], timeout: float) -> Answer:
+        """POST ``body`` with ``headers`` (each a name and a value on one line) and its answer,
+        or TimeoutError once ``timeout`` seconds have passed without it. Raises ValueError for
+        a header holding a line break, or an Authorization header when the URL has user info,
+        before anything is sent."""
         if self._credentials and any(name.lower() == "authorization" for name in headers):
             raise ValueError("the URL has user info and an Authorization header is given")
         fields = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
         if fields.count("\n") != len(headers) or fields.count("\r") != len(headers):
             raise ValueError("a header name or value holds a line break")
         head = f"{self._head}{fields}Content-Length: {len(body)}\r\n\r\n".encode()
-        connection = self._reused() or await self._connect()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        connection = self._reused()
+        if connection is None:
+            async with asyncio.timeout_at(deadline):
+                connection = await self._connect()
         try:
-            answer = await connection.exchange(head + body)
+            answer = await connection.exchange(head + body, deadline)
         except BaseException:
             connection.close()
             raise
@@ -176,16 +183,23 @@ class _Connection(asyncio.Protocol):
         self.reusable = False
         self.idle_since = 0.0
 
-    async def exchange(self, request: bytes) -> Answer:
+    async def exchange(self, request: bytes, deadline: float) -> Answer:
+        """``request`` written, and its answer; TimeoutError at ``deadline`` (the loop's
+        clock) if it has not come."""
         if self._transport is None or self._transport.is_closing():
             raise Disconnected("the connection closed while idle", *self._where)
-        self._answer = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self._answer = loop.create_future()
         self._status, self._retry_after, self._framed, self._length = None, None, False, None
         self._body.clear()
         self._read = 0
         self.reusable = False
         self._transport.write(request)
-        return await self._answer
+        timer = loop.call_at(deadline, self._fail, TimeoutError())
+        try:
+            return await self._answer
+        finally:
+            timer.cancel()
 
     def close(self) -> None:
         self.reusable = False

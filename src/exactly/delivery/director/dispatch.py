@@ -103,9 +103,7 @@ class Dispatch:
         bucket.caught_up = len(jobs) < limit
         if jobs:
             bucket.packs = any(job.packed for job in jobs)
-        bucket.place(jobs, now)
-        if self.keeps is not None:
-            bucket.reshape(self.keeps)  # placed first, so the cursor moves past them
+        bucket.place(jobs, now, self.keeps)
 
     async def _load_batches(self, bucket: Bucket, now: float) -> None:
         """The batches a previous run left open (in flight at a crash, or waiting to retry):

@@ -69,11 +69,19 @@ class Bucket:
     def idle(self) -> bool:
         return self.held == 0 and self.caught_up
 
-    def place(self, jobs: list[Job], now: float) -> None:
+    def place(
+        self, jobs: list[Job], now: float, keep: Callable[[Job], Job | None] | None = None
+    ) -> None:
         """Jobs paged in: ready now, or waiting for their retry time (an ordered bucket keeps
-        every job in ``ready``, by id, and :meth:`next_jobs` skips those not yet due)."""
-        for job in jobs:
-            self.cursor = max(self.cursor, job.id)
+        every job in ``ready``, by id, and :meth:`next_jobs` skips those not yet due). ``keep``
+        gives each job back as it may be sent, or none (a forgotten person's: the cursor still
+        moves past it); what was placed before is not looked at again (:meth:`reshape` is for
+        that, when what ``keep`` drops changes)."""
+        for found in jobs:
+            self.cursor = max(self.cursor, found.id)
+            job = found if keep is None else keep(found)
+            if job is None:
+                continue
             if job.packed:
                 self.extra += job.events - 1
             if job.id in self.in_batches:  # a member of a batch loaded open: sent as such

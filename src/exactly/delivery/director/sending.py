@@ -301,8 +301,7 @@ class Sending:
                 extra=destination.headers,
                 content_type=content_type,
             )
-            async with asyncio.timeout(settings.timeout):
-                answer = await destination.client.post(data, headers)
+            answer = await destination.client.post(data, headers, settings.timeout)
             status = answer.status
             if not 200 <= status < 300:
                 response = answer.body.decode("utf-8", "replace")
