@@ -13,9 +13,10 @@ answer), send through a proxy, keep cookies or decompress (it sends no ``Accept-
 A request is timed from when :meth:`Client.post` is called, connecting included; an exchange
 under way by a timer of the loop on its connection, which fails it and closes the connection.
 
-Every failure is one of :class:`RequestFailed`'s kinds, or the OS's or TLS's own error when
-connecting (inside :class:`ConnectFailed`), which :func:`exactly.delivery.failures.failure` tells
-in a line a person reads. A connection whose exchange did not end cleanly (a failure, a
+Every failure is one of :class:`RequestFailed`'s kinds (the resolver's, the socket's or TLS's
+own error inside :class:`ConnectFailed`), a ConnectionResetError, a TimeoutError, or a ValueError
+for a request it will not send; :func:`exactly.delivery.failures.failure` tells each in a line a
+person reads. A connection whose exchange did not end cleanly (a failure, a
 timeout, a cancel) is closed, never reused.
 """
 
@@ -84,7 +85,6 @@ class Client:
         parsed = URL(url)
         if parsed.scheme not in ("http", "https"):
             raise ValueError(f"not an http:// or https:// URL: {parsed.scheme}://")
-        self.url = url
         self.host = parsed.raw_host or ""
         self.port = parsed.port or (443 if parsed.scheme == "https" else 80)
         self._tls: ssl.SSLContext | None = (
@@ -190,9 +190,7 @@ class _Connection(asyncio.Protocol):
             raise Disconnected("the connection closed while idle", *self._where)
         loop = asyncio.get_running_loop()
         self._answer = loop.create_future()
-        self._status, self._retry_after, self._framed, self._length = None, None, False, None
-        self._body.clear()
-        self._read = 0
+        self._expect()
         self.reusable = False
         self._transport.write(request)
         timer = loop.call_at(deadline, self._fail, TimeoutError())
@@ -264,7 +262,7 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         if self._status is not None and 100 <= self._status < 200:  # interim: the answer follows
-            self._status, self._retry_after, self._framed, self._length = None, None, False, None
+            self._expect()
             return
         keep = self._parser.should_keep_alive()
         self._done()
@@ -272,17 +270,21 @@ class _Connection(asyncio.Protocol):
         if not keep:
             self.close()
 
+    def _expect(self) -> None:
+        """Nothing read yet of the answer to come."""
+        self._status, self._retry_after, self._framed, self._length = None, None, False, None
+        self._body.clear()
+        self._read = 0
+
     def _done(self) -> None:
         if self._answer is not None and not self._answer.done():
             assert self._status is not None
             self._answer.set_result(Answer(self._status, self._retry_after, bytes(self._body)))
 
     def _fail(self, error: Exception) -> None:
-        self.reusable = False
         if self._answer is not None and not self._answer.done():
             self._answer.set_exception(error)
-        if self._transport is not None:
-            self._transport.close()
+        self.close()
 
 
 def _parser_finding(error: httptools.HttpParserError) -> str:
