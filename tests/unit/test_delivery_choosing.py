@@ -14,8 +14,9 @@ from pydantic import ValidationError
 
 from exactly.config import anchor_paths
 from exactly.delivery.integrations import takes
+from exactly.delivery.jobdb.base import bucket_of
 from exactly.delivery.route import EventColumns, Outcome, dropped, jobs_for
-from exactly.delivery.settings import DestinationSettings
+from exactly.delivery.settings import DEFAULT_LANES, DestinationSettings
 from exactly.delivery.transforms import DROPPED, FAILED, SENT, one_line, shape_one
 
 
@@ -32,6 +33,7 @@ def destination(**given: Any) -> DestinationSettings:
         ({"transform": "shapes:to crm"}, "is not MODULE:FUNCTION"),
         ({"transform": "1shapes:f"}, "is not MODULE:FUNCTION"),
         ({"name": "All"}, "Segment's integrations object uses it"),
+        ({"lanes": 4, "batch": {"max_events": 100}}, "lanes is for single-event destinations"),
     ],
 )
 def test_a_filter_transform_or_name_that_cannot_work_is_refused(
@@ -140,3 +142,36 @@ def test_jobs_follow_the_columns_takes_and_the_transforms_outcomes() -> None:
         ("crm", "m3", b"3", "ValueError: no"),  # the stored event, for trace and the archive
     ]
     assert dropped(events, [plain, crm]) == {"crm": 1}
+
+
+def test_a_single_event_destinations_jobs_are_in_their_users_lanes() -> None:
+    """Each user's jobs share a lane (one bucket, so an ordered destination keeps their order);
+    a batching destination's, and a destination with ``lanes = 1``, stay in lane 0."""
+    users = [f"u{i}" for i in range(40)] * 2
+    events = EventColumns(
+        source=["web"] * 80,
+        name=["A"] * 80,
+        message_id=[f"m{i}" for i in range(80)],
+        user_id=users,
+        payload=[b"{}"] * 80,
+        partition=[0] * 80,
+        offset=list(range(80)),
+    )
+    hook, one, packed = (
+        destination(name="hook"),
+        destination(name="one", lanes=1),
+        destination(name="packed", batch={"max_events": 100}),
+    )
+    assert (hook.lane_count, one.lane_count, packed.lane_count) == (DEFAULT_LANES, 1, 1)
+    # an ordered destination's lanes are its operator's to set, while nothing is queued
+    assert destination(ordered=True).lane_count == 1
+    assert destination(ordered=True, lanes=4).lane_count == 4
+    jobs = jobs_for(events, [hook, one, packed], now=0.0)
+    lanes = {job.user_id: job.lane for job in jobs if job.destination == "hook"}
+    assert all(
+        job.lane == lanes[job.user_id] and job.bucket == bucket_of("web", "hook", job.lane)
+        for job in jobs
+        if job.destination == "hook"
+    )
+    assert len(set(lanes.values())) == DEFAULT_LANES  # 40 users fill 8 lanes
+    assert {job.bucket for job in jobs if job.destination != "hook"} == {"web/one", "web/packed"}

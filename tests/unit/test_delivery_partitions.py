@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+import zlib
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from exactly.delivery.jobdb.base import bucket_of, lane_of, split_bucket
 from exactly.delivery.partitions import (
     fair_share,
     partition_of,
@@ -101,3 +103,24 @@ def test_rate_portions_add_up_to_the_rate(rate: float, spread: set[int], directo
     rates = [rate_portion(rate, mine, spread) for mine in owners if mine]
     assert math.isclose(sum(r for r in rates if r is not None), rate)
     assert rate_portion(None, {1}, spread) is None
+
+
+def test_a_destinations_lanes_sit_on_consecutive_partitions() -> None:
+    """Lane k of a bucket is k partitions on from lane 0, so up to ``partitions`` lanes are on
+    as many partitions and two directors holding four of eight each get four lanes."""
+    first = partition_of("web/hook", 8)
+    lanes = [partition_of(bucket_of("web", "hook", lane), 8) for lane in range(8)]
+    assert lanes == [(first + lane) % 8 for lane in range(8)]
+    assert split_bucket("web/3/hook") == ("web/hook", 3)
+    assert split_bucket("web/hook") == ("web/hook", 0)
+    assert split_bucket("a/b/c") == ("a/b/c", 0)  # not a lane: a name of its own
+    assert sorted(lanes) == list(range(8))  # one lane a partition, whoever holds which
+
+
+def test_a_users_jobs_keep_one_lane_and_users_spread_over_the_lanes() -> None:
+    assert lane_of("user-1", 8) == lane_of("user-1", 8)
+    assert lane_of(None, 8) == lane_of("", 8) == lane_of("user-1", 1) == 0
+    seen = [lane_of(f"user-{i}", 8) for i in range(8000)]
+    assert all(850 <= seen.count(lane) <= 1150 for lane in range(8))
+    # CRC-32, not the salted hash(): another process puts a user in the same lane
+    assert lane_of("user-1", 8) == zlib.crc32(b"user-1") % 8

@@ -5,6 +5,8 @@ each (Standard Webhooks: space-separated signatures), so a receiver verifying wi
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
 import os
 import time
@@ -15,7 +17,7 @@ from standardwebhooks import Webhook, WebhookVerificationError
 
 from exactly.config import load_settings
 from exactly.delivery.settings import DestinationSettings
-from exactly.delivery.signing import request_headers
+from exactly.delivery.signing import request_headers, signature
 from exactly.errors import ConfigError
 
 
@@ -95,3 +97,17 @@ def test_secrets_are_never_printed(tmp_path: Path) -> None:
     destination = load(tmp_path, f"secret = {json.dumps([OLD, NEW])}")
     shown = repr(destination) + str(destination) + destination.model_dump_json()
     assert OLD[6:] not in shown and NEW[6:] not in shown
+
+
+@pytest.mark.parametrize("size", [0, 1, 24, 32, 63, 64, 65, 200])
+def test_the_signature_is_hmac_sha256_for_a_key_of_any_length(size: int) -> None:
+    """The pads are hashed once per key and copied per request: the same digest as the
+    standard library's HMAC, keys longer than SHA-256's block (hashed first) included."""
+    key, body = os.urandom(size), os.urandom(300)
+    expected = hmac.digest(key, b"msg-1.1700000000." + body, hashlib.sha256)
+    assert (
+        signature(key, "msg-1", 1_700_000_000, body) == "v1," + base64.b64encode(expected).decode()
+    )
+    assert signature(key, "msg-1", 1_700_000_000, body) == signature(
+        key, "msg-1", 1_700_000_000, body
+    )  # the cached pads are copied, never updated

@@ -14,18 +14,23 @@ import hashlib
 import math
 from collections.abc import Collection, Iterable
 
+from exactly.delivery.jobdb.base import split_bucket
+
 
 @functools.lru_cache(maxsize=65_536)  # asked before every request a director sends
 def partition_of(bucket: str, partitions: int) -> int:
-    """The partition of ``bucket``: the first 8 bytes of its SHA-256, modulo ``partitions``.
+    """The partition of ``bucket``: the first 8 bytes of its lane-0 name's SHA-256 plus its
+    lane, modulo ``partitions``, so a destination's lanes sit on consecutive partitions and
+    ``partitions`` directors or fewer each get an even part of them.
 
     Stable across processes, hosts and Python versions (``hash()`` is salted per process), so
     every director and operator agrees on it.
     """
     if partitions <= 1:
         return 0
-    digest = hashlib.sha256(bucket.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") % partitions
+    name, lane = split_bucket(bucket)
+    digest = hashlib.sha256(name.encode("utf-8")).digest()
+    return (int.from_bytes(digest[:8], "big") + lane) % partitions
 
 
 def fair_share(partitions: int, directors: int) -> int:

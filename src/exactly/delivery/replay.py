@@ -59,6 +59,7 @@ from exactly.delivery.jobdb.base import (
     SUCCEEDED,
     Job,
     NewJob,
+    lane_of,
 )
 from exactly.delivery.jobdb.faces import ReplayJobs
 from exactly.delivery.settings import DestinationSettings
@@ -348,6 +349,7 @@ def _replay(
                         message_id=message_id,
                         user_id=user_id,
                         expire_at=now() + destination.window,
+                        lane=lane_of(user_id, destination.lane_count),
                     )
                 )
                 counts[state] += 1

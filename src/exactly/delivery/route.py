@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from exactly.delivery import packs
 from exactly.delivery.batches import cut
 from exactly.delivery.choosing import Choosing
-from exactly.delivery.jobdb.base import NewJob, RouteCounts
+from exactly.delivery.jobdb.base import NewJob, RouteCounts, lane_of
 from exactly.delivery.jobdb.faces import RouterJobs
 from exactly.delivery.packs import packing
 from exactly.delivery.patience import Patience, patiently
@@ -164,6 +164,9 @@ def jobs_for(
     """One job per (event, destination that takes it): each destination's jobs in turn, in the
     events' order (a bucket's jobs keep log order; a job's id orders it in its bucket).
 
+    A single-event destination's job is in its user's lane (:func:`lane_of`, ``lanes``), so
+    several directors share the destination and a user's jobs keep their order.
+
     A destination takes an event when ``events.takes`` says so (the route query's columns), or
     with no such column, when its ``sources`` and ``events`` lists match. With a transform,
     the job's payload is the body it returned; a dropped event makes no job, and a failed one
@@ -208,7 +211,13 @@ def jobs_for(
                     mine.append(
                         NewJob(source, name, payload, message_id, user_id, expire_at, error)
                     )
-        jobs += packed(mine, destination) if packing(destination) else mine
+        if packing(destination):
+            jobs += packed(mine, destination)
+            continue
+        if (lanes := destination.lane_count) > 1:
+            for job in mine:
+                job.lane = lane_of(job.user_id, lanes)
+        jobs += mine
     return jobs
 
 

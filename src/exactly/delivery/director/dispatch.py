@@ -1,8 +1,9 @@
 """Each destination's dispatcher: pages its buckets in, takes jobs (or forms batches) in turn
 within the destination's reserve, and hands them to :mod:`.sending`.
 
-Jobs are paged in per bucket (at most ``page_size`` held per bucket, in flight and waiting to
-retry included), so memory stays bounded with millions queued. A batching destination first
+Jobs are paged in per bucket (at most ``page_size`` held per source and destination, in
+flight and waiting to retry included: a destination's ``lanes`` share it), so memory stays
+bounded with millions queued. A batching destination first
 loads the batches a previous run left open: they are sent again whole, under their ids, before
 anything new.
 """
@@ -55,12 +56,14 @@ class Dispatch:
         while not self.stop.is_set():
             now = time.time()
             waits = [self.poll_seconds]
+            lanes = destination.settings.lane_count
+            held = max(min(self.page_size, REFILL), self.page_size // lanes)
             for bucket in list(destination.buckets):
-                room = self.page_size - bucket.held_events
+                room = held - bucket.held_events
                 # page in runs of at least REFILL jobs (or when nothing is ready): a page per
                 # answered job would keep the JobDB's thread busy with small queries, and the
                 # outcomes' commits, which free the slots, would wait behind them
-                refill = room >= min(self.page_size, REFILL) or (room > 0 and not bucket.ready)
+                refill = room >= min(held, REFILL) or (room > 0 and not bucket.ready)
                 if batching and not bucket.loaded:
                     await self._load_batches(bucket, now)
                 if refill and (not bucket.caught_up or now - bucket.paged_at >= self.poll_seconds):

@@ -46,6 +46,7 @@ holds what they share: the states, the data types and what a control means.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -74,9 +75,32 @@ STATES = (*PENDING, *TERMINAL, ARCHIVING, ARCHIVED)
 MAX_RESPONSE = 1024  # characters of a response body kept with a transition
 
 
-def bucket_of(source: str, destination: str) -> str:
-    """The queue a job waits in: one per source × destination (names cannot contain '/')."""
+def bucket_of(source: str, destination: str, lane: int = 0) -> str:
+    """The queue a job waits in: one per source × destination × lane, ``source/destination``
+    for lane 0 and ``source/lane/destination`` for the others (names cannot contain '/'), so
+    the first part is always the source and the last the destination."""
+    if lane:
+        return f"{source}/{lane}/{destination}"
     return f"{source}/{destination}"
+
+
+def lane_of(user_id: str | None, lanes: int) -> int:
+    """The lane of a user's jobs among ``lanes``: CRC-32 of the user id (an event's userId,
+    else its anonymousId), stable across processes, so a user's jobs share one bucket and an
+    ordered destination keeps their order. Jobs without a user are in lane 0."""
+    if lanes <= 1 or not user_id:
+        return 0
+    return zlib.crc32(user_id.encode("utf-8", "surrogatepass")) % lanes
+
+
+def split_bucket(bucket: str) -> tuple[str, int]:
+    """``bucket`` as its lane-0 name and its lane: ``("src/dest", 3)`` for ``src/3/dest``
+    (any other name is lane 0 of itself)."""
+    source, _, rest = bucket.partition("/")
+    lane, slash, destination = rest.partition("/")
+    if not slash or not (lane.isascii() and lane.isdigit()):
+        return bucket, 0
+    return f"{source}/{destination}", int(lane)
 
 
 # NewJob, Job and Transition are made by the thousand a second (a micro-batch's jobs, a page of
@@ -94,10 +118,11 @@ class NewJob:
     user_id: str | None = None
     expire_at: float = 0.0  # seconds since the epoch; 0 means created + 4 h
     error: str | None = None  # the transform failed: the job is added as failed, with this
+    lane: int = 0  # its bucket among the destination's lanes (lane_of its user)
 
     @property
     def bucket(self) -> str:
-        return bucket_of(self.source, self.destination)
+        return bucket_of(self.source, self.destination, self.lane)
 
     @property
     def events(self) -> int:
