@@ -4,16 +4,22 @@ receiver; and the JobDB staying small while datasets come and go."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from exactly.delivery.archive import BACKENDS, Archive, open_archive
+from exactly.delivery.archive import BACKENDS, Archive, open_archive, reopens
+from exactly.delivery.archive.apart import NICE
+from exactly.delivery.archive.directory import DirectoryArchive
 from exactly.delivery.director import Director
 from exactly.delivery.jobdb import JobDB, open_jobdb
 from exactly.delivery.jobdb.base import EXPIRED, SUCCEEDED, NewJob, Transition
@@ -216,7 +222,6 @@ def test_deliver_and_replay_stop_in_one_line_when_the_archive_is_unreachable(
 def test_requests_keep_leaving_while_a_dataset_is_archived(tmp_path: Path) -> None:
     """A file that takes 2 s to write (a slow disk or bucket) holds back no request: the file is
     written in a thread and on a connection of its own."""
-    from exactly.delivery.archive.directory import DirectoryArchive
 
     writing: list[float] = []
 
@@ -247,3 +252,60 @@ def test_requests_keep_leaving_while_a_dataset_is_archived(tmp_path: Path) -> No
         started, ended = writing
         during = [r for r in receiver.requests if started <= r.at <= ended]
         assert len(during) > 100, f"{len(during)} requests while the file was written"
+
+
+def test_archives_made_from_their_url_are_written_in_a_child_and_others_in_a_thread(
+    tmp_path: Path,
+) -> None:
+    """Only an archive that ``open_archive`` remakes from its URL can be written by the child
+    process; one made in code (a test's subclass) is written in the director's thread."""
+
+    class Made(DirectoryArchive):
+        pass
+
+    assert reopens(open_archive(str(tmp_path / "a"))) and reopens(open_archive("file:///x"))
+    assert not reopens(Made(tmp_path / "b"))
+
+
+def test_the_archiving_child_is_niced_and_dies_with_its_director(tmp_path: Path) -> None:
+    """The child runs at a lower priority than the director, and a director killed with
+    SIGKILL takes its child with it (PR_SET_PDEATHSIG): nothing is left writing the archive.
+    The child's stdin stays open here (this test holds its other end), so it is the signal,
+    not the end of its input, that ends it."""
+    with open_jobdb(f"sqlite://{tmp_path / 'jobdb'}"):
+        pass
+    read, write = os.pipe()
+    director = subprocess.Popen(  # a stand-in director: starts the child as Archiver does
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time\n"
+            "child = subprocess.Popen([sys.executable, '-m', "
+            "'exactly.delivery.archive.apart'], stdin=int(sys.argv[1]))\n"
+            "print(child.pid, flush=True); time.sleep(60)\n",
+            str(read),
+        ],
+        stdout=subprocess.PIPE,
+        pass_fds=(read,),
+    )
+    os.close(read)
+    try:
+        opening = {
+            "parent": director.pid,
+            "jobdb": f"sqlite://{tmp_path / 'jobdb'}",
+            "archive": str(tmp_path / "archive"),
+        }
+        os.write(write, json.dumps(opening).encode() + b"\n")
+        assert director.stdout is not None
+        child = psutil.Process(int(director.stdout.readline()))
+        deadline = time.monotonic() + 30
+        while child.nice() != os.nice(0) + NICE:
+            assert time.monotonic() < deadline, f"nice {child.nice()}"
+            time.sleep(0.05)
+        director.kill()
+        director.wait()
+        child.wait(10)  # psutil.TimeoutExpired if it outlived its director
+    finally:
+        os.close(write)
+        director.kill()
+        director.wait()
