@@ -11,9 +11,9 @@ bytes. ``bench/delivery.py`` measures it against aiohttp.
 What it does not do, as the director never asks for it: follow redirects (a 3xx is the
 answer), send through a proxy, keep cookies or decompress (it sends no ``Accept-Encoding``).
 A request is timed from when :meth:`Client.post` is called, connecting included; the exchanges
-under way by one sweep of the client's connections every :data:`SWEEP` seconds (a timer per
-request cost a tenth of the request), which fails an exchange past its deadline and closes its
-connection: a request times out within ``SWEEP`` after its timeout.
+under way by one sweep of the client's connections every :data:`SWEEP` seconds (a loop timer
+per request, 4.9 µs, was about a tenth of a bare request), which fails an exchange past its
+deadline and closes its connection: a request times out within ``SWEEP`` after its timeout.
 
 Every failure is one of :class:`RequestFailed`'s kinds (the resolver's, the socket's or TLS's
 own error inside :class:`ConnectFailed`), a ConnectionResetError, a TimeoutError, or a ValueError

@@ -58,17 +58,25 @@ def main() -> None:
     from exactly.delivery.archive import open_archive
     from exactly.delivery.jobdb import open_jobdb
 
-    archive = open_archive(str(opening["archive"]))
-    with open_jobdb(str(opening["jobdb"])) as jobdb:
+    try:
+        archive = open_archive(str(opening["archive"]))
+        jobdb = open_jobdb(str(opening["jobdb"]))
+    except Exception as error:  # noqa: BLE001 (a URL or a driver: the first request's answer)
+        print(f"error {_line(error)}", flush=True)
+        return
+    with jobdb:
         for line in sys.stdin:
             request = json.loads(line)
             try:
                 archive_dataset(jobdb, archive, int(request["number"]), str(request["name"]))
             except Exception as error:  # noqa: BLE001 (the archive's or the driver's: one line)
-                said = f"{type(error).__name__}: {error}".replace("\n", " ")
-                print(f"error {said}", flush=True)
+                print(f"error {_line(error)}", flush=True)
                 return  # the director starts another child for its next pass
             print("ok", flush=True)
+
+
+def _line(error: Exception) -> str:
+    return f"{type(error).__name__}: {error}".replace("\n", " ")
 
 
 if __name__ == "__main__":

@@ -80,7 +80,7 @@ class Archiver:
         """Archive every dataset whose jobs are all finished (not the newest), then drop it.
 
         ``JobDB.archive``'s steps 1 to 3 (mark, write the file, mark) run in a child process
-        (:meth:`_apart`), or in a thread of their own on a second connection, so no request
+        (:meth:`_archive_apart`), or in a thread of their own on a second connection, so no request
         waits while a file is written; step 4, the drop, runs in line with the director's other
         JobDB calls, so none of them reads a dataset while it is dropped. A failing archive or
         second connection is reported and tried again at the next pass; delivery goes on.

@@ -3,9 +3,8 @@ within the destination's reserve, and hands them to :mod:`.sending`.
 
 Jobs are paged in per bucket (at most ``page_size`` held per source and destination, in
 flight and waiting to retry included: a destination's ``lanes`` share it), so memory stays
-bounded with millions queued. A batching destination first
-loads the batches a previous run left open: they are sent again whole, under their ids, before
-anything new.
+bounded with millions queued. A batching destination first loads the batches a previous run
+left open: they are sent again whole, under their ids, before anything new.
 """
 
 from __future__ import annotations
