@@ -17,6 +17,10 @@ from exactly.log.kafka.client import NO_LIMIT, UNKNOWN, KafkaClient
 
 _RESERVED = RESERVED_HEADERS  # checked for every backend in Log._check_records
 _NO_ANSWER = "no answer"
+# tries of a read or an end probe that hears nothing at all for the timeout, each assigned anew:
+# the copy crash test's source met 10 s of silence at load 9, twice at load 15-18, and 20 s at
+# load 13 (2026-12-01, a middling machine), where the broker answered again afterwards
+SILENT_TRIES = 3
 
 
 class _Silent(LogUnavailable):
@@ -81,10 +85,10 @@ class KafkaReading(KafkaClient):
                 return [], offset
         with self._reader_lock:
             try:
-                for attempt in (1, 2):
+                for attempt in range(1, SILENT_TRIES + 1):
                     if (
                         fresh
-                        or attempt == 2
+                        or attempt > 1
                         or self._position is None
                         or self._position[:2] != (topic, partition)
                     ):
@@ -100,10 +104,10 @@ class KafkaReading(KafkaClient):
                         records = self._poll(self._reader, topic, starts, ends, limit, max_bytes)
                         break
                     except _Silent:
-                        # nothing at all for the timeout, as the probe below met too (the copy
-                        # crash test on Kafka at load 15-18, twice on 2026-11-30): assigned
-                        # anew, the client fetches again before the read gives up
-                        if attempt == 2 or starts[partition] != offset:
+                        # nothing at all for the timeout, as the probe below met too
+                        # (SILENT_TRIES): assigned anew, the client fetches again before the
+                        # read gives up
+                        if attempt == SILENT_TRIES or starts[partition] != offset:
                             raise
                 position = starts[partition]
                 self._position = (topic, partition, position)
@@ -225,7 +229,7 @@ class KafkaReading(KafkaClient):
                 self._note_end(topic, partition, high)
                 if high > low:
                     starts[partition] = high - 1
-            for attempt in (1, 2):
+            for attempt in range(1, SILENT_TRIES + 1):
                 if not starts:
                     break
                 self._prober.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
@@ -233,10 +237,9 @@ class KafkaReading(KafkaClient):
                     self._poll(self._prober, topic, starts, {})  # notes each end it reaches
                     break
                 except LogUnavailable:
-                    # no record and no end for the timeout (seen once, both partitions silent for
-                    # 10 s in the copy crash test at load 9): assigned anew, the client fetches
-                    # again before the probe gives up
-                    if attempt == 2:
+                    # no record and no end for the timeout (SILENT_TRIES): assigned anew, the
+                    # client fetches again before the probe gives up
+                    if attempt == SILENT_TRIES:
                         raise
                     starts = {p: o for p, o in starts.items() if o < self._known_end(topic, p)}
                 finally:
