@@ -148,6 +148,7 @@ def write_config(
     layout: str = "segment",
     source_count: int = 2,
     in_flight: int = 64,
+    lanes: int = 1,
 ) -> tuple[Path, int]:
     batching = '\n[destinations.batch]\nmax_events = {}\nmax_wait = "200ms"\n'
     port = free_port()
@@ -168,6 +169,7 @@ name = "all"
 url = "{receiver_url}/all"
 max_in_flight = {8 if batch > 1 else in_flight}
 """
+        + (f"lanes = {lanes}\n" if batch == 1 and lanes > 1 else "")
         + (batching.format(batch) if batch > 1 else "")
         + (
             f'\n[[destinations]]\nname = "batched"\nurl = "{receiver_url}/batched"\n'
@@ -364,6 +366,7 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path) -> list[str]:
             args.layout,
             args.sources,
             args.in_flight,
+            args.lanes,
         )
         settings = load_settings(config)
         with open_log(settings.log_url) as log:
@@ -537,6 +540,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--in-flight", type=int, default=64, help="the single-event destination's max_in_flight"
+    )
+    parser.add_argument(
+        "--lanes", type=int, default=1, help="the single-event destination's lanes (by user)"
     )
     parser.add_argument(
         "--clients", type=int, default=4, help="clients sending, each a batch at a time"

@@ -95,7 +95,7 @@ def archive_all(db: JobDB, archive: Archive) -> int:
 def test_replay_takes_each_message_once_by_its_latest_outcome(
     archive: Archive, tmp_path: Path
 ) -> None:
-    hook = target()
+    hook = target(lanes=8)  # a replayed job goes to its user's lane
     with open_jobdb(f"sqlite://{tmp_path / 'jobdb'}", dataset_rows=10) as db:
         for batch in range(4):
             add_finished(db, batch * 10, 10 if batch < 3 else 5, batch=batch)
@@ -116,7 +116,7 @@ def test_replay_takes_each_message_once_by_its_latest_outcome(
         for job in new:
             assert job.state == AWAITING_SCHEDULING and job.destination == hook.name
             assert job.user_id == f"u{job.message_id[1:]}"
-            assert job.bucket == bucket_of("web", "hook", lane_of(job.user_id, hook.lane_count))
+            assert job.bucket == bucket_of("web", "hook", lane_of(job.user_id, hook.lanes))
             assert job.payload == b'{"messageId":"%s"}' % job.message_id.encode()
             assert started + 7200 - 5 < job.expire_at < time.time() + 7200 + 5
         # the same command again: every message's latest job is the pending copy

@@ -16,7 +16,7 @@ from exactly.config import anchor_paths
 from exactly.delivery.integrations import takes
 from exactly.delivery.jobdb.base import bucket_of
 from exactly.delivery.route import EventColumns, Outcome, dropped, jobs_for
-from exactly.delivery.settings import DEFAULT_LANES, DestinationSettings
+from exactly.delivery.settings import DestinationSettings
 from exactly.delivery.transforms import DROPPED, FAILED, SENT, one_line, shape_one
 
 
@@ -145,8 +145,8 @@ def test_jobs_follow_the_columns_takes_and_the_transforms_outcomes() -> None:
 
 
 def test_a_single_event_destinations_jobs_are_in_their_users_lanes() -> None:
-    """Each user's jobs share a lane (one bucket, so an ordered destination keeps their order);
-    a batching destination's, and a destination with ``lanes = 1``, stay in lane 0."""
+    """With ``lanes = 8`` each user's jobs share a lane (one bucket, so an ordered destination
+    keeps their order); by default, and for a batching destination, every job is in lane 0."""
     users = [f"u{i}" for i in range(40)] * 2
     events = EventColumns(
         source=["web"] * 80,
@@ -158,14 +158,11 @@ def test_a_single_event_destinations_jobs_are_in_their_users_lanes() -> None:
         offset=list(range(80)),
     )
     hook, one, packed = (
-        destination(name="hook"),
-        destination(name="one", lanes=1),
+        destination(name="hook", lanes=8),
+        destination(name="one"),
         destination(name="packed", batch={"max_events": 100}),
     )
-    assert (hook.lane_count, one.lane_count, packed.lane_count) == (DEFAULT_LANES, 1, 1)
-    # an ordered destination's lanes are its operator's to set, while nothing is queued
-    assert destination(ordered=True).lane_count == 1
-    assert destination(ordered=True, lanes=4).lane_count == 4
+    assert (one.lanes, packed.lanes) == (1, 1)
     jobs = jobs_for(events, [hook, one, packed], now=0.0)
     lanes = {job.user_id: job.lane for job in jobs if job.destination == "hook"}
     assert all(
@@ -173,5 +170,5 @@ def test_a_single_event_destinations_jobs_are_in_their_users_lanes() -> None:
         for job in jobs
         if job.destination == "hook"
     )
-    assert len(set(lanes.values())) == DEFAULT_LANES  # 40 users fill 8 lanes
+    assert len(set(lanes.values())) == 8  # 40 users fill 8 lanes
     assert {job.bucket for job in jobs if job.destination != "hook"} == {"web/one", "web/packed"}

@@ -349,7 +349,7 @@ def _replay(
                         message_id=message_id,
                         user_id=user_id,
                         expire_at=now() + destination.window,
-                        lane=lane_of(user_id, destination.lane_count),
+                        lane=lane_of(user_id, destination.lanes),
                     )
                 )
                 counts[state] += 1

@@ -214,7 +214,7 @@ def jobs_for(
         if packing(destination):
             jobs += packed(mine, destination)
             continue
-        if (lanes := destination.lane_count) > 1:
+        if (lanes := destination.lanes) > 1:
             for job in mine:
                 job.lane = lane_of(job.user_id, lanes)
         jobs += mine

@@ -28,10 +28,7 @@ from exactly.urls import redact, scrub
 NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")  # fullmatch
 HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")  # an RFC 9110 token
 MAX_SECRETS = 10
-# a single-event destination's buckets per source: cut by userId, so up to this many directors
-# share one destination (each lane is a bucket; lanes sit on consecutive partitions)
-DEFAULT_LANES = 8
-MAX_LANES = 64
+MAX_LANES = 64  # a single-event destination's buckets per source, cut by user (``lanes``)
 MAX_FILTER = 5_000  # characters in a filter at most (Segment's FQL limit)
 TRANSFORM = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*")  # fullmatch
 # The route query's micro-batch bound when none is given (--max-records-per-trigger): a batch's
@@ -187,12 +184,12 @@ class DestinationSettings(BaseModel):
     rate: float | None = Field(None, gt=0, description="requests per second at most (GCRA)")
     burst: int = Field(1, ge=1, le=10_000, description="requests at once within rate")
     ordered: bool = Field(False, description="deliver each userId's events in order")
-    lanes: int | None = Field(
-        None,
+    lanes: int = Field(
+        1,
         ge=1,
         le=MAX_LANES,
         description="buckets a source's events for this destination are cut into by userId, "
-        f"so several directors share it (default {DEFAULT_LANES}; 1 when batching or ordered)",
+        "so as many directors can share it (single events only)",
     )
     expire: float | None = Field(
         None, gt=0, description="the older name of retry.window; give one or the other"
@@ -219,23 +216,12 @@ class DestinationSettings(BaseModel):
 
     @model_validator(mode="after")
     def _lanes_single_events(self) -> DestinationSettings:
-        if self.lanes is not None and self.lanes > 1 and self.batching:
+        if self.lanes > 1 and self.batching:
             raise ValueError(
                 "lanes is for single-event destinations: a batching destination sends each "
                 "source's batches from one bucket; leave lanes out or set it to 1"
             )
         return self
-
-    @property
-    def lane_count(self) -> int:
-        """The buckets each source's jobs for this destination are cut into: ``lanes``, by
-        default :data:`DEFAULT_LANES` for single events and 1 for batches. An ordered
-        destination's default is 1 too: jobs queued before a change of lanes are in other
-        buckets than a user's new ones, so its lanes are for its operator to set when nothing
-        is queued."""
-        if self.lanes is not None:
-            return self.lanes
-        return 1 if self.batching or self.ordered else DEFAULT_LANES
 
     @property
     def batching(self) -> bool:

@@ -55,7 +55,7 @@ class Dispatch:
         while not self.stop.is_set():
             now = time.time()
             waits = [self.poll_seconds]
-            lanes = destination.settings.lane_count
+            lanes = destination.settings.lanes
             held = max(min(self.page_size, REFILL), self.page_size // lanes)
             for bucket in list(destination.buckets):
                 room = held - bucket.held_events
