@@ -76,7 +76,9 @@ def main() -> None:
 
 
 def _line(error: Exception) -> str:
-    return f"{type(error).__name__}: {error}".replace("\n", " ")
+    """``Type: message`` on one line, whole (``transforms.one_line`` cuts at 200 characters,
+    and an archive's error ends with what to check)."""
+    return f"{type(error).__name__}: {' '.join(str(error).split())}"
 
 
 if __name__ == "__main__":
