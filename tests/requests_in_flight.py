@@ -25,6 +25,13 @@ from tests.receiver import Receiver
 
 Key = tuple[str, str]  # (destination, webhook-id): a message id, or a batch's id
 
+# The request timeout of the crash tests' destinations. A timed-out request is a duplicate
+# window of its own (its answer is never read, so it is sent again), and the receivers, threads
+# of the test process, count a 2xx as their handler returns, before the answer's bytes are
+# written: on a loaded CI machine a 1 s timeout expired so, and the check below, which allows
+# copies only for kills, failed. No request of these tests is meant to time out.
+TIMEOUT = "10s"
+
 
 def executing(db: JobDB) -> set[Key]:
     """The (destination, message id) of every job whose last recorded state is ``executing``."""

@@ -37,7 +37,7 @@ from exactly.delivery.route import packed
 from tests.integration.collector_server import KEYS, Collector
 from tests.jobdb import jobdb_url
 from tests.receiver import Receiver
-from tests.requests_in_flight import RequestKills, executing_batches, received
+from tests.requests_in_flight import TIMEOUT, RequestKills, executing_batches, received
 from tests.seeds import crash_seed
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -47,7 +47,7 @@ def config(path: Path, receiver_url: str, collector_url: str | None) -> Path:
     text = f'data_dir = "{path / "data"}"\n'
     text += (
         f'[[destinations]]\nname = "hook"\nurl = "{receiver_url}"\nsecret = "{SECRET}"\n'
-        'timeout = "2s"\nmax_in_flight = 2\n'
+        f'timeout = "{TIMEOUT}"\nmax_in_flight = 2\n'
         '[destinations.backoff]\nmin = "50ms"\nmax = "300ms"\n'
         "[destinations.breaker]\nopen_after = 0\n"
         '[destinations.batch]\nmax_events = 10\nmax_wait = "200ms"\n'

@@ -28,7 +28,7 @@ from exactly.delivery.jobdb import BACKENDS, JobDB, open_jobdb
 from exactly.delivery.jobdb.base import SUCCEEDED, NewJob
 from tests.jobdb import jobdb_url
 from tests.receiver import Receiver
-from tests.requests_in_flight import RequestKills, executing, received
+from tests.requests_in_flight import TIMEOUT, RequestKills, executing, received
 from tests.seeds import crash_seed
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -42,7 +42,7 @@ def config(
     for name, url in receivers.items():
         text += (
             f'[[destinations]]\nname = "{name}"\nurl = "{url}"\nsecret = "{SECRET}"\n'
-            f'timeout = "1s"\nmax_in_flight = {max_in_flight}\n'
+            f'timeout = "{TIMEOUT}"\nmax_in_flight = {max_in_flight}\n'
             '[destinations.backoff]\nmin = "50ms"\nmax = "300ms"\n'
             f"[destinations.breaker]\nopen_after = {breaker}\n"
         )

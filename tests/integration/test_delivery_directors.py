@@ -29,6 +29,7 @@ from exactly.delivery.partitions import partition_of
 from tests.integration.test_delivery_crash import SECRET, verify
 from tests.jobdb import jobdb_url
 from tests.receiver import Receiver
+from tests.requests_in_flight import TIMEOUT
 from tests.seeds import crash_seed
 
 PARTITIONS = 6
@@ -45,7 +46,7 @@ def config(work: Path, url: str) -> Path:
         f'data_dir = "{work / "data"}"\n'
         f"[delivery]\npartitions = {PARTITIONS}\n"
         f'[[destinations]]\nname = "hook"\nurl = "{url}"\nsecret = "{SECRET}"\n'
-        'timeout = "1s"\nmax_in_flight = 6\n'
+        f'timeout = "{TIMEOUT}"\nmax_in_flight = 6\n'
         '[destinations.backoff]\nmin = "50ms"\nmax = "300ms"\n'
         "[destinations.breaker]\nopen_after = 1000\n"
     )

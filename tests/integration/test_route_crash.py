@@ -51,7 +51,7 @@ from tests.aggregate_stream import EventStream, append
 from tests.batches_in_flight import Checkpoints
 from tests.job_child import kill_at_random_points
 from tests.receiver import Receiver
-from tests.requests_in_flight import RequestKills, executing, received
+from tests.requests_in_flight import TIMEOUT, RequestKills, executing, received
 from tests.route_job_child import KILL_AFTER_COMMIT
 from tests.seeds import crash_seed
 
@@ -89,7 +89,7 @@ def config(path: Path, urls: dict[str, str]) -> Path:
     for name, (sources, events) in FILTERS.items():
         text += (
             f'[[destinations]]\nname = "{name}"\nurl = "{urls[name]}"\nsecret = "{SECRET}"\n'
-            f'timeout = "1s"\nmax_in_flight = {MAX_IN_FLIGHT}\n'
+            f'timeout = "{TIMEOUT}"\nmax_in_flight = {MAX_IN_FLIGHT}\n'
             + (f"sources = {json.dumps(sources)}\n" if sources else "")
             + (f"events = {json.dumps(events)}\n" if events else "")
             + CHOOSING.get(name, "")
