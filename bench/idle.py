@@ -1,6 +1,7 @@
 """What ``exactly up`` costs with no traffic: CPU of all its processes, and their memory.
 
     .venv/bin/python bench/idle.py [--seconds 60] [--settle 30] [--rounds 2] [--trickle N]
+                                   [--lanes N]
 
 ``exactly up`` starts on the embedded defaults with a Delta lake, its two destinations at a real
 receiver in this process (tests/receiver.py), as a user runs it (no test JVM options). 1,000
@@ -16,6 +17,10 @@ settling to the end of the measure, so what is measured is ``up`` at a trickle o
 query running a micro-batch per trigger, the fixed cost of a micro-batch paid every second. It
 also prints the micro-batches the queries started while measured (from their checkpoints, as
 ``bench/micro_batches.py`` reads them) and ``up``'s CPU per micro-batch.
+
+``--lanes N``: the single-event destination ``all`` in N lanes (a bucket each, by user), so
+what is measured includes what its caught-up buckets cost the director at rest: each is asked
+for new jobs every ``poll_seconds``.
 
 The baseline, in the same round: a plain PySpark session with the same master, held idle for the
 same seconds, no query (what the JVM and a driver cost doing nothing). Prints the machine, the
@@ -131,13 +136,18 @@ def measure(root: int, seconds: float) -> tuple[float, Counter[str], float, floa
 
 
 def up_idle(
-    seconds: float, settle: float, trickle: int = 0
+    seconds: float, settle: float, trickle: int = 0, lanes: int = 1
 ) -> tuple[float, Counter[str], float, float]:
     with tempfile.TemporaryDirectory(prefix="exactly-idle-") as work, Receiver() as receiver:
         home = Path(work)
         config = write_config(home, receiver.url)
         lake = home / "data" / "lake" / "events"
-        config.write_text(config.read_text() + f'\n[lake]\nurl = "delta://{lake}"\n')
+        text = config.read_text() + f'\n[lake]\nurl = "delta://{lake}"\n'
+        if lanes > 1:
+            everything = f'name = "all"\nurl = "{receiver.url}/ok"\n'
+            assert everything in text, "the config's destination `all` moved"
+            text = text.replace(everything, f"{everything}lanes = {lanes}\n")
+        config.write_text(text)
         env = {**os.environ, "EXACTLY_CONFIG": str(config)}
         env.pop("JDK_JAVA_OPTIONS", None)
         up = subprocess.Popen(
@@ -225,13 +235,16 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=30.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--trickle", type=int, default=0, help="events sent each second")
+    parser.add_argument("--lanes", type=int, default=1, help="the destination `all`'s lanes")
     args = parser.parse_args()
     print(f"machine: {platform.platform()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
     results: dict[str, list[tuple[float, float, float]]] = {"up": [], "baseline": []}
     for _ in range(args.rounds):
         for way in ("up", "baseline"):
             if way == "up":
-                cores, shares, rss, pss = up_idle(args.seconds, args.settle, args.trickle)
+                cores, shares, rss, pss = up_idle(
+                    args.seconds, args.settle, args.trickle, args.lanes
+                )
             else:
                 cores, shares, rss, pss = baseline_idle(args.seconds, args.settle)
             results[way].append((cores, rss, pss))
@@ -253,6 +266,7 @@ def main() -> None:
         label = "plain PySpark session, idle"
         if way == "up":
             label = f"`exactly up`, {traffic}" if args.trickle else "`exactly up`, no traffic"
+            label += f", `all` in {args.lanes} lanes" if args.lanes > 1 else ""
         print(f"| {label} | {runs} | {median:.3f} | {rss:,.0f} | {pss:,.0f} |")
 
 

@@ -146,7 +146,10 @@ def crash_and_resume(
                     else:
                         running = Running(process)
                         working = checkpoints.wait_for_batch(180, running)
-                        assert working or process.poll() is not None, f"{backend}: no batch"
+                        assert working or process.poll() is not None, (
+                            f"{backend}: no batch in 180 s; the run's stderr ends: "
+                            + stderr.read_text()[-1500:]
+                        )
                         report.after_progress += 1
                         report.seconds_to_progress.append(round(time.monotonic() - began, 1))
                         time.sleep(rng.uniform(0.0, AFTER_START))
