@@ -122,17 +122,22 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
 
 REASON_LINES = 12  # of a failure's report, printed with it as it happens
+PRINTED_LINES = 8  # of what the failed test printed (a crash test's last kills), printed after
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Name a failure the moment it happens, with its time and the end of its report (where the
-    assertion or the exception is), on the controller's stderr: a run that CI stops at its time
-    limit prints no summary, and a failure must still say why."""
+    assertion or the exception is), then the last lines the test printed (a crash test says
+    where its kills got to), on the controller's stderr: a run that CI stops at its time limit
+    prints no summary, and a failure must still say why."""
     if report.failed and "PYTEST_XDIST_WORKER" not in os.environ:  # the controller, or no xdist
         reason = report.longreprtext.rstrip().splitlines()[-REASON_LINES:]
+        printed = report.capstdout.rstrip().splitlines()[-PRINTED_LINES:]
         sys.stderr.write(
             f"\nFAILED at {time.strftime('%H:%M:%S')} ({report.when}, {report.duration:.0f} s): "
-            f"{report.nodeid}\n" + "".join(f"  | {line[:300]}\n" for line in reason)
+            f"{report.nodeid}\n"
+            + "".join(f"  | {line[:300]}\n" for line in reason)
+            + "".join(f"  > {line[:300]}\n" for line in printed)
         )
 
 
