@@ -4,7 +4,8 @@
 
 ``JobDB.archive`` marks every job of a dataset ``archiving`` (one statement, SQLite's write
 lock held throughout), writes the file (reads only: a WAL reader holds no lock a writer waits
-for), marks every job ``archived`` (the write lock again), then drops the dataset. While a mark
+for), marks every job ``archived`` (the write lock again), then drops the dataset (after checking
+again, with reads, that it is finished and archived). While a mark
 or the drop holds the write lock, every director's commit and the route query's insert wait. Per
 round: an empty sqlite JobDB gets two datasets of ``--rows`` jobs (``bench/directors.py``'s
 fill), the first all ``succeeded``; then each step of archiving it, timed alone, into a
@@ -52,7 +53,8 @@ def one_round(rows: int) -> dict[str, float]:
             db._mark(cursor, number, ARCHIVED)
             steps["mark archived"] = time.perf_counter() - began
             began = time.perf_counter()
-            db.archive(number, lambda records: None)  # found all archived: the drop alone
+            db.archive(number, lambda records: None)  # step 4 as the director runs it: all
+            # found archived, so archive()'s checks (reads) and the drop, nothing written again
             steps["drop"] = time.perf_counter() - began
             steps["CPU, all four"] = time.process_time() - cpu
             return steps

@@ -48,6 +48,7 @@ from tests.spark_helpers import assert_copied
 KILLS = 20  # per backend, never fewer (issue 4)
 AT_START = 2  # of them, killed during start-up (0.5-6 s after it), the others inside a batch
 PARTITIONS = 3
+BATCH_WAIT = 180  # seconds a run (not killed at start-up) has to begin a micro-batch of its own
 
 
 class Growing:
@@ -145,9 +146,9 @@ def crash_and_resume(
                         time.sleep(rng.uniform(0.5, 6.0))  # start-up, planning or a first batch
                     else:
                         running = Running(process)
-                        working = checkpoints.wait_for_batch(180, running)
+                        working = checkpoints.wait_for_batch(BATCH_WAIT, running)
                         assert working or process.poll() is not None, (
-                            f"{backend}: no batch in 180 s; the run's stderr ends: "
+                            f"{backend}: no batch in {BATCH_WAIT} s; the run's stderr ends: "
                             + stderr.read_text()[-1500:]
                         )
                         report.after_progress += 1
