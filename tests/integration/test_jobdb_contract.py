@@ -30,6 +30,8 @@ from exactly.delivery.jobdb.base import (
     NewJob,
     Transition,
 )
+from exactly.delivery.jobdb.runs import JobRun, RoutedJobs
+from exactly.delivery.jobdb.sql.rows import STATEMENT_BYTES
 from exactly.errors import DirectorLockHeld
 from tests.jobdb import jobdb_url
 
@@ -1056,3 +1058,41 @@ def _drop_events_column(url: str, number: int) -> None:
         ):
             cursor.execute(statement)
         db._connection.commit()
+
+
+def test_a_large_micro_batch_goes_in_whole_across_statements(url: str) -> None:
+    # more jobs than one insert statement's rows, and packs past its bytes: every job once,
+    # ids in order, a pack taking an id per member
+    single = JobRun(
+        "hook",
+        ["web"] * 2_500,
+        [b'{"messageId":"m%d"}' % i for i in range(2_500)],
+        [f"m{i}" for i in range(2_500)],
+        [f"u{i % 7}" for i in range(2_500)],
+        lanes=[i % 2 for i in range(2_500)],
+    )
+    big = [  # 3 packs of 400 members of ~1 KiB: above STATEMENT_BYTES together
+        packs.pack(
+            [
+                packs.Member(f"p{i}", None, b'{"messageId":"p%d","pad":"%s"}' % (i, b"x" * 1000))
+                for i in range(at, at + 400)
+            ]
+        )
+        for at in range(0, 1_200, 400)
+    ]
+    bodies = [NewJob("web", "bulk", body, f"pack_{n}") for n, body in enumerate(big)]
+    with open_jobdb(url) as db:
+        assert sum(map(len, big)) > STATEMENT_BYTES
+        added = db.add(RoutedJobs([*bodies[:1], single, *bodies[1:]]), query_id="q", batch_id=0)
+        assert added == 2_503
+        lane0, lane1 = db.pending("web/hook"), db.pending("web/1/hook")
+        assert len(lane0) == len(lane1) == 1_250
+        found = sorted(lane0 + lane1, key=lambda job: job.id)
+        assert [job.message_id for job in found] == [f"m{i}" for i in range(2_500)]
+        assert [job.payload for job in found[:2]] == [b'{"messageId":"m0"}', b'{"messageId":"m1"}']
+        assert found[0].user_id == "u0" and found[-1].id - found[0].id == 2_499
+        packs_in = db.pending("web/bulk")
+        assert [job.payload for job in packs_in] == big
+        assert found[0].id == packs_in[0].id + 400  # the first pack's 400 ids come before
+        assert packs_in[1].id == found[-1].id + 1 and packs_in[2].id == packs_in[1].id + 400
+        assert sum(db.states()["bulk"].values()) == 1_200

@@ -483,7 +483,7 @@ def _inside(received: Column, since_ms: int | None, until_ms: int | None) -> Col
 def _add(
     jobdb: BackfillJobs,
     plan: BackfillPlan,
-    jobs: list[NewJob],
+    jobs: Sequence[NewJob],
     counts: dict[str, RouteCounts],
     run: str,
     number: int,

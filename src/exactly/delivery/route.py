@@ -38,13 +38,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 from exactly.delivery import packs
 from exactly.delivery.batches import cut
 from exactly.delivery.choosing import Choosing
 from exactly.delivery.jobdb.base import NewJob, RouteCounts, lane_of
 from exactly.delivery.jobdb.faces import RouterJobs
+from exactly.delivery.jobdb.runs import JobRun, RoutedJobs
 from exactly.delivery.packs import packing
 from exactly.delivery.patience import Patience, patiently
 from exactly.delivery.settings import ROUTE_RECORDS_PER_TRIGGER, DestinationSettings
@@ -160,12 +161,14 @@ class EventColumns:
 
 def jobs_for(
     events: EventColumns, destinations: Sequence[DestinationSettings], now: float
-) -> list[NewJob]:
+) -> RoutedJobs:
     """One job per (event, destination that takes it): each destination's jobs in turn, in the
     events' order (a bucket's jobs keep log order; a job's id orders it in its bucket).
 
     A single-event destination's job is in its user's lane (:func:`lane_of`, ``lanes``), so
-    several directors share the destination and a user's jobs keep their order.
+    several directors share the destination and a user's jobs keep their order. Without a
+    transform its jobs are one :class:`~exactly.delivery.jobdb.runs.JobRun` of the columns
+    (no object per event); a batching destination's are packs (:func:`packs_of`).
 
     A destination takes an event when ``events.takes`` says so (the route query's columns), or
     with no such column, when its ``sources`` and ``events`` lists match. With a transform,
@@ -175,50 +178,82 @@ def jobs_for(
     Pure: the route query's rule, tested without Spark. An event without a ``messageId`` (the
     collector always sets one) is named by its place in the log, which a replay sees again.
     """
-    message_ids = [
-        found or f"{partition}-{offset}"
-        for found, partition, offset in zip(
-            events.message_id, events.partition, events.offset, strict=True
-        )
-    ]
-    sources = [source or "" for source in events.source]
+    found_ids, found_sources = events.message_id, events.source
+    message_ids: Sequence[str] = cast("Sequence[str]", found_ids)  # as they are, when whole
+    if None in found_ids or "" in found_ids:
+        message_ids = [
+            found or f"{partition}-{offset}"
+            for found, partition, offset in zip(
+                found_ids, events.partition, events.offset, strict=True
+            )
+        ]
+    sources: Sequence[str] = cast("Sequence[str]", found_sources)
+    if None in found_sources:
+        sources = [source or "" for source in found_sources]
     columns = (sources, events.payload, message_ids, events.user_id)
-    jobs: list[NewJob] = []
+    jobs = RoutedJobs()
     for index, destination in enumerate(destinations):
-        name, expire_at = destination.name, now + destination.window
+        expire_at = now + destination.window
         takes = _takes(events, index, destination)
         shaped = events.shaped.get(index)
-        mine: list[NewJob] = []
         if shaped is None and packing(destination):  # the packs straight from the columns
-            jobs += packs_of(*columns, takes, destination, expire_at)
-            continue
-        if shaped is None:
-            mine = [
-                NewJob(source, name, payload, message_id, user_id, expire_at)
-                for source, payload, message_id, user_id, take in zip(*columns, takes, strict=True)
-                if take
-            ]
+            jobs.extend(packs_of(*columns, takes, destination, expire_at))
+        elif shaped is None:  # a job per event taken, as columns
+            jobs.add(_run(columns, takes, destination, expire_at))
         else:
-            for source, payload, message_id, user_id, take, result in zip(
-                *columns, takes, shaped, strict=True
-            ):
-                if not take or result is None or result.outcome == DROPPED:
-                    continue
-                if result.outcome == SENT and result.body is not None:
-                    mine.append(NewJob(source, name, result.body, message_id, user_id, expire_at))
-                else:
-                    error = result.error or "the transform gave no body"
-                    mine.append(
-                        NewJob(source, name, payload, message_id, user_id, expire_at, error)
-                    )
-        if packing(destination):
-            jobs += packed(mine, destination)
-            continue
-        if (lanes := destination.lanes) > 1:
-            for job in mine:
-                job.lane = lane_of(job.user_id, lanes)
-        jobs += mine
+            jobs.extend(_shaped(columns, takes, shaped, destination, expire_at))
     return jobs
+
+
+def _run(
+    columns: tuple[Sequence[str], Sequence[bytes], Sequence[str], Sequence[str | None]],
+    takes: Sequence[bool],
+    destination: DestinationSettings,
+    expire_at: float,
+) -> JobRun:
+    """The jobs of a single-event destination without a transform: the events it takes."""
+    if not all(takes):
+        columns = tuple(list(compress(column, takes)) for column in columns)  # type: ignore[assignment]
+    sources, payloads, message_ids, user_ids = columns
+    lanes = destination.lanes
+    return JobRun(
+        destination.name,
+        sources,
+        payloads,
+        message_ids,
+        user_ids,
+        expire_at,
+        [lane_of(user, lanes) for user in user_ids] if lanes > 1 else (),
+    )
+
+
+def _shaped(
+    columns: tuple[Sequence[str], Sequence[bytes], Sequence[str], Sequence[str | None]],
+    takes: Sequence[bool],
+    shaped: Sequence[Outcome | None],
+    destination: DestinationSettings,
+    expire_at: float,
+) -> list[NewJob]:
+    """The jobs of a destination with a transform: each event's body, or the stored event with
+    the transform's error; packed when the destination batches."""
+    name = destination.name
+    mine: list[NewJob] = []
+    for source, payload, message_id, user_id, take, result in zip(
+        *columns, takes, shaped, strict=True
+    ):
+        if not take or result is None or result.outcome == DROPPED:
+            continue
+        if result.outcome == SENT and result.body is not None:
+            mine.append(NewJob(source, name, result.body, message_id, user_id, expire_at))
+        else:
+            error = result.error or "the transform gave no body"
+            mine.append(NewJob(source, name, payload, message_id, user_id, expire_at, error))
+    if packing(destination):
+        return packed(mine, destination)
+    if (lanes := destination.lanes) > 1:
+        for job in mine:
+            job.lane = lane_of(job.user_id, lanes)
+    return mine
 
 
 def packed(jobs: Sequence[NewJob], destination: DestinationSettings) -> list[NewJob]:
@@ -308,7 +343,7 @@ def dropped(events: EventColumns, destinations: Sequence[DestinationSettings]) -
 
 def collect_jobs(
     records: DataFrame, choosing: Choosing, now: float
-) -> tuple[EventColumns, list[NewJob], dict[str, RouteCounts]]:
+) -> tuple[EventColumns, RoutedJobs, dict[str, RouteCounts]]:
     """Steps 2 and 3 of the module docstring over ``records`` (``value``, ``partition``,
     ``offset``): the events some destination of ``choosing`` takes, their jobs, and per
     destination the events it was not sent. What a micro-batch of the route query and a chunk
@@ -441,7 +476,7 @@ class BatchRouter(BatchFunction):
             self.on_batch(batch_id, len(events), len(jobs), taken)
 
     def _add(
-        self, jobs: list[NewJob], counts: dict[str, RouteCounts], query: str, batch_id: int
+        self, jobs: RoutedJobs, counts: dict[str, RouteCounts], query: str, batch_id: int
     ) -> bool:
         """Step 4, tried again while the JobDB fails; False when the batch was there (a replay).
 

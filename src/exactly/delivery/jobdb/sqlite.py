@@ -37,6 +37,8 @@ class SqliteJobDB(SQLJobDB):
         "real": "REAL",
     }
     _for_update = ""
+    # SQLite before 3.32 binds at most 999 parameters a statement
+    _insert_rows = 1000 if sqlite3.sqlite_version_info >= (3, 32) else 100
 
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url, **options)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from itertools import accumulate
+from itertools import chain, repeat
 from typing import Any
 
 from exactly.delivery.jobdb.base import FAILED, Dataset, NewJob, RouteCounts, Span
+from exactly.delivery.jobdb.runs import events_of, job_rows
 from exactly.delivery.jobdb.sql.coverage import Covering
-from exactly.delivery.jobdb.sql.rows import JOB_COLUMNS
+from exactly.delivery.jobdb.sql.rows import JOB_COLUMNS, statement_spans
 
 
 class Routing(Covering):
@@ -48,7 +49,7 @@ class Routing(Covering):
             failures = 0
             while True:
                 newest = self._datasets[-1] if self._datasets else self._load_datasets(cursor)[-1]
-                adding = sum(job.events for job in jobs)
+                adding = events_of(jobs)
                 if self._legacy_dataset(cursor, newest.number) or self._full(newest, adding):
                     try:
                         self._index_messages(cursor, newest.number)  # before it is closed
@@ -104,8 +105,7 @@ class Routing(Covering):
         # 3. the jobs: a pack takes as many ids as it has members (the dataset fills by events)
         now = time.time()
         target = newest
-        sizes = [job.events for job in jobs]
-        adding = sum(sizes)
+        adding = events_of(jobs)
         if newest.number not in self._legacy:  # made by another router meanwhile: check it
             raise _Retry
         if self._legacy[newest.number] or self._full(newest, adding):
@@ -118,43 +118,15 @@ class Routing(Covering):
                 "VALUES (?, ?, ?, ?)",
                 (target.number, target.first_id, 0, now),
             )
-        ids = list(accumulate(sizes, initial=target.first_id + target.rows))
-        rows_ = [
-            (
-                job_id,
-                job.bucket,
-                job.destination,
-                job.payload,
-                job.message_id,
-                job.user_id,
-                now,
-                job.expire_at or now + 4 * 3600,
-                size,
-            )
-            for job_id, job, size in zip(ids, jobs, sizes, strict=False)
-        ]
-        if rows_:
-            cursor.executemany(
-                self._sql(
-                    f"INSERT INTO jobs_{target.number} ({JOB_COLUMNS}, events) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                ),
-                rows_,
-            )
-        failed = [
-            (job_id, now, 0, FAILED, "transform", job.error)
-            for job_id, job in zip(ids, jobs, strict=False)
-            if job.error is not None
-        ]
-        if failed:
-            cursor.executemany(
-                self._sql(
-                    f"INSERT INTO job_state_transitions_{target.number} "
-                    "(job_id, time, attempt, state, error_type, response) "
-                    "VALUES (?, ?, ?, ?, ?, ?)"
-                ),
-                failed,
-            )
+        rows, failed = job_rows(jobs, target.first_id + target.rows, now)
+        self._insert(cursor, f"jobs_{target.number} ({JOB_COLUMNS}, events)", rows, big=3)
+        self._insert(
+            cursor,
+            f"job_state_transitions_{target.number} "
+            "(job_id, time, attempt, state, error_type, response)",
+            [(job_id, now, 0, FAILED, "transform", error) for job_id, error in failed],
+            big=5,
+        )
         self._execute(
             cursor,
             "UPDATE jobdb_datasets SET n_rows = ? WHERE number = ?",
@@ -169,6 +141,22 @@ class Routing(Covering):
         # 5. the marker
         self._execute(cursor, self._upsert_marker(), (*marker, now))
         return len(jobs)
+
+    def _insert(self, cursor: Any, table: str, rows: Sequence[tuple[Any, ...]], big: int) -> None:
+        """``rows`` into ``table`` (its name and columns), many rows a statement (as many as
+        ``_insert_rows`` and :data:`STATEMENT_BYTES` of their values at ``big`` allow). A
+        statement per row costs the driver a step each, and SQLite's driver a release of the
+        GIL, which another busy thread of the process may then hold for a switch interval."""
+        if not rows:
+            return
+        marks = "(" + ", ".join("?" * len(rows[0])) + ")"
+        sizes = [len(row[big] or b"") for row in rows]
+        for span in statement_spans(sizes, self._insert_rows):
+            chunk = rows[span.start : span.stop]
+            cursor.execute(
+                self._sql(f"INSERT INTO {table} VALUES {', '.join(repeat(marks, len(chunk)))}"),
+                list(chain.from_iterable(chunk)),
+            )
 
     def _add_counts(
         self, cursor: Any, destination: str, origin: str, more: RouteCounts, now: float

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from bisect import bisect_right
+from collections.abc import Iterator, Sequence
+from itertools import accumulate
 from typing import Any
 
 from exactly.delivery.jobdb.base import AWAITING_SCHEDULING, Job, Transition
@@ -11,6 +13,21 @@ from exactly.delivery.jobdb.base import AWAITING_SCHEDULING, Job, Transition
 JOB_COLUMNS = "id, bucket, destination, payload, message_id, user_id, created_at, expire_at"
 #: the columns of ``job_state_transitions_N`` read back, in :class:`Transition`'s order
 TRANSITION_COLUMNS = "job_id, state, attempt, time, retry_at, status_code, error_type, response"
+#: the bytes of values one insert statement carries at most (a MariaDB packet is 16 MiB)
+STATEMENT_BYTES = 1 << 20
+
+
+def statement_spans(
+    sizes: Sequence[int], rows: int, size: int = STATEMENT_BYTES
+) -> Iterator[range]:
+    """The rows of each insert statement, in order, for rows of ``sizes`` bytes: at most
+    ``rows`` rows and, past its first row, ``size`` bytes a statement."""
+    reach = list(accumulate(sizes, initial=0))  # reach[i]: the bytes of the rows before i
+    start = 0
+    while start < len(sizes):
+        end = bisect_right(reach, reach[start] + size, start + 2, min(start + rows, len(sizes)) + 1)
+        yield range(start, end - 1)
+        start = end - 1
 
 
 def transition_of(r: Sequence[Any]) -> Transition:

@@ -73,6 +73,7 @@ class SQLSchema(ABC):
         return text
 
     _for_update = " FOR UPDATE"
+    _insert_rows = 1000  # rows an insert statement carries at most (9,000 parameters for jobs)
 
     @abstractmethod
     def _list_tables(self) -> str:
