@@ -1096,3 +1096,7 @@ def test_a_large_micro_batch_goes_in_whole_across_statements(url: str) -> None:
         assert found[0].id == packs_in[0].id + 400  # the first pack's 400 ids come before
         assert packs_in[1].id == found[-1].id + 1 and packs_in[2].id == packs_in[1].id + 400
         assert sum(db.states()["bulk"].values()) == 1_200
+        now = time.time()  # the director's write: as many transitions at once
+        db.record([Transition(job.id, EXECUTING, 1, time=now) for job in found])
+        db.record([Transition(job.id, SUCCEEDED, 1, time=now, status_code=200) for job in found])
+        assert db.states()["hook"] == {SUCCEEDED: 2_500}

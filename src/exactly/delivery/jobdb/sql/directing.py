@@ -146,13 +146,12 @@ class Directing(Batching):
                 self._begin(cursor)
                 self._write_batches(cursor, batches, steps, now)
                 for number, rows in by_dataset.items():
-                    cursor.executemany(
-                        self._sql(
-                            f"INSERT INTO job_state_transitions_{number} (job_id, time, attempt, "
-                            "state, retry_at, status_code, error_type, response) "
-                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-                        ),
+                    self._insert(
+                        cursor,
+                        f"job_state_transitions_{number} (job_id, time, attempt, state, "
+                        "retry_at, status_code, error_type, response)",
                         rows,
+                        big=7,
                     )
             except BaseException:
                 self._connection.rollback()

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from itertools import chain, repeat
 from typing import Any
 
 from exactly.delivery.jobdb.base import FAILED, Dataset, NewJob, RouteCounts, Span
 from exactly.delivery.jobdb.runs import events_of, job_rows
 from exactly.delivery.jobdb.sql.coverage import Covering
-from exactly.delivery.jobdb.sql.rows import JOB_COLUMNS, statement_spans
+from exactly.delivery.jobdb.sql.rows import JOB_COLUMNS
 
 
 class Routing(Covering):
@@ -141,22 +140,6 @@ class Routing(Covering):
         # 5. the marker
         self._execute(cursor, self._upsert_marker(), (*marker, now))
         return len(jobs)
-
-    def _insert(self, cursor: Any, table: str, rows: Sequence[tuple[Any, ...]], big: int) -> None:
-        """``rows`` into ``table`` (its name and columns), many rows a statement (as many as
-        ``_insert_rows`` and :data:`STATEMENT_BYTES` of their values at ``big`` allow). A
-        statement per row costs the driver a step each, and SQLite's driver a release of the
-        GIL, which another busy thread of the process may then hold for a switch interval."""
-        if not rows:
-            return
-        marks = "(" + ", ".join("?" * len(rows[0])) + ")"
-        sizes = [len(row[big] or b"") for row in rows]
-        for span in statement_spans(sizes, self._insert_rows):
-            chunk = rows[span.start : span.stop]
-            cursor.execute(
-                self._sql(f"INSERT INTO {table} VALUES {', '.join(repeat(marks, len(chunk)))}"),
-                list(chain.from_iterable(chunk)),
-            )
 
     def _add_counts(
         self, cursor: Any, destination: str, origin: str, more: RouteCounts, now: float

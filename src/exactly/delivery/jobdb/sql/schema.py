@@ -18,10 +18,11 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
+from itertools import chain, repeat
 from typing import Any, ClassVar, Self
 
 from exactly.delivery.jobdb.base import Dataset, Job
-from exactly.delivery.jobdb.sql.rows import JOB_COLUMNS, job_of
+from exactly.delivery.jobdb.sql.rows import JOB_COLUMNS, job_of, statement_spans
 from exactly.errors import JobDBError
 
 MARKER_COLUMNS = "query_id, batch_id, stream, end_offsets, committed_at"
@@ -138,6 +139,24 @@ class SQLSchema(ABC):
     def _execute(self, cursor: Any, sql: str, params: Sequence[Any] = ()) -> Any:
         cursor.execute(self._sql(sql), tuple(params))
         return cursor
+
+    def _insert(self, cursor: Any, table: str, rows: Sequence[tuple[Any, ...]], big: int) -> None:
+        """``rows`` into ``table`` (its name and columns) in the open transaction, many rows a
+        statement (as many as ``_insert_rows`` and :data:`STATEMENT_BYTES` of their values at
+        index ``big`` allow). ``executemany`` costs the driver a step a row, and SQLite's driver
+        gives up the GIL around each step, which another busy thread of the process (the
+        director's event loop, the pipeline driver's other queries) can then hold for up to a
+        switch interval before the step's thread gets it back."""
+        if not rows:
+            return
+        marks = "(" + ", ".join("?" * len(rows[0])) + ")"
+        sizes = [len(row[big] or b"") for row in rows]
+        for span in statement_spans(sizes, self._insert_rows):
+            chunk = rows[span.start : span.stop]
+            cursor.execute(
+                self._sql(f"INSERT INTO {table} VALUES {', '.join(repeat(marks, len(chunk)))}"),
+                list(chain.from_iterable(chunk)),
+            )
 
     def tables(self) -> list[str]:
         """The names of the tables in this JobDB's database (or schema), on a connection of its
