@@ -63,6 +63,8 @@ if TYPE_CHECKING:
 
 OnBatch = Callable[[int, int, int, bool], None]  # batch id, events routed, jobs, added
 EVENT_COLUMNS = ("source", "name", "message_id", "user_id", "value", "partition", "offset")
+# a micro-batch's sources, payloads, message ids and users: what its jobs are made of
+Columns = tuple[Sequence[str], Sequence[bytes], Sequence[str], Sequence[str | None]]
 
 
 @dataclass(frozen=True)
@@ -206,15 +208,16 @@ def jobs_for(
 
 
 def _run(
-    columns: tuple[Sequence[str], Sequence[bytes], Sequence[str], Sequence[str | None]],
+    columns: Columns,
     takes: Sequence[bool],
     destination: DestinationSettings,
     expire_at: float,
 ) -> JobRun:
     """The jobs of a single-event destination without a transform: the events it takes."""
-    if not all(takes):
-        columns = tuple(list(compress(column, takes)) for column in columns)  # type: ignore[assignment]
     sources, payloads, message_ids, user_ids = columns
+    if not all(takes):  # the micro-batch's own lists when it takes every event
+        sources, payloads = list(compress(sources, takes)), list(compress(payloads, takes))
+        message_ids, user_ids = list(compress(message_ids, takes)), list(compress(user_ids, takes))
     lanes = destination.lanes
     return JobRun(
         destination.name,
@@ -228,7 +231,7 @@ def _run(
 
 
 def _shaped(
-    columns: tuple[Sequence[str], Sequence[bytes], Sequence[str], Sequence[str | None]],
+    columns: Columns,
     takes: Sequence[bool],
     shaped: Sequence[Outcome | None],
     destination: DestinationSettings,
