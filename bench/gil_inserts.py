@@ -1,5 +1,5 @@
 """A route micro-batch's job rows into SQLite, a row a step or many rows a statement, alone and
-beside a thread busy in Python.
+beside a thread busy in Python; then the director's paging of them.
 
     .venv/bin/python bench/gil_inserts.py [--rows 50000] [--per-statement 1000] [--repeat 3]
 
@@ -10,6 +10,8 @@ with the other queries, and the director its process with its event loop. Each c
 database with a ``jobs_N`` table as the JobDB makes it (primary key and ``(bucket, id)``
 index), ``--rows`` rows of about 300 B in one transaction, committed; the wall time of the
 insert and commit, the median of ``--repeat``. The busy thread counts to keep the GIL wanted.
+Last, the rows read back in pages of 1,000 as the director pages a bucket (each fetched row is a
+step too), alone and beside the busy thread.
 """
 
 from __future__ import annotations
@@ -85,6 +87,24 @@ def insert(path: Path, made: list[Row], per_statement: int) -> float:
     return took
 
 
+def page_all(path: Path) -> float:
+    """Seconds to read every row of ``path``'s table in pages of 1,000 by id."""
+    connection = sqlite3.connect(path, isolation_level=None)
+    start = time.perf_counter()
+    after = 0
+    while True:
+        page = connection.execute(
+            "SELECT * FROM jobs_1 WHERE bucket = ? AND id > ? ORDER BY id LIMIT 1000",
+            ("web/all", after),
+        ).fetchall()
+        if not page:
+            break
+        after = page[-1][0]
+    took = time.perf_counter() - start
+    connection.close()
+    return took
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=50_000)
@@ -104,6 +124,14 @@ def main() -> None:
                 how = "executemany" if not per else f"{per:,} rows a statement"
                 beside = "beside a busy thread" if busy else "alone"
                 print(f"{how:>24} {beside:>21}: {statistics.median(times):.3f} s", flush=True)
+        path = Path(work) / "False-0-0.sqlite"
+        for busy in (False, True):
+            times = []
+            for _ in range(args.repeat):
+                with busy_thread(busy):
+                    times.append(page_all(path))
+            beside = "beside a busy thread" if busy else "alone"
+            print(f"{'read in pages of 1,000':>24} {beside:>21}: {statistics.median(times):.3f} s")
 
 
 if __name__ == "__main__":
