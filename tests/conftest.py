@@ -19,6 +19,7 @@ import pytest
 from hypothesis import settings
 
 from exactly.log import BACKENDS, Log, open_log
+from tests.slowness import slowness
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -97,13 +98,34 @@ def chain_place(nodeid: str) -> tuple[int, int] | None:
     return SPARK_CRASH_CHAINS.get(nodeid) or SPARK_CRASH_CHAINS.get(nodeid.split("::", 1)[0])
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The crash tests of each chain in the chain's order (each worker collects the same)."""
+def pytest_configure(config: pytest.Config) -> None:
+    """Measure the machine's slowness once, in the controller, before xdist starts its workers
+    (they inherit it through the environment)."""
+    slowness()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"time limits: x{slowness():.2f} for this machine's speed (tests/slowness.py)"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The crash tests of each chain in the chain's order (each worker collects the same), and
+    every test's time limit (its ``timeout`` mark, else ``--timeout`` or the ini's) multiplied
+    by the machine's slowness."""
 
     def place(item: pytest.Item) -> tuple[int, int]:
         return chain_place(item.nodeid) or (-1, 0)
 
     items.sort(key=place)  # stable: everything else keeps its order, before the chains
+    factor = slowness()
+    if factor == 1.0:
+        return
+    default = float(config.getoption("timeout", None) or config.getini("timeout") or 0)
+    for item in items:
+        marked = item.get_closest_marker("timeout")
+        limit = float(marked.args[0]) if marked is not None and marked.args else default
+        if limit > 0:  # 0: no limit
+            item.add_marker(pytest.mark.timeout(round(limit * factor)), append=False)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
