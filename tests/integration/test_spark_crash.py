@@ -40,7 +40,7 @@ import pytest
 
 from exactly.log import Log, Record, open_log
 from tests import short_reads
-from tests.batches_in_flight import Checkpoints, Landings
+from tests.batches_in_flight import BATCH_WAIT, Checkpoints, Landings
 from tests.job_child import AFTER_START, FAST_JVM
 from tests.seeds import crash_seed
 from tests.spark_helpers import assert_copied
@@ -48,7 +48,6 @@ from tests.spark_helpers import assert_copied
 KILLS = 20  # per backend, never fewer (issue 4)
 AT_START = 2  # of them, killed during start-up (0.5-6 s after it), the others inside a batch
 PARTITIONS = 3
-BATCH_WAIT = 180  # seconds a run (not killed at start-up) has to begin a micro-batch of its own
 
 
 class Growing:
@@ -83,6 +82,15 @@ class Growing:
             ]
             self.log.append(self.topic, partition, records)
             self.count[partition] += len(records)
+
+
+def spark_log_end(data: Path, lines: int = 12) -> str:
+    """The last lines of the Spark log a run's driver wrote under ``data`` (its warnings: a
+    batch falling behind and by how much, a Python worker that did not connect back)."""
+    logs = [log for log in (data / "logs").glob("spark-*.log") if ".stderr." not in log.name]
+    if not logs:
+        return "(none)"
+    return "\n".join(max(logs).read_text(errors="replace").splitlines()[-lines:])
 
 
 @dataclass(frozen=True)
@@ -148,8 +156,10 @@ def crash_and_resume(
                         running = Running(process)
                         working = checkpoints.wait_for_batch(BATCH_WAIT, running)
                         assert working or process.poll() is not None, (
-                            f"{backend}: no batch in {BATCH_WAIT} s; the run's stderr ends: "
+                            f"{backend}: no batch in {BATCH_WAIT:.0f} s; the run's stderr ends: "
                             + stderr.read_text()[-1500:]
+                            + "\nits Spark log ends: "
+                            + spark_log_end(work / "data")
                         )
                         report.after_progress += 1
                         report.seconds_to_progress.append(round(time.monotonic() - began, 1))
