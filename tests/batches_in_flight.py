@@ -27,7 +27,7 @@ INSIDE_SHARE = 0.75  # of a test's kills, at least this share must land inside a
 
 # How long a kill waits for a micro-batch of the run's own: a run's start on a loaded 2-core
 # machine, a query's Python source started again after Spark's 10 s ran out, took over 120 s;
-# in CI on 2026-12-02 (load 15-20) the copy's first batch after a restart took 20-40 s, then 88 s,
+# in CI on 2026-12-02 (load 15-20) the copy's first batch after a restart took 16-41 s, then 88 s,
 # then over 165. Longer on a slower machine (tests/slowness.py).
 BATCH_WAIT = 240.0 * slowness()
 
