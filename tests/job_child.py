@@ -31,12 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # ``-Dspark.*`` as its settings). Generating code was a sixth of a crash test's CPU: the
 # embedded pipeline crash test alone, seed 30, took 517 and 539 CPU seconds with it and 436 and
 # 457 without (2026-11-29). The results are the same: Spark takes these paths itself wherever
-# code cannot be generated, and no test here measures speed. One compiler thread, not two: a
-# session's start, a grouped count and its stop took 0.94x the JVM CPU on a quiet machine
-# (6.79 against 7.24 s, medians of 6 pairs, lower in 4) and 6.15 against 7.07 at load 15-19
-# (5 pairs, lower in 4), 2026-12-02, `bench/jvm_start.py`: a small gain, within the noise.
+# code cannot be generated, and no test here measures speed. (One JIT compiler thread, not
+# two, was tried and not taken: 0.99x the JVM's CPU a start, `bench/jvm_start.py`, 2026-12-02.)
 FAST_JVM = (
-    "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC -Xss4m"
+    "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m"
     " -Dspark.sql.codegen.wholeStage=false -Dspark.sql.codegen.factoryMode=NO_CODEGEN"
 )
 AT_START = 3  # of a test's kills, how many come while the queries start (no batch of their own)
