@@ -104,7 +104,7 @@ def test_main_prints_the_jvm_line_and_exits_1(
     def app(**_: object) -> None:
         raise error
 
-    monkeypatch.setattr(exactly.cli, "app", app)
+    monkeypatch.setattr(exactly.cli, "cli", app)
     with pytest.raises(SystemExit) as exited:
         main(["pipeline"])
     assert exited.value.code == 1
