@@ -17,7 +17,6 @@ from exactly.errors import InvalidLogURL, InvalidRecord, LogUnavailable
 from exactly.log import Record, open_log
 from exactly.log.kafka import HINT_GROUP_PREFIX, PRODUCER_HEADER, SEQUENCE_HEADER, KafkaLog
 from exactly.log.kafka.client import READER
-from exactly.log.kafka.fetch import SILENT_TRIES
 from tests.servers import free_port
 
 pytestmark = pytest.mark.kafka
@@ -332,16 +331,17 @@ def test_a_read_that_hears_nothing_assigns_anew_before_it_fails(kafka_url: str, 
         log.append(topic, 0, [Record(b"%d" % i) for i in range(5)])
     with open_log(kafka_url, timeout=2) as log:
         assert isinstance(log, KafkaLog)
+        log.silent_tries = tries = 3  # 12 by default: 24 s of silence at this timeout
         log.end_offsets(topic)  # the end known: the reads below are the reader's alone
         reader = log._reader
-        twice = log._reader = Stalled(reader, stalls=SILENT_TRIES - 1)
+        twice = log._reader = Stalled(reader, stalls=tries - 1)
         started = time.monotonic()
         assert [r.value for r in log.read(topic, 0, 0)] == [b"%d" % i for i in range(5)]
-        assert twice.assignments == SILENT_TRIES and time.monotonic() - started >= 4
+        assert twice.assignments == tries and time.monotonic() - started >= 4
         always = log._reader = Stalled(reader, stalls=100)
         with pytest.raises(LogUnavailable, match="no answer"):
             log.read(topic, 0, 0)
-        assert always.assignments == SILENT_TRIES  # the last try, then the error
+        assert always.assignments == tries  # the last try, then the error
         log._reader = reader
 
 

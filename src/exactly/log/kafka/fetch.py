@@ -17,10 +17,13 @@ from exactly.log.kafka.client import NO_LIMIT, UNKNOWN, KafkaClient
 
 _RESERVED = RESERVED_HEADERS  # checked for every backend in Log._check_records
 _NO_ANSWER = "no answer"
-# tries of a read or an end probe that hears nothing at all for the timeout, each assigned anew:
-# the copy crash test's source met 10 s of silence at load 9, twice at load 15-18, and 20 s at
-# load 13 (2026-12-01, a middling machine), where the broker answered again afterwards
-SILENT_TRIES = 3
+# a read or an end probe that hears nothing at all for the log's timeout is assigned anew (the
+# client fetches again), and fails after this many such tries: 120 s at the default timeout of
+# 10 s, as long as Spark's own Kafka source waits for a poll (spark.network.timeout). Silences
+# met where the broker answered again afterwards: the copy crash test's source 10 s at load 9,
+# twice at load 15-18, 20 s at load 13 (2026-12-01); an end probe over 30 s at load 18, which
+# three tries failed, ending the copy (2026-12-02)
+SILENT_TRIES = 12
 
 
 class _Silent(LogUnavailable):
@@ -31,6 +34,8 @@ class KafkaReading(KafkaClient):
     """Reads: one reader consumer polled by one thread at a time, assigned to a partition and
     kept there while its reads go on from where the last stopped; a second consumer probes
     partitions' ends."""
+
+    silent_tries = SILENT_TRIES
 
     def _read(
         self,
@@ -85,7 +90,7 @@ class KafkaReading(KafkaClient):
                 return [], offset
         with self._reader_lock:
             try:
-                for attempt in range(1, SILENT_TRIES + 1):
+                for attempt in range(1, self.silent_tries + 1):
                     if (
                         fresh
                         or attempt > 1
@@ -107,7 +112,7 @@ class KafkaReading(KafkaClient):
                         # nothing at all for the timeout, as the probe below met too
                         # (SILENT_TRIES): assigned anew, the client fetches again before the
                         # read gives up
-                        if attempt == SILENT_TRIES or starts[partition] != offset:
+                        if attempt == self.silent_tries or starts[partition] != offset:
                             raise
                 position = starts[partition]
                 self._position = (topic, partition, position)
@@ -229,7 +234,7 @@ class KafkaReading(KafkaClient):
                 self._note_end(topic, partition, high)
                 if high > low:
                     starts[partition] = high - 1
-            for attempt in range(1, SILENT_TRIES + 1):
+            for attempt in range(1, self.silent_tries + 1):
                 if not starts:
                     break
                 self._prober.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
@@ -239,7 +244,7 @@ class KafkaReading(KafkaClient):
                 except LogUnavailable:
                     # no record and no end for the timeout (SILENT_TRIES): assigned anew, the
                     # client fetches again before the probe gives up
-                    if attempt == SILENT_TRIES:
+                    if attempt == self.silent_tries:
                         raise
                     starts = {p: o for p, o in starts.items() if o < self._known_end(topic, p)}
                 finally:
