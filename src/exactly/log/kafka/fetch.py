@@ -6,23 +6,27 @@ backend returns the same headers.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 import time
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from exactly.errors import LogUnavailable
 from exactly.log.base import RESERVED_HEADERS, Header, LogRecord
-from exactly.log.kafka.client import NO_LIMIT, UNKNOWN, KafkaClient
+from exactly.log.kafka.client import NO_LIMIT, READER, UNKNOWN, KafkaClient
 
 _RESERVED = RESERVED_HEADERS  # checked for every backend in Log._check_records
 _NO_ANSWER = "no answer"
-# a read or an end probe that hears nothing at all for the log's timeout is assigned anew (the
-# client fetches again), and fails after this many such tries: 120 s at the default timeout of
-# 10 s, as long as Spark's own Kafka source waits for a poll (spark.network.timeout). Silences
-# met where the broker answered again afterwards: the copy crash test's source 10 s at load 9,
-# twice at load 15-18, 20 s at load 13 (2026-12-01); an end probe over 30 s at load 18, which
-# three tries failed, ending the copy (2026-12-02)
+# a read or an end probe that hears nothing at all for the log's timeout tries again with a new
+# consumer (new connections: within one consumer a read heard nothing for 126 s while the same
+# process's other partitions were read, and the broker answered the same read at once later),
+# and fails after this many tries: 120 s at the default timeout of 10 s, as long as Spark's own
+# Kafka source waits for a poll (spark.network.timeout). Silences met where the broker answered
+# again afterwards: the copy crash test's source 10 s at load 9, twice at load 15-18, 20 s at
+# load 13 (2026-12-01); an end probe over 30 s at load 18, and a read 126 s at load 15, each
+# ending that test's run (2026-12-02)
 SILENT_TRIES = 12
 
 
@@ -110,10 +114,12 @@ class KafkaReading(KafkaClient):
                         break
                     except _Silent:
                         # nothing at all for the timeout, as the probe below met too
-                        # (SILENT_TRIES): assigned anew, the client fetches again before the
-                        # read gives up
+                        # (SILENT_TRIES): a new consumer fetches again before the read gives up
                         if attempt == self.silent_tries or starts[partition] != offset:
                             raise
+                        self._reader = self._fresh(self._reader)
+                        self._reader_topics.clear()
+                        self._position = None
                 position = starts[partition]
                 self._position = (topic, partition, position)
                 if position >= self._known_end(topic, partition):
@@ -242,14 +248,21 @@ class KafkaReading(KafkaClient):
                     self._poll(self._prober, topic, starts, {})  # notes each end it reaches
                     break
                 except LogUnavailable:
-                    # no record and no end for the timeout (SILENT_TRIES): assigned anew, the
-                    # client fetches again before the probe gives up
+                    # no record and no end for the timeout (SILENT_TRIES): a new consumer
+                    # fetches again before the probe gives up
                     if attempt == self.silent_tries:
                         raise
+                    self._prober = self._fresh(self._prober)
                     starts = {p: o for p, o in starts.items() if o < self._known_end(topic, p)}
                 finally:
                     self._prober.unassign()
         return {partition: self._known_end(topic, partition) for partition in partitions}
+
+    def _fresh(self, silent: Consumer) -> Consumer:
+        """A new consumer in place of ``silent``; that one is closed in the background, since
+        closing waits for the requests it has in flight."""
+        threading.Thread(target=_close, args=(silent,), name="kafka-close", daemon=True).start()
+        return self._consumer(READER)
 
     def _known_end(self, topic: str, partition: int) -> int:
         with self._lock:
@@ -259,6 +272,11 @@ class KafkaReading(KafkaClient):
         with self._lock:
             if end > self._ends.get((topic, partition), 0):
                 self._ends[(topic, partition)] = end
+
+
+def _close(consumer: Consumer) -> None:
+    with contextlib.suppress(Exception):  # a silent consumer set aside: its errors tell nothing
+        consumer.close()
 
 
 def _own(headers: tuple[Header, ...]) -> tuple[Header, ...]:
