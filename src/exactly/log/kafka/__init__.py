@@ -35,8 +35,9 @@ class KafkaLog(KafkaAppending):
     partition (the contract of :class:`~exactly.log.base.Log`). Within one process the records of
     one append get consecutive offsets and appends from many threads are safe. Any call fails with
     :class:`~exactly.errors.LogUnavailable` after about ``timeout`` seconds without the cluster;
-    a read, or a look for a partition's end, fetches anew after each ``timeout`` of silence and
-    fails after 12 of them (:data:`~exactly.log.kafka.fetch.SILENT_TRIES`).
+    a read, or a look for a partition's end, tries again with a new consumer after each
+    ``timeout`` of silence and fails after 12 of them
+    (:data:`~exactly.log.kafka.fetch.SILENT_TRIES`).
     A fenced writer (:meth:`open_writer`) commits one transaction per commit and is fenced by its
     successor (:mod:`.writer`).
     """
